@@ -1,0 +1,95 @@
+//! The error type shared by the outbox crates.
+
+/// `Result` with [`Error`] as its default error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the outbox library.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A message given to `enqueue` breaks a rule; `field` names the offending field.
+    #[error("invalid message: {field}: {reason}")]
+    InvalidMessage {
+        /// The field that is wrong (`topic`, `biz_key`, ...).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database rejected a row because it violates one of the table's constraints.
+    #[error("the database rejected the row: constraint {constraint} failed ({message})")]
+    Constraint {
+        /// Name of the violated constraint, e.g. `outbox_message_topic_not_empty`.
+        constraint: String,
+        /// The database's own message.
+        message: String,
+    },
+    /// The database holds a schema version this binary does not know: it was migrated by a
+    /// newer release.
+    #[error(
+        "the outbox schema in this database is at version {found}, but this build only knows \
+         versions up to {supported}: upgrade outbox (a newer release migrated this database)"
+    )]
+    SchemaTooNew {
+        /// Highest version recorded in the database.
+        found: i64,
+        /// Highest version this build ships.
+        supported: i64,
+    },
+    /// The outbox tables are missing or older than this build expects.
+    #[error("the outbox schema is not migrated (at version {found}, need {required}): run `outbox migrate` or `Outbox::migrate`")]
+    SchemaNotMigrated {
+        /// Version found (0 when the tables do not exist).
+        found: i64,
+        /// Version this build needs.
+        required: i64,
+    },
+    /// A stored row could not be decoded (for example a foreign application wrote a value the
+    /// relay cannot read).
+    #[error("malformed row in {table} (id {id}): {reason}")]
+    MalformedRow {
+        /// Table name.
+        table: &'static str,
+        /// Primary key of the row, as text.
+        id: String,
+        /// What could not be decoded.
+        reason: String,
+    },
+    /// A database URL or store option is wrong.
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    /// Communicating with the database failed.
+    #[error("error communicating with the database: {0}")]
+    Database(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+}
+
+/// A coarse classification of [`Error`] for callers that branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The input was wrong: fix the message or the row.
+    InvalidInput,
+    /// The schema is missing, too old or too new.
+    Schema,
+    /// Configuration is wrong.
+    Config,
+    /// The database failed or is unreachable; retrying may help.
+    Database,
+}
+
+impl Error {
+    /// The broad category of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::InvalidMessage { .. } | Error::Constraint { .. } | Error::MalformedRow { .. } => {
+                ErrorKind::InvalidInput
+            }
+            Error::SchemaTooNew { .. } | Error::SchemaNotMigrated { .. } => ErrorKind::Schema,
+            Error::Config(_) => ErrorKind::Config,
+            Error::Database(_) => ErrorKind::Database,
+        }
+    }
+
+    pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidMessage { field, reason: reason.into() }
+    }
+}

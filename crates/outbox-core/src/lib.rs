@@ -1,0 +1,23 @@
+//! Pure domain types of `outbox`: what a message is, the statuses it moves through, the limits a
+//! message must respect and the errors every layer shares.
+//!
+//! Nothing here performs IO or needs a runtime, so the rules that matter (validation, status
+//! transitions) are tested in microseconds. The database layer lives in `outbox-store`, the
+//! public facade in `outbox`.
+//!
+//! ```
+//! use outbox_core::NewMessage;
+//! let msg = NewMessage::new("order.paid", r#"{"order":42}"#)
+//!     .key("order-42")
+//!     .biz("order", "42")
+//!     .header("source", "checkout");
+//! assert!(msg.validate().is_ok());
+//! ```
+
+mod error;
+mod message;
+mod status;
+
+pub use error::{Error, ErrorKind, Result};
+pub use message::{decode_headers, limits, Enqueued, Headers, MessageId, NewMessage, OutboxMessage};
+pub use status::{Status, UnknownStatus};

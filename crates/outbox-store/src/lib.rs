@@ -1,0 +1,32 @@
+//! The outbox table on PostgreSQL, MySQL/MariaDB and SQLite.
+//!
+//! - [`Outbox`]: a handle over a sqlx pool: migrations, transactions whose commit wakes the
+//!   relay ([`OutboxTransaction`]), and the [`CommitSignal`] the relay listens to.
+//! - [`OutboxConnection::enqueue`]: enqueue inside *your own* sqlx transaction, on
+//!   `PgConnection`, `MySqlConnection` or `SqliteConnection` (a `Transaction` derefs to one).
+//! - One module per dialect ([`postgres`], [`mysql`], [`sqlite`]) with the same functions, and
+//!   the schema as plain `.sql` files in `migrations/<dialect>/` for teams that run their own
+//!   migrations.
+//!
+//! Every dialect is a cargo feature of the same name.
+
+mod common;
+mod error;
+mod migrate;
+mod outbox;
+mod signal;
+
+#[cfg(feature = "mysql")]
+pub mod mysql;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
+
+pub use migrate::{Migration, MigrationReport};
+pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
+pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
+pub use signal::CommitSignal;
+
+/// Highest schema version this build knows.
+pub const SCHEMA_VERSION: i64 = 1;

@@ -1,0 +1,211 @@
+//! MySQL 8.0.16+ and MariaDB 10.6+ (both enforce CHECK constraints and have
+//! `FOR UPDATE SKIP LOCKED`, which the relay's claim needs).
+//!
+//! Enqueue is one plain `INSERT` round trip. For a message with a `(biz_type, biz_key)` that
+//! already exists, InnoDB rejects the insert with a duplicate-key error that rolls back only
+//! that statement; the existing id is then read with a locking read (`LOCK IN SHARE MODE`),
+//! which sees the latest committed row whatever the transaction's snapshot. The common path
+//! stays one round trip, and no duplicate ever writes. (`INSERT ... ON DUPLICATE KEY UPDATE`
+//! is avoided: sqlx sets `CLIENT_FOUND_ROWS`, so it cannot tell an insert from a duplicate.)
+//!
+//! Timestamps are `DATETIME(6)` holding UTC (`UTC_TIMESTAMP(6)`), independent of the session
+//! time zone.
+
+use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use sqlx::mysql::{MySqlConnection, MySqlRow};
+use sqlx::{MySql, MySqlPool, Row};
+
+use crate::common::{biz_parts, max_attempts};
+use crate::error::{db, is_biz_duplicate};
+use crate::migrate::{plan, Migration, MigrationReport};
+use crate::outbox::{impl_connection, OutboxDatabase};
+
+/// The shipped migrations, from `migrations/mysql/`.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "outbox_message and outbox_delivery",
+    sql: include_str!("../../migrations/mysql/0001_outbox.sql"),
+}];
+
+const MIGRATION_LOCK: &str = "outbox_migrate";
+
+const ENQUEUE: &str = "INSERT INTO outbox_message \
+    (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
+    VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 0) MICROSECOND), ?, ?)";
+
+const EXISTING: &str =
+    "SELECT id FROM outbox_message WHERE biz_type = ? AND biz_key = ? LOCK IN SHARE MODE";
+
+/// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
+pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key, tag, \
+    CAST(headers AS CHAR) AS headers, payload, status, attempts, max_attempts, next_attempt_at, \
+    last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by, created_at, updated_at";
+
+impl OutboxDatabase for MySql {
+    async fn migrate(pool: &MySqlPool) -> Result<MigrationReport> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
+            .bind(MIGRATION_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+        if locked != Some(1) {
+            return Err(Error::Database(
+                "could not take the migration lock `outbox_migrate` within 60 s (another migration is running)".into(),
+            ));
+        }
+        let result = migrate_locked(&mut conn).await;
+        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *conn).await;
+        let report = result?;
+        released.map_err(db)?;
+        Ok(report)
+    }
+
+    async fn schema_version(pool: &MySqlPool) -> Result<i64> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        version_on(&mut conn).await
+    }
+
+    fn enqueue<'a>(
+        conn: &'a mut MySqlConnection,
+        msg: &'a NewMessage,
+    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
+        enqueue(conn, msg)
+    }
+
+    fn enqueue_batch<'a>(
+        conn: &'a mut MySqlConnection,
+        msgs: &'a [NewMessage],
+    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
+        enqueue_batch(conn, msgs)
+    }
+
+    fn get<'a>(
+        conn: &'a mut MySqlConnection,
+        id: MessageId,
+    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
+        get(conn, id)
+    }
+}
+
+impl_connection!(MySqlConnection, MySql);
+
+async fn migrate_locked(conn: &mut MySqlConnection) -> Result<MigrationReport> {
+    let from = version_on(conn).await?;
+    let mut applied = Vec::new();
+    for m in plan(from, MIGRATIONS)? {
+        // MySQL commits DDL implicitly; each table is one CREATE statement, and the version
+        // row is written last, so an interrupted migration is visible and re-runnable by hand.
+        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| {
+            Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
+        })?;
+        applied.push(m.version);
+    }
+    let to = applied.last().copied().unwrap_or(from);
+    Ok(MigrationReport { from, to, applied })
+}
+
+async fn version_on(conn: &mut MySqlConnection) -> Result<i64> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'outbox_schema_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM outbox_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)
+}
+
+/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
+pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enqueued> {
+    msg.validate()?;
+    let (biz_type, biz_key) = biz_parts(msg);
+    let inserted = sqlx::query(ENQUEUE)
+        .bind(biz_type)
+        .bind(biz_key)
+        .bind(&msg.topic)
+        .bind(msg.key.as_deref())
+        .bind(msg.tag.as_deref())
+        .bind(msg.headers_json())
+        .bind(&msg.payload)
+        .bind(max_attempts(msg)?)
+        .bind(msg.deliver_at)
+        .bind(msg.delay_micros())
+        .bind(msg.created_by.as_deref())
+        .bind(msg.created_by.as_deref())
+        .execute(&mut *conn)
+        .await;
+    match inserted {
+        Ok(done) => {
+            let id = i64::try_from(done.last_insert_id())
+                .map_err(|_| Error::Database("auto-increment id out of range".into()))?;
+            Ok(Enqueued { id: MessageId(id), created: true })
+        }
+        Err(e) if is_biz_duplicate(&e) => {
+            let id: i64 = sqlx::query_scalar(EXISTING)
+                .bind(biz_type)
+                .bind(biz_key)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db)?;
+            Ok(Enqueued { id: MessageId(id), created: false })
+        }
+        Err(e) => Err(db(e)),
+    }
+}
+
+/// Enqueues several messages, one statement each (MySQL cannot return the ids of a multi-row
+/// insert reliably under every `innodb_autoinc_lock_mode`).
+pub async fn enqueue_batch(conn: &mut MySqlConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
+    for m in msgs {
+        m.validate()?;
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        out.push(enqueue(conn, m).await?);
+    }
+    Ok(out)
+}
+
+/// Reads one message by id.
+pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?");
+    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    row.as_ref().map(decode_message).transpose()
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`].
+pub(crate) fn decode_message(row: &MySqlRow) -> Result<OutboxMessage> {
+    let id: i64 = row.try_get("id").map_err(db)?;
+    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let headers: String = row.try_get("headers").map_err(db)?;
+    let status: String = row.try_get("status").map_err(db)?;
+    Ok(OutboxMessage {
+        id: MessageId(id),
+        biz_type: row.try_get("biz_type").map_err(db)?,
+        biz_key: row.try_get("biz_key").map_err(db)?,
+        topic: row.try_get("topic").map_err(db)?,
+        key: row.try_get("msg_key").map_err(db)?,
+        tag: row.try_get("tag").map_err(db)?,
+        headers: decode_headers(&headers).map_err(malformed)?,
+        payload: row.try_get("payload").map_err(db)?,
+        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
+        attempts: row.try_get("attempts").map_err(db)?,
+        max_attempts: row.try_get("max_attempts").map_err(db)?,
+        next_attempt_at: row.try_get("next_attempt_at").map_err(db)?,
+        last_attempt_at: row.try_get("last_attempt_at").map_err(db)?,
+        last_error: row.try_get("last_error").map_err(db)?,
+        lease_owner: row.try_get("lease_owner").map_err(db)?,
+        lease_until: row.try_get("lease_until").map_err(db)?,
+        created_by: row.try_get("created_by").map_err(db)?,
+        updated_by: row.try_get("updated_by").map_err(db)?,
+        created_at: row.try_get("created_at").map_err(db)?,
+        updated_at: row.try_get("updated_at").map_err(db)?,
+    })
+}

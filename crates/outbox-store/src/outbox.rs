@@ -1,0 +1,241 @@
+//! The [`Outbox`] handle, the [`OutboxDatabase`] / [`OutboxConnection`] traits every dialect
+//! implements, and [`OutboxTransaction`], whose commit wakes the relay.
+
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+
+use outbox_core::{Enqueued, MessageId, NewMessage, OutboxMessage, Result};
+use sqlx::{Database, Pool, Transaction};
+
+use crate::error::db;
+use crate::migrate::MigrationReport;
+use crate::signal::CommitSignal;
+
+/// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite (sqlx's database types).
+///
+/// Library users rarely call these directly: [`Outbox`] and [`OutboxConnection`] wrap them.
+pub trait OutboxDatabase: Database {
+    /// Applies the missing schema migrations (see the `migrate` module docs).
+    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send;
+
+    /// The schema version recorded in the database (0 when the outbox tables do not exist).
+    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send;
+
+    /// Inserts one message on `conn` (inside the caller's transaction) in one round trip, or
+    /// returns the existing message when its `(biz_type, biz_key)` is already taken.
+    fn enqueue<'a>(
+        conn: &'a mut Self::Connection,
+        msg: &'a NewMessage,
+    ) -> impl Future<Output = Result<Enqueued>> + Send + 'a;
+
+    /// Inserts several messages; results are in the input's order. Duplicates of an existing
+    /// `(biz_type, biz_key)`, or of an earlier message in the same batch, return that message.
+    fn enqueue_batch<'a>(
+        conn: &'a mut Self::Connection,
+        msgs: &'a [NewMessage],
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
+
+    /// Reads one message.
+    fn get<'a>(
+        conn: &'a mut Self::Connection,
+        id: MessageId,
+    ) -> impl Future<Output = Result<Option<OutboxMessage>>> + Send + 'a;
+}
+
+/// Enqueue on a connection you already hold, typically inside your own transaction:
+///
+/// ```no_run
+/// # async fn demo(pool: sqlx::PgPool) -> outbox_store::Result<()> {
+/// use outbox_store::{NewMessage, OutboxConnection};
+/// let mut tx = pool.begin().await.map_err(|e| outbox_store::Error::Database(e.into()))?;
+/// // ... your business statements on &mut *tx ...
+/// let enqueued = tx.enqueue(&NewMessage::new("order.paid", "{}")).await?;
+/// tx.commit().await.map_err(|e| outbox_store::Error::Database(e.into()))?;
+/// # let _ = enqueued; Ok(()) }
+/// ```
+///
+/// A plain `commit` does not wake an in-process relay (its scan or `LISTEN/NOTIFY` finds the
+/// message); use [`Outbox::commit`] or [`OutboxTransaction`] for the after-commit fast path.
+pub trait OutboxConnection: Send {
+    /// The database this connection belongs to.
+    type Database: OutboxDatabase;
+
+    /// See [`OutboxDatabase::enqueue`].
+    fn enqueue<'a>(&'a mut self, msg: &'a NewMessage) -> impl Future<Output = Result<Enqueued>> + Send + 'a;
+
+    /// See [`OutboxDatabase::enqueue_batch`].
+    fn enqueue_batch<'a>(
+        &'a mut self,
+        msgs: &'a [NewMessage],
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
+}
+
+macro_rules! impl_connection {
+    ($conn:ty, $db:ty) => {
+        impl $crate::OutboxConnection for $conn {
+            type Database = $db;
+
+            fn enqueue<'a>(
+                &'a mut self,
+                msg: &'a ::outbox_core::NewMessage,
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<::outbox_core::Enqueued>> + Send + 'a {
+                <$db as $crate::OutboxDatabase>::enqueue(self, msg)
+            }
+
+            fn enqueue_batch<'a>(
+                &'a mut self,
+                msgs: &'a [::outbox_core::NewMessage],
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
+                <$db as $crate::OutboxDatabase>::enqueue_batch(self, msgs)
+            }
+        }
+    };
+}
+pub(crate) use impl_connection;
+
+/// The entry point for a service: a sqlx pool plus the after-commit signal its relay listens
+/// to. Cheap to clone.
+///
+/// ```no_run
+/// # async fn demo() -> outbox_store::Result<()> {
+/// use outbox_store::{NewMessage, Outbox};
+/// let pool = sqlx::PgPool::connect("postgres://localhost/app").await
+///     .map_err(|e| outbox_store::Error::Database(e.into()))?;
+/// let outbox = Outbox::new(pool);
+/// outbox.migrate().await?;
+/// let mut tx = outbox.begin().await?;
+/// sqlx::query("UPDATE orders SET paid = true WHERE id = $1").bind(42_i64)
+///     .execute(&mut *tx).await.map_err(|e| outbox_store::Error::Database(e.into()))?;
+/// tx.enqueue(&NewMessage::new("order.paid", r#"{"order":42}"#).biz("order", "42")).await?;
+/// tx.commit().await?; // commits, then wakes the relay
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Outbox<DB: OutboxDatabase> {
+    pool: Pool<DB>,
+    signal: CommitSignal,
+}
+
+impl<DB: OutboxDatabase> Clone for Outbox<DB> {
+    fn clone(&self) -> Self {
+        Outbox { pool: self.pool.clone(), signal: self.signal.clone() }
+    }
+}
+
+impl<DB: OutboxDatabase> Outbox<DB> {
+    /// Wraps a pool. Does not touch the database; call [`migrate`](Self::migrate) or
+    /// [`check_schema`](Self::check_schema) at start-up.
+    pub fn new(pool: Pool<DB>) -> Self {
+        Outbox { pool, signal: CommitSignal::new() }
+    }
+
+    /// The pool.
+    pub fn pool(&self) -> &Pool<DB> {
+        &self.pool
+    }
+
+    /// The after-commit signal; the in-process relay waits on it.
+    pub fn signal(&self) -> &CommitSignal {
+        &self.signal
+    }
+
+    /// Creates or upgrades the outbox tables. Idempotent; safe to run from several processes at
+    /// once (they serialize on a database lock).
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        DB::migrate(&self.pool).await
+    }
+
+    /// Fails with a clear error unless the schema is exactly at this build's version.
+    pub async fn check_schema(&self) -> Result<()> {
+        let found = DB::schema_version(&self.pool).await?;
+        crate::migrate::require(found, crate::SCHEMA_VERSION)
+    }
+
+    /// Begins a transaction whose [`commit`](OutboxTransaction::commit) wakes the relay.
+    pub async fn begin(&self) -> Result<OutboxTransaction<'static, DB>> {
+        let tx = self.pool.begin().await.map_err(db)?;
+        Ok(OutboxTransaction { tx, signal: self.signal.clone(), ids: Vec::new() })
+    }
+
+    /// Commits a transaction you began yourself (with enqueues made through
+    /// [`OutboxConnection`]) and wakes the relay.
+    pub async fn commit(&self, tx: Transaction<'_, DB>) -> Result<()> {
+        tx.commit().await.map_err(db)?;
+        self.signal.wake();
+        Ok(())
+    }
+
+    /// Enqueues one message in a transaction of its own (when there is no business write to
+    /// make atomic with it) and wakes the relay.
+    pub async fn enqueue(&self, msg: &NewMessage) -> Result<Enqueued> {
+        let mut tx = self.begin().await?;
+        let enqueued = tx.enqueue(msg).await?;
+        tx.commit().await?;
+        Ok(enqueued)
+    }
+
+    /// Reads one message.
+    pub async fn get(&self, id: MessageId) -> Result<Option<OutboxMessage>> {
+        let mut conn = self.pool.acquire().await.map_err(db)?;
+        DB::get(&mut conn, id).await
+    }
+}
+
+/// A transaction that remembers what it enqueued and, on [`commit`](Self::commit), hands those
+/// ids to the relay. Derefs to the database connection, so business statements run on
+/// `&mut *tx` exactly as on a sqlx transaction. Dropping it without commit rolls back.
+#[derive(Debug)]
+pub struct OutboxTransaction<'c, DB: OutboxDatabase> {
+    tx: Transaction<'c, DB>,
+    signal: CommitSignal,
+    ids: Vec<MessageId>,
+}
+
+impl<'c, DB: OutboxDatabase> OutboxTransaction<'c, DB> {
+    /// Enqueues one message in this transaction.
+    pub async fn enqueue(&mut self, msg: &NewMessage) -> Result<Enqueued> {
+        let enqueued = DB::enqueue(&mut self.tx, msg).await?;
+        if enqueued.created {
+            self.ids.push(enqueued.id);
+        }
+        Ok(enqueued)
+    }
+
+    /// Enqueues several messages in this transaction.
+    pub async fn enqueue_batch(&mut self, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
+        let out = DB::enqueue_batch(&mut self.tx, msgs).await?;
+        self.ids.extend(out.iter().filter(|e| e.created).map(|e| e.id));
+        Ok(out)
+    }
+
+    /// Commits, then signals the relay with the ids enqueued here.
+    pub async fn commit(self) -> Result<()> {
+        self.tx.commit().await.map_err(db)?;
+        self.signal.committed(&self.ids);
+        Ok(())
+    }
+
+    /// Rolls back; nothing enqueued here is ever published.
+    pub async fn rollback(self) -> Result<()> {
+        self.tx.rollback().await.map_err(db)
+    }
+
+    /// The underlying sqlx transaction (its commit will not signal the relay).
+    pub fn into_inner(self) -> Transaction<'c, DB> {
+        self.tx
+    }
+}
+
+impl<DB: OutboxDatabase> Deref for OutboxTransaction<'_, DB> {
+    type Target = DB::Connection;
+
+    fn deref(&self) -> &Self::Target {
+        &self.tx
+    }
+}
+
+impl<DB: OutboxDatabase> DerefMut for OutboxTransaction<'_, DB> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.tx
+    }
+}

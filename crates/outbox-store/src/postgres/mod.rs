@@ -1,0 +1,258 @@
+//! PostgreSQL 12+.
+//!
+//! Enqueue is one `INSERT ... ON CONFLICT (biz_type, biz_key) DO UPDATE ... RETURNING` round
+//! trip: the no-op update makes a duplicate return the existing row's id even when the first
+//! insert is concurrent (it waits for it), and `xmax = 0` tells a fresh row from an existing one.
+//! A batch is one `INSERT ... SELECT FROM unnest(...)`.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use sqlx::postgres::{PgConnection, PgRow};
+use sqlx::{PgPool, Postgres, Row};
+
+use crate::common::{biz_parts, max_attempts};
+use crate::error::db;
+use crate::migrate::{plan, Migration, MigrationReport};
+use crate::outbox::{impl_connection, OutboxDatabase};
+
+/// The shipped migrations, from `migrations/postgres/`.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "outbox_message and outbox_delivery",
+    sql: include_str!("../../migrations/postgres/0001_outbox.sql"),
+}];
+
+/// Key of the advisory lock that serializes concurrent migrations ("outbox" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6f75_7462_6f78;
+
+const ENQUEUE: &str = "INSERT INTO outbox_message \
+    (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
+    VALUES ($1, $2, $3, $4, $5, $6::jsonb, $7, $8, \
+            COALESCE($9::timestamptz, now() + COALESCE($10::bigint, 0) * interval '1 microsecond'), $11, $11) \
+    ON CONFLICT (biz_type, biz_key) DO UPDATE SET biz_type = EXCLUDED.biz_type \
+    RETURNING id, (xmax = 0) AS created";
+
+const ENQUEUE_BATCH: &str = "INSERT INTO outbox_message \
+    (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
+    SELECT t.biz_type, t.biz_key, t.topic, t.msg_key, t.tag, t.headers::jsonb, t.payload, t.max_attempts, \
+           COALESCE(t.deliver_at, now() + COALESCE(t.delay_us, 0) * interval '1 microsecond'), t.created_by, t.created_by \
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+                $8::int4[], $9::timestamptz[], $10::int8[], $11::text[]) \
+         WITH ORDINALITY AS t(biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, \
+                              deliver_at, delay_us, created_by, ord) \
+    ORDER BY t.ord \
+    ON CONFLICT (biz_type, biz_key) DO UPDATE SET biz_type = EXCLUDED.biz_type \
+    RETURNING id, biz_type, biz_key, (xmax = 0) AS created";
+
+/// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
+pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key, tag, headers::text AS headers, \
+    payload, status, attempts, max_attempts, next_attempt_at, last_attempt_at, last_error, lease_owner, \
+    lease_until, created_by, updated_by, created_at, updated_at";
+
+impl OutboxDatabase for Postgres {
+    async fn migrate(pool: &PgPool) -> Result<MigrationReport> {
+        let mut tx = pool.begin().await.map_err(db)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let from = version_on(&mut tx).await?;
+        let todo = plan(from, MIGRATIONS)?;
+        let mut applied = Vec::new();
+        for m in todo {
+            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| migration_error(m, e))?;
+            applied.push(m.version);
+        }
+        tx.commit().await.map_err(db)?;
+        let to = applied.last().copied().unwrap_or(from);
+        Ok(MigrationReport { from, to, applied })
+    }
+
+    async fn schema_version(pool: &PgPool) -> Result<i64> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        version_on(&mut conn).await
+    }
+
+    fn enqueue<'a>(
+        conn: &'a mut PgConnection,
+        msg: &'a NewMessage,
+    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
+        enqueue(conn, msg)
+    }
+
+    fn enqueue_batch<'a>(
+        conn: &'a mut PgConnection,
+        msgs: &'a [NewMessage],
+    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
+        enqueue_batch(conn, msgs)
+    }
+
+    fn get<'a>(
+        conn: &'a mut PgConnection,
+        id: MessageId,
+    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
+        get(conn, id)
+    }
+}
+
+impl_connection!(PgConnection, Postgres);
+
+fn migration_error(m: &Migration, e: sqlx::Error) -> Error {
+    Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
+}
+
+async fn version_on(conn: &mut PgConnection) -> Result<i64> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox_schema_migrations') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
+    if !exists {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)
+}
+
+/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
+pub async fn enqueue(conn: &mut PgConnection, msg: &NewMessage) -> Result<Enqueued> {
+    msg.validate()?;
+    let (biz_type, biz_key) = biz_parts(msg);
+    let row = sqlx::query(ENQUEUE)
+        .bind(biz_type)
+        .bind(biz_key)
+        .bind(&msg.topic)
+        .bind(msg.key.as_deref())
+        .bind(msg.tag.as_deref())
+        .bind(msg.headers_json())
+        .bind(&msg.payload)
+        .bind(max_attempts(msg)?)
+        .bind(msg.deliver_at)
+        .bind(msg.delay_micros())
+        .bind(msg.created_by.as_deref())
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
+    Ok(Enqueued { id: MessageId(row.try_get("id").map_err(db)?), created: row.try_get("created").map_err(db)? })
+}
+
+/// Enqueues several messages in one statement; see [`OutboxDatabase::enqueue_batch`].
+pub async fn enqueue_batch(conn: &mut PgConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
+    for m in msgs {
+        m.validate()?;
+    }
+    // A batch may name the same biz pair twice; ON CONFLICT cannot touch a row twice in one
+    // statement, so only the first occurrence is sent and later ones point at it.
+    let mut first_of: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut send: Vec<usize> = Vec::with_capacity(msgs.len());
+    let mut alias: Vec<Option<usize>> = vec![None; msgs.len()];
+    for (i, m) in msgs.iter().enumerate() {
+        if let Some((t, k)) = &m.biz {
+            if let Some(&j) = first_of.get(&(t.as_str(), k.as_str())) {
+                alias[i] = Some(j);
+                continue;
+            }
+            first_of.insert((t.as_str(), k.as_str()), i);
+        }
+        send.push(i);
+    }
+    let col = |f: &dyn Fn(&NewMessage) -> Option<String>| -> Vec<Option<String>> {
+        send.iter().map(|&i| f(&msgs[i])).collect()
+    };
+    let max_attempts: Vec<Option<i32>> =
+        send.iter().map(|&i| max_attempts(&msgs[i])).collect::<Result<_>>()?;
+    let deliver_at: Vec<Option<DateTime<Utc>>> = send.iter().map(|&i| msgs[i].deliver_at).collect();
+    let delay_us: Vec<Option<i64>> = send.iter().map(|&i| msgs[i].delay_micros()).collect();
+    let rows = sqlx::query(ENQUEUE_BATCH)
+        .bind(col(&|m| m.biz.as_ref().map(|b| b.0.clone())))
+        .bind(col(&|m| m.biz.as_ref().map(|b| b.1.clone())))
+        .bind(col(&|m| Some(m.topic.clone())))
+        .bind(col(&|m| m.key.clone()))
+        .bind(col(&|m| m.tag.clone()))
+        .bind(col(&|m| Some(m.headers_json())))
+        .bind(col(&|m| Some(m.payload.clone())))
+        .bind(max_attempts)
+        .bind(deliver_at)
+        .bind(delay_us)
+        .bind(col(&|m| m.created_by.clone()))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+
+    let mut by_biz: HashMap<(String, String), Enqueued> = HashMap::new();
+    let mut plain: Vec<Enqueued> = Vec::new();
+    for row in &rows {
+        let e = Enqueued {
+            id: MessageId(row.try_get("id").map_err(db)?),
+            created: row.try_get("created").map_err(db)?,
+        };
+        let bt: Option<String> = row.try_get("biz_type").map_err(db)?;
+        let bk: Option<String> = row.try_get("biz_key").map_err(db)?;
+        match (bt, bk) {
+            (Some(t), Some(k)) => {
+                by_biz.insert((t, k), e);
+            }
+            _ => plain.push(e),
+        }
+    }
+    // Rows without a biz key are inserted in input order, so their ids ascend in that order.
+    plain.sort_by_key(|e| e.id);
+    let mut plain = plain.into_iter();
+    let mut out: Vec<Enqueued> = Vec::with_capacity(msgs.len());
+    for (i, m) in msgs.iter().enumerate() {
+        let e = if let Some(j) = alias[i] {
+            Enqueued { id: out[j].id, created: false }
+        } else if let Some((t, k)) = &m.biz {
+            *by_biz
+                .get(&(t.clone(), k.clone()))
+                .ok_or_else(|| Error::Database("batch insert returned no row for a biz key".into()))?
+        } else {
+            plain
+                .next()
+                .ok_or_else(|| Error::Database("batch insert returned fewer rows than sent".into()))?
+        };
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// Reads one message by id.
+pub async fn get(conn: &mut PgConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = $1");
+    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    row.as_ref().map(decode_message).transpose()
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`].
+pub(crate) fn decode_message(row: &PgRow) -> Result<OutboxMessage> {
+    let id: i64 = row.try_get("id").map_err(db)?;
+    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let headers: String = row.try_get("headers").map_err(db)?;
+    let status: String = row.try_get("status").map_err(db)?;
+    Ok(OutboxMessage {
+        id: MessageId(id),
+        biz_type: row.try_get("biz_type").map_err(db)?,
+        biz_key: row.try_get("biz_key").map_err(db)?,
+        topic: row.try_get("topic").map_err(db)?,
+        key: row.try_get("msg_key").map_err(db)?,
+        tag: row.try_get("tag").map_err(db)?,
+        headers: decode_headers(&headers).map_err(malformed)?,
+        payload: row.try_get("payload").map_err(db)?,
+        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
+        attempts: row.try_get("attempts").map_err(db)?,
+        max_attempts: row.try_get("max_attempts").map_err(db)?,
+        next_attempt_at: row.try_get("next_attempt_at").map_err(db)?,
+        last_attempt_at: row.try_get("last_attempt_at").map_err(db)?,
+        last_error: row.try_get("last_error").map_err(db)?,
+        lease_owner: row.try_get("lease_owner").map_err(db)?,
+        lease_until: row.try_get("lease_until").map_err(db)?,
+        created_by: row.try_get("created_by").map_err(db)?,
+        updated_by: row.try_get("updated_by").map_err(db)?,
+        created_at: row.try_get("created_at").map_err(db)?,
+        updated_at: row.try_get("updated_at").map_err(db)?,
+    })
+}

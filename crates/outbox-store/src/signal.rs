@@ -1,0 +1,89 @@
+//! The after-commit signal: how a committing transaction wakes the in-process relay.
+
+use std::sync::{Arc, Mutex};
+
+use outbox_core::MessageId;
+use tokio::sync::Notify;
+
+/// Most committed ids kept for the relay; beyond that the ids are dropped (the relay's scan
+/// finds those messages anyway) so a stalled relay cannot make producers grow memory.
+const MAX_PENDING_IDS: usize = 65_536;
+
+/// Wakes the relay after a commit and tells it which messages were just committed, so it can
+/// publish them without waiting for its next scan. Cheap to clone; all clones share state.
+///
+/// The signal is a hint, never the source of truth: a missed or dropped signal only delays a
+/// message until the relay's next scan.
+#[derive(Debug, Clone, Default)]
+pub struct CommitSignal {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    notify: Notify,
+    ids: Mutex<Vec<MessageId>>,
+}
+
+impl CommitSignal {
+    /// A new, unconnected signal.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that `ids` were committed and wakes the relay.
+    pub fn committed(&self, ids: &[MessageId]) {
+        if !ids.is_empty() {
+            if let Ok(mut pending) = self.inner.ids.lock() {
+                let room = MAX_PENDING_IDS.saturating_sub(pending.len());
+                pending.extend(ids.iter().take(room).copied());
+            }
+        }
+        self.inner.notify.notify_one();
+    }
+
+    /// Wakes the relay without naming messages (rows were written some other way).
+    pub fn wake(&self) {
+        self.inner.notify.notify_one();
+    }
+
+    /// Waits until the next [`committed`](Self::committed) or [`wake`](Self::wake). A wake-up
+    /// that happened while nobody waited is not lost: the next call returns at once.
+    pub async fn notified(&self) {
+        self.inner.notify.notified().await;
+    }
+
+    /// Takes the ids committed since the last call.
+    pub fn take_ids(&self) -> Vec<MessageId> {
+        match self.inner.ids.lock() {
+            Ok(mut pending) => std::mem::take(&mut *pending),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn a_commit_before_waiting_is_not_lost() {
+        let s = CommitSignal::new();
+        s.committed(&[MessageId(1), MessageId(2)]);
+        tokio::time::timeout(Duration::from_secs(1), s.notified())
+            .await
+            .expect("permit was stored");
+        assert_eq!(s.take_ids(), vec![MessageId(1), MessageId(2)]);
+        assert!(s.take_ids().is_empty());
+    }
+
+    #[tokio::test]
+    async fn ids_are_bounded() {
+        let s = CommitSignal::new();
+        let ids: Vec<_> = (0..(MAX_PENDING_IDS as i64 + 10)).map(MessageId).collect();
+        s.committed(&ids);
+        s.committed(&[MessageId(-1)]);
+        assert_eq!(s.take_ids().len(), MAX_PENDING_IDS);
+    }
+}

@@ -1,0 +1,210 @@
+//! SQLite 3.37+ (STRICT tables, `RETURNING`): the embedded default, for one relay.
+//!
+//! SQLite has one writer at a time, so claiming needs no `SKIP LOCKED`: a write transaction
+//! (`BEGIN IMMEDIATE`) is already exclusive. Timestamps are INTEGER milliseconds since the Unix
+//! epoch (UTC). Use [`connect_options`] for a pool: WAL journal, a busy timeout and foreign keys.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
+use sqlx::{Connection, Row, Sqlite, SqlitePool};
+
+use crate::common::{biz_parts, max_attempts};
+use crate::error::db;
+use crate::migrate::{plan, Migration, MigrationReport};
+use crate::outbox::{impl_connection, OutboxDatabase};
+
+/// The shipped migrations, from `migrations/sqlite/`.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "outbox_message and outbox_delivery",
+    sql: include_str!("../../migrations/sqlite/0001_outbox.sql"),
+}];
+
+
+const ENQUEUE: &str = "INSERT INTO outbox_message \
+    (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
+    VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
+            COALESCE(?9, CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) + COALESCE(?10, 0)), ?11, ?11) \
+    ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING id";
+
+const EXISTING: &str = "SELECT id FROM outbox_message WHERE biz_type = ?1 AND biz_key = ?2";
+
+/// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
+pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key, tag, headers, payload, \
+    status, attempts, max_attempts, next_attempt_at, last_attempt_at, last_error, lease_owner, \
+    lease_until, created_by, updated_by, created_at, updated_at";
+
+/// Connection options for an outbox on SQLite: creates the file if missing, WAL journal (readers
+/// never block the writer), `synchronous = NORMAL` (durable at each WAL checkpoint, the usual
+/// setting with WAL), a 5 s busy timeout and foreign keys on.
+pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
+    let opts = SqliteConnectOptions::from_str(url)
+        .map_err(|e| Error::Config(format!("invalid SQLite URL: {e}")))?;
+    Ok(opts
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(5))
+        .foreign_keys(true))
+}
+
+impl OutboxDatabase for Sqlite {
+    async fn migrate(pool: &SqlitePool) -> Result<MigrationReport> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        // BEGIN IMMEDIATE takes the write lock at once: concurrent migrators serialize here.
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let from = version_on(&mut tx).await?;
+        let mut applied = Vec::new();
+        for m in plan(from, MIGRATIONS)? {
+            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| {
+                Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
+            })?;
+            applied.push(m.version);
+        }
+        tx.commit().await.map_err(db)?;
+        let to = applied.last().copied().unwrap_or(from);
+        Ok(MigrationReport { from, to, applied })
+    }
+
+    async fn schema_version(pool: &SqlitePool) -> Result<i64> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        version_on(&mut conn).await
+    }
+
+    fn enqueue<'a>(
+        conn: &'a mut SqliteConnection,
+        msg: &'a NewMessage,
+    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
+        enqueue(conn, msg)
+    }
+
+    fn enqueue_batch<'a>(
+        conn: &'a mut SqliteConnection,
+        msgs: &'a [NewMessage],
+    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
+        enqueue_batch(conn, msgs)
+    }
+
+    fn get<'a>(
+        conn: &'a mut SqliteConnection,
+        id: MessageId,
+    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
+        get(conn, id)
+    }
+}
+
+impl_connection!(SqliteConnection, Sqlite);
+
+async fn version_on(conn: &mut SqliteConnection) -> Result<i64> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_schema_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)
+}
+
+/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
+pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<Enqueued> {
+    msg.validate()?;
+    let (biz_type, biz_key) = biz_parts(msg);
+    let id: Option<i64> = sqlx::query_scalar(ENQUEUE)
+        .bind(biz_type)
+        .bind(biz_key)
+        .bind(&msg.topic)
+        .bind(msg.key.as_deref())
+        .bind(msg.tag.as_deref())
+        .bind(msg.headers_json())
+        .bind(&msg.payload)
+        .bind(max_attempts(msg)?)
+        .bind(msg.deliver_at.map(|t| t.timestamp_millis()))
+        .bind(msg.delay_micros().map(|us| us / 1000))
+        .bind(msg.created_by.as_deref())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db)?;
+    if let Some(id) = id {
+        return Ok(Enqueued { id: MessageId(id), created: true });
+    }
+    let id: i64 = sqlx::query_scalar(EXISTING)
+        .bind(biz_type)
+        .bind(biz_key)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
+    Ok(Enqueued { id: MessageId(id), created: false })
+}
+
+/// Enqueues several messages (one in-process statement each; SQLite has no network round trip).
+pub async fn enqueue_batch(conn: &mut SqliteConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
+    for m in msgs {
+        m.validate()?;
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        out.push(enqueue(conn, m).await?);
+    }
+    Ok(out)
+}
+
+/// Reads one message by id.
+pub async fn get(conn: &mut SqliteConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?1");
+    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    row.as_ref().map(decode_message).transpose()
+}
+
+/// Milliseconds since the epoch to a UTC instant.
+pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp_millis(ms)
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`].
+pub(crate) fn decode_message(row: &SqliteRow) -> Result<OutboxMessage> {
+    let id: i64 = row.try_get("id").map_err(db)?;
+    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let time = |col: &'static str| -> Result<DateTime<Utc>> {
+        let ms: i64 = row.try_get(col).map_err(db)?;
+        from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time")))
+    };
+    let opt_time = |col: &'static str| -> Result<Option<DateTime<Utc>>> {
+        let ms: Option<i64> = row.try_get(col).map_err(db)?;
+        ms.map(|ms| from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time"))))
+            .transpose()
+    };
+    let headers: String = row.try_get("headers").map_err(db)?;
+    let status: String = row.try_get("status").map_err(db)?;
+    Ok(OutboxMessage {
+        id: MessageId(id),
+        biz_type: row.try_get("biz_type").map_err(db)?,
+        biz_key: row.try_get("biz_key").map_err(db)?,
+        topic: row.try_get("topic").map_err(db)?,
+        key: row.try_get("msg_key").map_err(db)?,
+        tag: row.try_get("tag").map_err(db)?,
+        headers: decode_headers(&headers).map_err(malformed)?,
+        payload: row.try_get("payload").map_err(db)?,
+        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
+        attempts: row.try_get("attempts").map_err(db)?,
+        max_attempts: row.try_get("max_attempts").map_err(db)?,
+        next_attempt_at: time("next_attempt_at")?,
+        last_attempt_at: opt_time("last_attempt_at")?,
+        last_error: row.try_get("last_error").map_err(db)?,
+        lease_owner: row.try_get("lease_owner").map_err(db)?,
+        lease_until: opt_time("lease_until")?,
+        created_by: row.try_get("created_by").map_err(db)?,
+        updated_by: row.try_get("updated_by").map_err(db)?,
+        created_at: time("created_at")?,
+        updated_at: time("updated_at")?,
+    })
+}

@@ -1,0 +1,146 @@
+//! Test helpers shared by the outbox crates: a fresh database per test on the real servers.
+//!
+//! Server addresses come from environment variables with the local defaults:
+//! - `OUTBOX_TEST_PG_URL` (default `postgres://postgres@127.0.0.1:5432/test`)
+//! - `OUTBOX_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`)
+//!
+//! Each `fresh_*` call creates a uniquely named database (`outbox_t_...`) and returns a pool on
+//! it; [`TestDb::drop_db`] removes it. Databases left by a crashed test are removed by
+//! `scripts/test.sh` before the suite starts. A missing server is a test failure with a clear
+//! message, never a silent skip.
+#![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
+use sqlx::{ConnectOptions, Connection, MySql, Pool, Postgres, Sqlite};
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+pub fn pg_url() -> String {
+    std::env::var("OUTBOX_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+fn unique_name() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("outbox_t_{}_{}_{}", std::process::id(), n, rand::random::<u32>())
+}
+
+/// A database created for one test.
+pub struct TestDb<DB: sqlx::Database> {
+    pub pool: Pool<DB>,
+    pub name: String,
+    /// URL of this database (for child processes such as the Python/Java examples).
+    pub url: String,
+    admin_url: String,
+}
+
+/// Replaces the database name (the URL path) of `url`.
+fn with_db(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (url, None),
+    };
+    let scheme_end = base.find("://").map_or(0, |i| i + 3);
+    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
+    let mut out = format!("{}/{}", &base[..path_start], db);
+    if let Some(q) = query {
+        out.push('?');
+        out.push_str(q);
+    }
+    out
+}
+
+pub async fn fresh_pg() -> TestDb<Postgres> {
+    let admin_url = pg_url();
+    let name = unique_name();
+    let mut admin = PgConnectOptions::from_str(&admin_url)
+        .expect("OUTBOX_TEST_PG_URL")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_PG_URL"));
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
+    admin.close().await.ok();
+    let url = with_db(&admin_url, &name);
+    let pool = PgPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
+    TestDb { pool, name, url, admin_url }
+}
+
+impl TestDb<Postgres> {
+    pub async fn drop_db(self) {
+        self.pool.close().await;
+        if let Ok(mut admin) = PgConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
+                .execute(&mut admin)
+                .await;
+        }
+    }
+}
+
+pub async fn fresh_mysql() -> TestDb<MySql> {
+    let admin_url = mysql_url();
+    let name = unique_name();
+    let mut admin = MySqlConnectOptions::from_str(&admin_url)
+        .expect("OUTBOX_TEST_MYSQL_URL")
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("MySQL/MariaDB at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_MYSQL_URL"));
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
+    admin.close().await.ok();
+    let url = with_db(&admin_url, &name);
+    let pool = MySqlPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
+    TestDb { pool, name, url, admin_url }
+}
+
+impl TestDb<MySql> {
+    pub async fn drop_db(self) {
+        self.pool.close().await;
+        if let Ok(mut admin) = MySqlConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name)).execute(&mut admin).await;
+        }
+    }
+}
+
+/// A fresh SQLite file in the system temp directory, opened in WAL mode with a busy timeout.
+pub async fn fresh_sqlite() -> TestDb<Sqlite> {
+    let name = unique_name();
+    let path: PathBuf = std::env::temp_dir().join(format!("{name}.db"));
+    let url = format!("sqlite://{}", path.display());
+    let opts = SqliteConnectOptions::from_str(&url)
+        .unwrap()
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .busy_timeout(std::time::Duration::from_secs(30))
+        .foreign_keys(true);
+    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts).await.expect("open sqlite");
+    TestDb { pool, name, url, admin_url: path.display().to_string() }
+}
+
+impl TestDb<Sqlite> {
+    pub async fn drop_db(self) {
+        self.pool.close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{}", self.admin_url, suffix));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_db;
+
+    #[test]
+    fn replaces_database_in_urls() {
+        assert_eq!(with_db("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
+        assert_eq!(with_db("mysql://root@h:3306/test?ssl-mode=disabled", "x"), "mysql://root@h:3306/x?ssl-mode=disabled");
+        assert_eq!(with_db("postgres://u@h", "x"), "postgres://u@h/x");
+    }
+}
