@@ -30,3 +30,9 @@ pub use signal::CommitSignal;
 
 /// Highest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = 1;
+
+/// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
+#[doc(hidden)]
+pub fn __private_map_error(err: sqlx::Error) -> Error {
+    error::db(err)
+}

@@ -184,28 +184,52 @@ pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<Out
 pub(crate) fn decode_message(row: &MySqlRow) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
     let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
-    let headers: String = row.try_get("headers").map_err(db)?;
-    let status: String = row.try_get("status").map_err(db)?;
+    let headers = text(row, "headers")?;
+    let status = text(row, "status")?;
     Ok(OutboxMessage {
         id: MessageId(id),
-        biz_type: row.try_get("biz_type").map_err(db)?,
-        biz_key: row.try_get("biz_key").map_err(db)?,
-        topic: row.try_get("topic").map_err(db)?,
-        key: row.try_get("msg_key").map_err(db)?,
-        tag: row.try_get("tag").map_err(db)?,
+        biz_type: opt_text(row, "biz_type")?,
+        biz_key: opt_text(row, "biz_key")?,
+        topic: text(row, "topic")?,
+        key: opt_text(row, "msg_key")?,
+        tag: opt_text(row, "tag")?,
         headers: decode_headers(&headers).map_err(malformed)?,
-        payload: row.try_get("payload").map_err(db)?,
+        payload: text(row, "payload")?,
         status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
         attempts: row.try_get("attempts").map_err(db)?,
         max_attempts: row.try_get("max_attempts").map_err(db)?,
         next_attempt_at: row.try_get("next_attempt_at").map_err(db)?,
         last_attempt_at: row.try_get("last_attempt_at").map_err(db)?,
-        last_error: row.try_get("last_error").map_err(db)?,
-        lease_owner: row.try_get("lease_owner").map_err(db)?,
+        last_error: opt_text(row, "last_error")?,
+        lease_owner: opt_text(row, "lease_owner")?,
         lease_until: row.try_get("lease_until").map_err(db)?,
-        created_by: row.try_get("created_by").map_err(db)?,
-        updated_by: row.try_get("updated_by").map_err(db)?,
+        created_by: opt_text(row, "created_by")?,
+        updated_by: opt_text(row, "updated_by")?,
         created_at: row.try_get("created_at").map_err(db)?,
         updated_at: row.try_get("updated_at").map_err(db)?,
+    })
+}
+
+/// Reads a text column. The tables use the `utf8mb4_bin` collation (exact, case-sensitive keys),
+/// which the MySQL protocol reports as binary; decode the bytes as UTF-8 ourselves.
+pub(crate) fn opt_text(row: &MySqlRow, col: &'static str) -> Result<Option<String>> {
+    let bytes: Option<Vec<u8>> = row.try_get(col).map_err(db)?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|e| Error::MalformedRow {
+                table: "outbox_message",
+                id: String::new(),
+                reason: format!("{col} is not UTF-8: {e}"),
+            })
+        })
+        .transpose()
+}
+
+/// Reads a NOT NULL text column; see [`opt_text`].
+pub(crate) fn text(row: &MySqlRow, col: &'static str) -> Result<String> {
+    opt_text(row, col)?.ok_or_else(|| Error::MalformedRow {
+        table: "outbox_message",
+        id: String::new(),
+        reason: format!("{col} is NULL"),
     })
 }
