@@ -1,1 +1,31 @@
-fn main() {}
+//! `outbox`: the relay daemon and operations tool of the transactional outbox.
+//!
+//! See `outbox --help`. This binary is the only place that uses `anyhow`; the libraries return
+//! typed errors.
+
+mod cli;
+mod commands;
+mod telemetry;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    telemetry::init(cli.log_format, cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(commands::run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -59,7 +59,7 @@ pub enum Error {
     Config(String),
     /// Communicating with the database failed.
     #[error("error communicating with the database: {0}")]
-    Database(#[source] Box<dyn std::error::Error + Send + Sync + 'static>),
+    Database(Box<dyn std::error::Error + Send + Sync + 'static>),
 }
 
 /// A coarse classification of [`Error`] for callers that branch on it.

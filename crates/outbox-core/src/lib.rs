@@ -13,6 +13,7 @@
 //!     .header("source", "checkout");
 //! assert!(msg.validate().is_ok());
 //! ```
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod error;
 mod message;

@@ -43,7 +43,7 @@ pub struct MessageId(pub i64);
 
 impl fmt::Display for MessageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.0)
+        fmt::Display::fmt(&self.0, f)
     }
 }
 
@@ -166,8 +166,7 @@ impl NewMessage {
 
     /// The delay in whole microseconds (what the SQL adds to the database clock), if any.
     pub fn delay_micros(&self) -> Option<i64> {
-        self.delay
-            .map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
+        self.delay.map(|d| i64::try_from(d.as_micros()).unwrap_or(i64::MAX))
     }
 
     /// Checks every field against the table's rules, so a bad message fails before a round
@@ -330,10 +329,7 @@ mod tests {
         assert_eq!(field_of(NewMessage::new("", "x").validate().unwrap_err()), "topic");
         assert_eq!(field_of(NewMessage::new(" t", "x").validate().unwrap_err()), "topic");
         assert_eq!(field_of(NewMessage::new("t", "x").key("").validate().unwrap_err()), "key");
-        assert_eq!(
-            field_of(NewMessage::new("t", "x").biz("", "1").validate().unwrap_err()),
-            "biz_type"
-        );
+        assert_eq!(field_of(NewMessage::new("t", "x").biz("", "1").validate().unwrap_err()), "biz_type");
         assert_eq!(
             field_of(NewMessage::new("t", "x").biz("o", "k".repeat(256)).validate().unwrap_err()),
             "biz_key"
@@ -348,10 +344,7 @@ mod tests {
             many = many.header(format!("h{i}"), "v");
         }
         assert_eq!(field_of(many.validate().unwrap_err()), "headers");
-        assert_eq!(
-            NewMessage::new("", "x").validate().unwrap_err().kind(),
-            ErrorKind::InvalidInput
-        );
+        assert_eq!(NewMessage::new("", "x").validate().unwrap_err().kind(), ErrorKind::InvalidInput);
     }
 
     #[test]

@@ -40,14 +40,8 @@ pub enum Status {
 
 impl Status {
     /// Every status, in lifecycle order.
-    pub const ALL: [Status; 6] = [
-        Status::Pending,
-        Status::Sending,
-        Status::Sent,
-        Status::Acked,
-        Status::Failed,
-        Status::Cancelled,
-    ];
+    pub const ALL: [Status; 6] =
+        [Status::Pending, Status::Sending, Status::Sent, Status::Acked, Status::Failed, Status::Cancelled];
 
     /// The value stored in the `status` column.
     pub const fn as_str(self) -> &'static str {
@@ -87,10 +81,7 @@ impl FromStr for Status {
     type Err = UnknownStatus;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Status::ALL
-            .into_iter()
-            .find(|st| st.as_str() == s)
-            .ok_or_else(|| UnknownStatus(s.to_owned()))
+        Status::ALL.into_iter().find(|st| st.as_str() == s).ok_or_else(|| UnknownStatus(s.to_owned()))
     }
 }
 

@@ -8,10 +8,7 @@ pub(crate) fn db(err: sqlx::Error) -> Error {
     if let sqlx::Error::Database(dbe) = &err {
         let message = dbe.message().to_owned();
         let kind = dbe.kind();
-        let named = dbe
-            .constraint()
-            .map(str::to_owned)
-            .or_else(|| constraint_in(&message));
+        let named = dbe.constraint().map(str::to_owned).or_else(|| constraint_in(&message));
         let violation = matches!(
             kind,
             sqlx::error::ErrorKind::CheckViolation

@@ -9,7 +9,9 @@
 //!   migrations.
 //!
 //! Every dialect is a cargo feature of the same name.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod any;
 mod common;
 mod error;
 mod migrate;
@@ -23,6 +25,7 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+pub use any::{redact_url, AnyOutbox, Dialect};
 pub use migrate::{Migration, MigrationReport};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};

@@ -71,9 +71,7 @@ mod tests {
     async fn a_commit_before_waiting_is_not_lost() {
         let s = CommitSignal::new();
         s.committed(&[MessageId(1), MessageId(2)]);
-        tokio::time::timeout(Duration::from_secs(1), s.notified())
-            .await
-            .expect("permit was stored");
+        tokio::time::timeout(Duration::from_secs(1), s.notified()).await.expect("permit was stored");
         assert_eq!(s.take_ids(), vec![MessageId(1), MessageId(2)]);
         assert!(s.take_ids().is_empty());
     }

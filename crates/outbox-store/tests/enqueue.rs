@@ -301,16 +301,19 @@ suite!(
     sqlx::Postgres,
     business_ddl = "CREATE TABLE shop_order (id BIGINT PRIMARY KEY, paid BOOLEAN NOT NULL DEFAULT false)",
     insert_business = "INSERT INTO shop_order (id) VALUES ($1)",
-    bump_version = "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
+    bump_version =
+        "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
 );
 
 suite!(
     mysql,
     outbox_testkit::fresh_mysql,
     sqlx::MySql,
-    business_ddl = "CREATE TABLE shop_order (id BIGINT PRIMARY KEY, paid BOOLEAN NOT NULL DEFAULT false) ENGINE=InnoDB",
+    business_ddl =
+        "CREATE TABLE shop_order (id BIGINT PRIMARY KEY, paid BOOLEAN NOT NULL DEFAULT false) ENGINE=InnoDB",
     insert_business = "INSERT INTO shop_order (id) VALUES (?)",
-    bump_version = "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
+    bump_version =
+        "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
 );
 
 suite!(
@@ -319,5 +322,6 @@ suite!(
     sqlx::Sqlite,
     business_ddl = "CREATE TABLE shop_order (id INTEGER PRIMARY KEY, paid INTEGER NOT NULL DEFAULT 0)",
     insert_business = "INSERT INTO shop_order (id) VALUES (?1)",
-    bump_version = "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
+    bump_version =
+        "INSERT INTO outbox_schema_migrations (version, description) VALUES (99, 'from the future')"
 );

@@ -62,11 +62,12 @@ fn with_db(url: &str, db: &str) -> String {
 pub async fn fresh_pg() -> TestDb<Postgres> {
     let admin_url = pg_url();
     let name = unique_name();
-    let mut admin = PgConnectOptions::from_str(&admin_url)
-        .expect("OUTBOX_TEST_PG_URL")
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("PostgreSQL at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_PG_URL"));
+    let mut admin =
+        PgConnectOptions::from_str(&admin_url).expect("OUTBOX_TEST_PG_URL").connect().await.unwrap_or_else(
+            |e| {
+                panic!("PostgreSQL at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_PG_URL")
+            },
+        );
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
     admin.close().await.ok();
     let url = with_db(&admin_url, &name);
@@ -92,7 +93,11 @@ pub async fn fresh_mysql() -> TestDb<MySql> {
         .expect("OUTBOX_TEST_MYSQL_URL")
         .connect()
         .await
-        .unwrap_or_else(|e| panic!("MySQL/MariaDB at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_MYSQL_URL"));
+        .unwrap_or_else(|e| {
+            panic!(
+                "MySQL/MariaDB at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_MYSQL_URL"
+            )
+        });
     sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
     admin.close().await.ok();
     let url = with_db(&admin_url, &name);
@@ -140,7 +145,10 @@ mod tests {
     #[test]
     fn replaces_database_in_urls() {
         assert_eq!(with_db("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
-        assert_eq!(with_db("mysql://root@h:3306/test?ssl-mode=disabled", "x"), "mysql://root@h:3306/x?ssl-mode=disabled");
+        assert_eq!(
+            with_db("mysql://root@h:3306/test?ssl-mode=disabled", "x"),
+            "mysql://root@h:3306/x?ssl-mode=disabled"
+        );
         assert_eq!(with_db("postgres://u@h", "x"), "postgres://u@h/x");
     }
 }

@@ -33,8 +33,7 @@ const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 0) MICROSECOND), ?, ?)";
 
-const EXISTING: &str =
-    "SELECT id FROM outbox_message WHERE biz_type = ? AND biz_key = ? LOCK IN SHARE MODE";
+const EXISTING: &str = "SELECT id FROM outbox_message WHERE biz_type = ? AND biz_key = ? LOCK IN SHARE MODE";
 
 /// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
 pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key, tag, \
@@ -183,7 +182,8 @@ pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<Out
 /// Decodes a row selected with [`MESSAGE_COLUMNS`].
 pub(crate) fn decode_message(row: &MySqlRow) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let malformed =
+        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
     let headers = text(row, "headers")?;
     let status = text(row, "status")?;
     Ok(OutboxMessage {

@@ -47,7 +47,8 @@ const ENQUEUE_BATCH: &str = "INSERT INTO outbox_message \
     RETURNING id, biz_type, biz_key, (xmax = 0) AS created";
 
 /// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
-pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key, tag, headers::text AS headers, \
+pub(crate) const MESSAGE_COLUMNS: &str =
+    "id, biz_type, biz_key, topic, msg_key, tag, headers::text AS headers, \
     payload, status, attempts, max_attempts, next_attempt_at, last_attempt_at, last_error, lease_owner, \
     lease_until, created_by, updated_by, created_at, updated_at";
 
@@ -137,7 +138,10 @@ pub async fn enqueue(conn: &mut PgConnection, msg: &NewMessage) -> Result<Enqueu
         .fetch_one(&mut *conn)
         .await
         .map_err(db)?;
-    Ok(Enqueued { id: MessageId(row.try_get("id").map_err(db)?), created: row.try_get("created").map_err(db)? })
+    Ok(Enqueued {
+        id: MessageId(row.try_get("id").map_err(db)?),
+        created: row.try_get("created").map_err(db)?,
+    })
 }
 
 /// Enqueues several messages in one statement; see [`OutboxDatabase::enqueue_batch`].
@@ -230,7 +234,8 @@ pub async fn get(conn: &mut PgConnection, id: MessageId) -> Result<Option<Outbox
 /// Decodes a row selected with [`MESSAGE_COLUMNS`].
 pub(crate) fn decode_message(row: &PgRow) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let malformed =
+        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
     let headers: String = row.try_get("headers").map_err(db)?;
     let status: String = row.try_get("status").map_err(db)?;
     Ok(OutboxMessage {

@@ -24,7 +24,6 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
     sql: include_str!("../../migrations/sqlite/0001_outbox.sql"),
 }];
 
-
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, \
@@ -42,8 +41,8 @@ pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key,
 /// never block the writer), `synchronous = NORMAL` (durable at each WAL checkpoint, the usual
 /// setting with WAL), a 5 s busy timeout and foreign keys on.
 pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
-    let opts = SqliteConnectOptions::from_str(url)
-        .map_err(|e| Error::Config(format!("invalid SQLite URL: {e}")))?;
+    let opts =
+        SqliteConnectOptions::from_str(url).map_err(|e| Error::Config(format!("invalid SQLite URL: {e}")))?;
     Ok(opts
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
@@ -137,12 +136,8 @@ pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<En
     if let Some(id) = id {
         return Ok(Enqueued { id: MessageId(id), created: true });
     }
-    let id: i64 = sqlx::query_scalar(EXISTING)
-        .bind(biz_type)
-        .bind(biz_key)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)?;
+    let id: i64 =
+        sqlx::query_scalar(EXISTING).bind(biz_type).bind(biz_key).fetch_one(&mut *conn).await.map_err(db)?;
     Ok(Enqueued { id: MessageId(id), created: false })
 }
 
@@ -173,7 +168,8 @@ pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
 /// Decodes a row selected with [`MESSAGE_COLUMNS`].
 pub(crate) fn decode_message(row: &SqliteRow) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed = |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
+    let malformed =
+        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
     let time = |col: &'static str| -> Result<DateTime<Utc>> {
         let ms: i64 = row.try_get(col).map_err(db)?;
         from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time")))

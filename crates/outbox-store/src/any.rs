@@ -1,0 +1,158 @@
+//! [`AnyOutbox`]: the database chosen at run time by URL scheme, for the `outbox` command.
+
+use outbox_core::{Error, Result};
+
+use crate::migrate::MigrationReport;
+use crate::outbox::Outbox;
+
+/// An outbox on whichever database a URL names: `postgres://` / `postgresql://`, `mysql://` /
+/// `mariadb://`, or `sqlite:` (a file path; created if missing).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AnyOutbox {
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(Outbox<sqlx::Postgres>),
+    /// MySQL or MariaDB.
+    #[cfg(feature = "mysql")]
+    MySql(Outbox<sqlx::MySql>),
+    /// SQLite.
+    #[cfg(feature = "sqlite")]
+    Sqlite(Outbox<sqlx::Sqlite>),
+}
+
+/// Which database a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    MySql,
+    /// SQLite.
+    Sqlite,
+}
+
+impl Dialect {
+    /// The dialect of `url`, by scheme.
+    pub fn of_url(url: &str) -> Result<Dialect> {
+        let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        match scheme.as_str() {
+            "postgres" | "postgresql" => Ok(Dialect::Postgres),
+            "mysql" | "mariadb" => Ok(Dialect::MySql),
+            "sqlite" => Ok(Dialect::Sqlite),
+            _ => Err(Error::Config(format!(
+                "unsupported database URL scheme {scheme:?} in {}: expected postgres://, mysql://, mariadb:// or sqlite:",
+                redact_url(url)
+            ))),
+        }
+    }
+}
+
+impl AnyOutbox {
+    /// Connects a small pool (`max_connections`) to `url`.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<AnyOutbox> {
+        let unreachable =
+            |e: sqlx::Error| Error::Database(format!("cannot connect to {}: {e}", redact_url(url)).into());
+        match Dialect::of_url(url)? {
+            #[cfg(feature = "postgres")]
+            Dialect::Postgres => {
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(max_connections)
+                    .acquire_timeout(std::time::Duration::from_secs(10))
+                    .connect(url)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::Postgres(Outbox::new(pool)))
+            }
+            #[cfg(feature = "mysql")]
+            Dialect::MySql => {
+                let url = url.replacen("mariadb://", "mysql://", 1);
+                let pool = sqlx::mysql::MySqlPoolOptions::new()
+                    .max_connections(max_connections)
+                    .acquire_timeout(std::time::Duration::from_secs(10))
+                    .connect(&url)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::MySql(Outbox::new(pool)))
+            }
+            #[cfg(feature = "sqlite")]
+            Dialect::Sqlite => {
+                let opts = crate::sqlite::connect_options(url)?;
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(max_connections)
+                    .acquire_timeout(std::time::Duration::from_secs(10))
+                    .connect_with(opts)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::Sqlite(Outbox::new(pool)))
+            }
+            #[allow(unreachable_patterns)]
+            other => Err(Error::Config(format!("{other:?} support is not compiled into this build"))),
+        }
+    }
+
+    /// See [`Outbox::migrate`].
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => o.migrate().await,
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql(o) => o.migrate().await,
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite(o) => o.migrate().await,
+        }
+    }
+
+    /// See [`Outbox::check_schema`].
+    pub async fn check_schema(&self) -> Result<()> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => o.check_schema().await,
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql(o) => o.check_schema().await,
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite(o) => o.check_schema().await,
+        }
+    }
+}
+
+/// `url` with any password replaced by `***`, for logs and errors.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_owned();
+    };
+    let rest = &url[scheme_end..];
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    let Some(at) = authority.rfind('@') else {
+        return url.to_owned();
+    };
+    let userinfo = &authority[..at];
+    let redacted = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => userinfo.to_owned(),
+    };
+    format!("{}{}{}", &url[..scheme_end], redacted, &rest[at..])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_leave_redact_url() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+        assert_eq!(redact_url("postgres://u:p%40ss@h/db?x=1"), "postgres://u:***@h/db?x=1");
+    }
+
+    #[test]
+    fn dialect_by_scheme() {
+        assert_eq!(Dialect::of_url("postgresql://h/db").unwrap(), Dialect::Postgres);
+        assert_eq!(Dialect::of_url("mariadb://h/db").unwrap(), Dialect::MySql);
+        assert_eq!(Dialect::of_url("sqlite:demo.db").unwrap(), Dialect::Sqlite);
+        let err = Dialect::of_url("oracle://u:pw@h/db").unwrap_err().to_string();
+        assert!(err.contains("oracle") && !err.contains("pw"), "{err}");
+    }
+}

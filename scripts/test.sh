@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: starts the servers the tests need, installs what
+# the foreign-language examples need, checks formatting and lints, and runs every test against
+# the real servers. `.ci/run` runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Builds are cached outside the clone so CI and later runs reuse them.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+bash scripts/services.sh postgres mysql
+bash scripts/install-foreign-deps.sh
+
+# Drop test databases a crashed earlier run may have left behind.
+psql -h 127.0.0.1 -U postgres -d postgres -Atqc \
+  "SELECT datname FROM pg_database WHERE datname LIKE 'outbox\_t\_%'" |
+  while read -r db; do [ -n "$db" ] && psql -h 127.0.0.1 -U postgres -d postgres -qc "DROP DATABASE IF EXISTS \"$db\" WITH (FORCE)"; done
+mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'outbox\\_t\\_%'" |
+  while read -r db; do [ -n "$db" ] && mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"; done
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== cargo test"
+cargo test --workspace --no-fail-fast
