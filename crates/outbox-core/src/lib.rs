@@ -17,8 +17,12 @@
 
 mod error;
 mod message;
+mod retry;
 mod status;
+mod transport;
 
 pub use error::{Error, ErrorKind, Result};
 pub use message::{decode_headers, limits, Enqueued, Headers, MessageId, NewMessage, OutboxMessage};
+pub use retry::RetryPolicy;
 pub use status::{Status, UnknownStatus};
+pub use transport::{header, Envelope, FailureKind, Outcome, Transport};

@@ -11,11 +11,14 @@
 //! Every dialect is a cargo feature of the same name.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod any;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod common;
 mod error;
 mod migrate;
 mod outbox;
+mod relay;
 mod signal;
 
 #[cfg(feature = "mysql")]
@@ -25,14 +28,16 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use any::{redact_url, AnyOutbox, Dialect};
 pub use migrate::{Migration, MigrationReport};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
+pub use relay::{DeliveryState, DeliveryWrite, MessageWrite, RelayStore, SettleReport, Settlement};
 pub use signal::CommitSignal;
 
 /// Highest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 /// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
 #[doc(hidden)]

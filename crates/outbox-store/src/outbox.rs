@@ -70,6 +70,7 @@ pub trait OutboxConnection: Send {
     ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
 }
 
+#[allow(unused_macros)]
 macro_rules! impl_connection {
     ($conn:ty, $db:ty) => {
         impl $crate::OutboxConnection for $conn {
@@ -91,6 +92,7 @@ macro_rules! impl_connection {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use impl_connection;
 
 /// The entry point for a service: a sqlx pool plus the after-commit signal its relay listens

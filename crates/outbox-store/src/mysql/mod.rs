@@ -21,11 +21,18 @@ use crate::migrate::{plan, Migration, MigrationReport};
 use crate::outbox::{impl_connection, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/mysql/`.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "outbox_message and outbox_delivery",
-    sql: include_str!("../../migrations/mysql/0001_outbox.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "outbox_message and outbox_delivery",
+        sql: include_str!("../../migrations/mysql/0001_outbox.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "relay wake-up",
+        sql: include_str!("../../migrations/mysql/0002_relay_wakeup.sql"),
+    },
+];
 
 const MIGRATION_LOCK: &str = "outbox_migrate";
 
@@ -86,6 +93,8 @@ impl OutboxDatabase for MySql {
         get(conn, id)
     }
 }
+
+mod relay;
 
 impl_connection!(MySqlConnection, MySql);
 

@@ -18,11 +18,18 @@ use crate::migrate::{plan, Migration, MigrationReport};
 use crate::outbox::{impl_connection, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/postgres/`.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "outbox_message and outbox_delivery",
-    sql: include_str!("../../migrations/postgres/0001_outbox.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "outbox_message and outbox_delivery",
+        sql: include_str!("../../migrations/postgres/0001_outbox.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "relay wake-up",
+        sql: include_str!("../../migrations/postgres/0002_relay_wakeup.sql"),
+    },
+];
 
 /// Key of the advisory lock that serializes concurrent migrations ("outbox" in ASCII).
 const MIGRATION_LOCK: i64 = 0x6f75_7462_6f78;
@@ -98,6 +105,8 @@ impl OutboxDatabase for Postgres {
         get(conn, id)
     }
 }
+
+mod relay;
 
 impl_connection!(PgConnection, Postgres);
 

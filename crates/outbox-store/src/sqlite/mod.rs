@@ -18,11 +18,18 @@ use crate::migrate::{plan, Migration, MigrationReport};
 use crate::outbox::{impl_connection, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/sqlite/`.
-pub const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    description: "outbox_message and outbox_delivery",
-    sql: include_str!("../../migrations/sqlite/0001_outbox.sql"),
-}];
+pub const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        description: "outbox_message and outbox_delivery",
+        sql: include_str!("../../migrations/sqlite/0001_outbox.sql"),
+    },
+    Migration {
+        version: 2,
+        description: "relay wake-up",
+        sql: include_str!("../../migrations/sqlite/0002_relay_wakeup.sql"),
+    },
+];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
@@ -95,6 +102,8 @@ impl OutboxDatabase for Sqlite {
         get(conn, id)
     }
 }
+
+mod relay;
 
 impl_connection!(SqliteConnection, Sqlite);
 

@@ -1,0 +1,688 @@
+//! The relay engine: claim, publish, settle, repeat.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::{Envelope, FailureKind, MessageId, OutboxMessage, Outcome, RetryPolicy, Status, Transport};
+use outbox_store::{CommitSignal, DeliveryState, RelayStore, Settlement};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::alert::{AlertHook, LogAlert};
+use crate::breaker::{Breaker, BreakerConfig, Permit};
+use crate::router::{validate_pattern, Route, Router};
+use crate::settle::{self, Target, TargetResult};
+
+/// Tuning of one relay instance. Every field has a default.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// This instance's name, recorded as `lease_owner`. Must be unique among the relays of a
+    /// database. Defaults to `<hostname>-<pid>-<random>`.
+    pub owner: String,
+    /// Messages claimed per round trip. Defaults to 500.
+    pub batch_size: usize,
+    /// How long a claimed message stays leased; a relay that dies holding it loses it after
+    /// this. Defaults to 30 s.
+    pub lease: Duration,
+    /// Longest sleep when there is nothing to do (the scan's period). Defaults to 1 s.
+    pub idle_interval: Duration,
+    /// Batches published concurrently (claiming the next while the previous is in flight).
+    /// Defaults to 2.
+    pub max_in_flight_batches: usize,
+    /// A publish that has not answered after this long counts as the destination being
+    /// unavailable. Must be shorter than `lease`. Defaults to 10 s.
+    pub publish_timeout: Duration,
+    /// On shutdown, how long in-flight batches may take before their leases are released.
+    /// Defaults to 10 s.
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            owner: default_owner(),
+            batch_size: 500,
+            lease: Duration::from_secs(30),
+            idle_interval: Duration::from_secs(1),
+            max_in_flight_batches: 2,
+            publish_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+fn default_owner() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "relay".into());
+    format!("{host}-{}-{:08x}", std::process::id(), rand::random::<u32>())
+}
+
+/// A named destination: a transport, its retry policy and breaker settings.
+#[derive(Debug, Clone)]
+pub struct Destination {
+    /// Name used in routes and in `outbox_delivery.destination`.
+    pub name: String,
+    /// The transport.
+    pub transport: Arc<dyn Transport>,
+    /// Retry policy. Defaults to [`RetryPolicy::default`].
+    pub retry: RetryPolicy,
+    /// Circuit breaker. Defaults to [`BreakerConfig::default`].
+    pub breaker: BreakerConfig,
+    /// Largest payload accepted, in bytes (the smaller of this and the transport's own limit
+    /// applies). Defaults to none.
+    pub max_payload_bytes: Option<usize>,
+}
+
+impl Destination {
+    /// A destination with default policies.
+    pub fn new(name: impl Into<String>, transport: Arc<dyn Transport>) -> Self {
+        Destination {
+            name: name.into(),
+            transport,
+            retry: RetryPolicy::default(),
+            breaker: BreakerConfig::default(),
+            max_payload_bytes: None,
+        }
+    }
+
+    /// Sets the retry policy.
+    #[must_use]
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets the breaker settings.
+    #[must_use]
+    pub fn breaker(mut self, breaker: BreakerConfig) -> Self {
+        self.breaker = breaker;
+        self
+    }
+
+    /// Sets the payload limit.
+    #[must_use]
+    pub fn max_payload_bytes(mut self, n: usize) -> Self {
+        self.max_payload_bytes = Some(n);
+        self
+    }
+}
+
+/// A configuration mistake found by [`RelayBuilder::build`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A route names a destination that was not added.
+    #[error("route {pattern:?} names unknown destination {destination:?}")]
+    UnknownDestination {
+        /// The route's pattern.
+        pattern: String,
+        /// The missing destination.
+        destination: String,
+    },
+    /// Something else is wrong; the message says what.
+    #[error("invalid relay configuration: {0}")]
+    Invalid(String),
+}
+
+/// Counters of what the relay did, readable while it runs (tests, metrics).
+#[derive(Debug, Default)]
+pub struct RelayStats {
+    /// Claim queries issued.
+    pub claims: AtomicU64,
+    /// Messages claimed.
+    pub claimed: AtomicU64,
+    /// Envelopes handed to transports.
+    pub published: AtomicU64,
+    /// Deliveries confirmed.
+    pub delivered: AtomicU64,
+    /// Failed attempts scheduled for retry.
+    pub retried: AtomicU64,
+    /// Messages that became `failed`.
+    pub failed: AtomicU64,
+    /// Deliveries put back because a circuit was open.
+    pub deferred: AtomicU64,
+    /// Messages whose lease had passed to another relay at settle time.
+    pub lost_lease: AtomicU64,
+    /// Store errors (claim or settle).
+    pub store_errors: AtomicU64,
+}
+
+impl RelayStats {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Reads a counter.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// Builds a [`Relay`].
+#[derive(Debug)]
+pub struct RelayBuilder<S: RelayStore> {
+    store: S,
+    signal: CommitSignal,
+    config: RelayConfig,
+    destinations: Vec<Destination>,
+    routes: Vec<Route>,
+    alert: Arc<dyn AlertHook>,
+}
+
+impl<S: RelayStore> RelayBuilder<S> {
+    /// Sets the tuning. Defaults to [`RelayConfig::default`].
+    #[must_use]
+    pub fn config(mut self, config: RelayConfig) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// Adds a destination.
+    #[must_use]
+    pub fn destination(mut self, d: Destination) -> Self {
+        self.destinations.push(d);
+        self
+    }
+
+    /// Adds a route.
+    #[must_use]
+    pub fn route(mut self, r: Route) -> Self {
+        self.routes.push(r);
+        self
+    }
+
+    /// Sets the alert hook. Defaults to [`LogAlert`].
+    #[must_use]
+    pub fn alert(mut self, hook: Arc<dyn AlertHook>) -> Self {
+        self.alert = hook;
+        self
+    }
+
+    /// Validates and builds.
+    pub fn build(self) -> Result<Relay<S>, BuildError> {
+        let c = &self.config;
+        if c.batch_size == 0 || c.batch_size > 10_000 {
+            return Err(BuildError::Invalid(format!("batch_size must be 1..=10000, got {}", c.batch_size)));
+        }
+        if c.max_in_flight_batches == 0 {
+            return Err(BuildError::Invalid("max_in_flight_batches must be at least 1".into()));
+        }
+        if c.publish_timeout >= c.lease {
+            return Err(BuildError::Invalid(format!(
+                "publish_timeout ({:?}) must be shorter than lease ({:?}), or a slow publish would outlive its lease",
+                c.publish_timeout, c.lease
+            )));
+        }
+        if c.idle_interval.is_zero() {
+            return Err(BuildError::Invalid("idle_interval must be positive".into()));
+        }
+        if c.owner.is_empty() || c.owner.chars().count() > 128 {
+            return Err(BuildError::Invalid("owner must be 1 to 128 characters".into()));
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (i, d) in self.destinations.iter().enumerate() {
+            if d.name.is_empty() || d.name.chars().count() > 128 {
+                return Err(BuildError::Invalid(format!(
+                    "destination name {:?} must be 1 to 128 characters",
+                    d.name
+                )));
+            }
+            if index.insert(d.name.as_str(), i).is_some() {
+                return Err(BuildError::Invalid(format!("destination {:?} is defined twice", d.name)));
+            }
+            d.retry
+                .validate()
+                .map_err(|e| BuildError::Invalid(format!("destination {:?}: retry: {e}", d.name)))?;
+        }
+        let mut routes = Vec::new();
+        for r in &self.routes {
+            validate_pattern(&r.pattern).map_err(BuildError::Invalid)?;
+            if r.destinations.is_empty() {
+                return Err(BuildError::Invalid(format!("route {:?} has no destinations", r.pattern)));
+            }
+            let mut idx = Vec::new();
+            for name in &r.destinations {
+                let i = index.get(name.as_str()).ok_or_else(|| BuildError::UnknownDestination {
+                    pattern: r.pattern.clone(),
+                    destination: name.clone(),
+                })?;
+                idx.push(*i);
+            }
+            routes.push((r.pattern.clone(), idx));
+        }
+        let dests = self
+            .destinations
+            .into_iter()
+            .map(|d| DestRuntime { breaker: Mutex::new(Breaker::new(d.breaker.clone())), d })
+            .collect();
+        Ok(Relay {
+            inner: Arc::new(Inner {
+                store: self.store,
+                signal: self.signal,
+                cfg: self.config,
+                dests,
+                router: Router::new(routes),
+                alert: self.alert,
+                stats: Arc::new(RelayStats::default()),
+            }),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct DestRuntime {
+    d: Destination,
+    breaker: Mutex<Breaker>,
+}
+
+impl DestRuntime {
+    fn payload_limit(&self) -> Option<usize> {
+        match (self.d.max_payload_bytes, self.d.transport.max_payload_bytes()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn permit(&self, now: Instant) -> Permit {
+        match self.breaker.lock() {
+            Ok(mut b) => b.permit(now),
+            Err(_) => Permit::All,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Inner<S: RelayStore> {
+    store: S,
+    signal: CommitSignal,
+    cfg: RelayConfig,
+    dests: Vec<DestRuntime>,
+    router: Router,
+    alert: Arc<dyn AlertHook>,
+    stats: Arc<RelayStats>,
+}
+
+/// A relay: publishes the outbox of one store. Run it with [`Relay::run`]; any number of relays
+/// (in one process or many) may run against the same database.
+#[derive(Debug)]
+pub struct Relay<S: RelayStore> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: RelayStore> Relay<S> {
+    /// Starts building a relay over `store`, woken by `signal` (use `Outbox::signal()` so that
+    /// commits in this process wake it at once).
+    pub fn builder(store: S, signal: CommitSignal) -> RelayBuilder<S> {
+        RelayBuilder {
+            store,
+            signal,
+            config: RelayConfig::default(),
+            destinations: Vec::new(),
+            routes: Vec::new(),
+            alert: Arc::new(LogAlert),
+        }
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> Arc<RelayStats> {
+        self.inner.stats.clone()
+    }
+
+    /// This relay's lease owner name.
+    pub fn owner(&self) -> &str {
+        &self.inner.cfg.owner
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops claiming, lets in-flight batches finish
+    /// (up to `shutdown_timeout`), releases whatever it still leases, and returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let inner = self.inner;
+        let cfg = &inner.cfg;
+        let listener = match inner.store.listen(inner.signal.clone()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "Push wake-up unavailable; relying on the scan and in-process signal");
+                None
+            }
+        };
+        tracing::info!(owner = %cfg.owner, batch_size = cfg.batch_size, push = listener.is_some(), "Relay started");
+        let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut idle = false;
+        let mut idle_refreshed = Instant::now();
+        let idle_ttl = cfg.idle_interval * 3;
+        let mut store_backoff = Duration::from_millis(100);
+
+        loop {
+            while tasks.try_join_next().is_some() {}
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            let claimed = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = inner.store.claim(&cfg.owner, cfg.batch_size, cfg.lease) => r,
+            };
+            RelayStats::add(&inner.stats.claims, 1);
+            match claimed {
+                Err(e) => {
+                    drop(permit);
+                    RelayStats::add(&inner.stats.store_errors, 1);
+                    tracing::warn!(error = %e, retry_in = ?store_backoff, "Claim failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(store_backoff) => {}
+                    }
+                    store_backoff = (store_backoff * 2).min(Duration::from_secs(5));
+                }
+                Ok(batch) if batch.is_empty() => {
+                    drop(permit);
+                    store_backoff = Duration::from_millis(100);
+                    if !idle {
+                        // Declare idle, then claim once more: a row committed between the empty
+                        // claim and the declaration did not notify.
+                        if let Err(e) = inner.store.set_idle(&cfg.owner, true, idle_ttl).await {
+                            tracing::debug!(error = %e, "Could not declare the relay idle");
+                        }
+                        idle = true;
+                        idle_refreshed = Instant::now();
+                        continue;
+                    }
+                    let woke = tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = inner.signal.notified() => true,
+                        _ = tokio::time::sleep(cfg.idle_interval) => false,
+                    };
+                    if !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
+                        let _ = inner.store.set_idle(&cfg.owner, true, idle_ttl).await;
+                        idle_refreshed = Instant::now();
+                    }
+                }
+                Ok(batch) => {
+                    store_backoff = Duration::from_millis(100);
+                    if idle {
+                        let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
+                        idle = false;
+                    }
+                    RelayStats::add(&inner.stats.claimed, batch.len());
+                    let inner2 = inner.clone();
+                    tasks.spawn(async move {
+                        process(&inner2, batch).await;
+                        drop(permit);
+                        // Younger messages with the same keys may be claimable now.
+                        inner2.signal.wake();
+                    });
+                }
+            }
+        }
+
+        if let Some(l) = listener {
+            l.abort();
+        }
+        let drained =
+            tokio::time::timeout(cfg.shutdown_timeout, async { while tasks.join_next().await.is_some() {} })
+                .await
+                .is_ok();
+        if !drained {
+            tracing::warn!(timeout = ?cfg.shutdown_timeout, "In-flight batches did not finish; abandoning them");
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        match inner.store.release(&cfg.owner).await {
+            Ok(n) => tracing::info!(released = n, "Relay stopped; leases released"),
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not release leases; they expire after the lease time")
+            }
+        }
+        let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
+    }
+}
+
+/// The state of each claimed message at one destination before publishing.
+enum Prior {
+    Fixed(TargetResult),
+    Publish { attempts: i32 },
+}
+
+async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
+    let routes: Vec<Vec<usize>> = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
+
+    // Per-destination rows exist only for fan-out messages (or ones that had them before).
+    let fan_ids: Vec<MessageId> =
+        batch.iter().zip(&routes).filter(|(_, r)| r.len() > 1).map(|(m, _)| m.id).collect();
+    let mut prior_rows: HashMap<(MessageId, String), DeliveryState> = HashMap::new();
+    if !fan_ids.is_empty() {
+        match inner.store.deliveries(&fan_ids).await {
+            Ok(rows) => {
+                for r in rows {
+                    prior_rows.insert((r.message_id, r.destination.clone()), r);
+                }
+            }
+            Err(e) => {
+                // Without the per-destination state we could re-send to destinations that are
+                // done; leave the batch to lease expiry instead.
+                RelayStats::add(&inner.stats.store_errors, 1);
+                tracing::warn!(error = %e, "Could not read delivery state; the batch will be retried after its lease");
+                return;
+            }
+        }
+    }
+
+    // Decide, for every (message, destination), whether to publish.
+    let now = Instant::now();
+    let mut results: Vec<Vec<Option<TargetResult>>> = Vec::with_capacity(batch.len());
+    let mut to_publish: Vec<Vec<(usize, usize, i32)>> = vec![Vec::new(); inner.dests.len()]; // (msg idx, target idx, attempts)
+    for (mi, m) in batch.iter().enumerate() {
+        let mut row = Vec::with_capacity(routes[mi].len());
+        for (ti, &di) in routes[mi].iter().enumerate() {
+            let dest = &inner.dests[di];
+            let prior = if routes[mi].len() > 1 {
+                match prior_rows.get(&(m.id, dest.d.name.clone())) {
+                    Some(r) if matches!(r.status, Status::Sent | Status::Acked) => {
+                        Prior::Fixed(TargetResult::AlreadyDone)
+                    }
+                    Some(r) if matches!(r.status, Status::Failed | Status::Cancelled) => {
+                        Prior::Fixed(TargetResult::AlreadyFailed {
+                            attempts: r.attempts,
+                            error: r.last_error.clone(),
+                        })
+                    }
+                    Some(r) if !r.wait.is_zero() => {
+                        Prior::Fixed(TargetResult::Waiting { attempts: r.attempts, wait: r.wait })
+                    }
+                    Some(r) => Prior::Publish { attempts: r.attempts },
+                    None => Prior::Publish { attempts: 0 },
+                }
+            } else {
+                Prior::Publish { attempts: m.attempts }
+            };
+            match prior {
+                Prior::Fixed(r) => row.push(Some(r)),
+                Prior::Publish { attempts } => {
+                    if let Some(limit) = dest.payload_limit().filter(|l| m.payload.len() > *l) {
+                        row.push(Some(TargetResult::Failed {
+                            attempts,
+                            kind: FailureKind::Permanent,
+                            reason: format!(
+                                "payload is {} bytes, larger than the destination's limit of {limit} bytes",
+                                m.payload.len()
+                            ),
+                            retry_after: None,
+                        }));
+                    } else {
+                        row.push(None);
+                        to_publish[di].push((mi, ti, attempts));
+                    }
+                }
+            }
+        }
+        results.push(row);
+    }
+
+    // Circuit breakers: a destination that is down gets at most one probe.
+    let mut calls = Vec::new();
+    for (di, items) in to_publish.into_iter().enumerate() {
+        if items.is_empty() {
+            continue;
+        }
+        let dest = &inner.dests[di];
+        let (go, defer, wait) = match dest.permit(now) {
+            Permit::All => (items, Vec::new(), Duration::ZERO),
+            Permit::Probe => {
+                let mut it = items.into_iter();
+                let first: Vec<_> = it.next().into_iter().collect();
+                (first, it.collect(), dest.d.breaker.cooldown)
+            }
+            Permit::Wait(w) => (Vec::new(), items, w),
+        };
+        for (mi, ti, attempts) in defer {
+            RelayStats::add(&inner.stats.deferred, 1);
+            results[mi][ti] =
+                Some(TargetResult::Deferred { attempts, wait: wait.max(Duration::from_millis(100)) });
+        }
+        if !go.is_empty() {
+            calls.push((di, go));
+        }
+    }
+
+    // Publish to every destination concurrently, each with a timeout.
+    let timeout = inner.cfg.publish_timeout;
+    let publishes = calls.iter().map(|(di, items)| {
+        let dest = &inner.dests[*di];
+        let envelopes: Vec<Envelope> = items
+            .iter()
+            .map(|(mi, _, attempts)| Envelope::new(&batch[*mi], u32::try_from(*attempts).unwrap_or(0) + 1))
+            .collect();
+        RelayStats::add(&inner.stats.published, envelopes.len());
+        async move {
+            match tokio::time::timeout(timeout, dest.d.transport.publish(&envelopes)).await {
+                Ok(mut outcomes) => {
+                    if outcomes.len() != envelopes.len() {
+                        tracing::error!(
+                            destination = %dest.d.name,
+                            expected = envelopes.len(),
+                            got = outcomes.len(),
+                            "Transport returned the wrong number of outcomes"
+                        );
+                        outcomes.resize(
+                            envelopes.len(),
+                            Outcome::retryable("transport returned no outcome for this message"),
+                        );
+                    }
+                    outcomes
+                }
+                Err(_) => vec![
+                    Outcome::unavailable(format!("publish timed out after {timeout:?}"));
+                    envelopes.len()
+                ],
+            }
+        }
+    });
+    let answers = futures::future::join_all(publishes).await;
+
+    for ((di, items), outcomes) in calls.iter().zip(answers) {
+        let dest = &inner.dests[*di];
+        let any_answer =
+            outcomes.iter().any(|o| !matches!(o, Outcome::Failed { kind: FailureKind::Unavailable, .. }));
+        if let Ok(mut b) = dest.breaker.lock() {
+            if any_answer {
+                b.on_success();
+            } else if b.on_unavailable(Instant::now()) {
+                tracing::warn!(destination = %dest.d.name, "Destination unavailable; circuit opened, probing with one message");
+            }
+        }
+        for ((mi, ti, attempts), outcome) in items.iter().zip(outcomes) {
+            let r = match outcome {
+                Outcome::Delivered => {
+                    RelayStats::add(&inner.stats.delivered, 1);
+                    TargetResult::Delivered { attempts: *attempts }
+                }
+                Outcome::Failed { kind, reason, retry_after } => {
+                    tracing::debug!(message_id = %batch[*mi].id, destination = %dest.d.name, ?kind, %reason, "Publish failed");
+                    TargetResult::Failed { attempts: *attempts, kind, reason, retry_after }
+                }
+            };
+            results[*mi][*ti] = Some(r);
+        }
+    }
+
+    // Plan the writes.
+    let mut settlement = Settlement::default();
+    let mut alerts: Vec<(usize, String)> = Vec::new();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_entropy();
+    for (mi, m) in batch.iter().enumerate() {
+        let plan = if routes[mi].is_empty() {
+            settle::no_route(m)
+        } else {
+            let targets: Vec<Target<'_>> = routes[mi]
+                .iter()
+                .zip(results[mi].iter())
+                .map(|(&di, r)| Target {
+                    destination: &inner.dests[di].d.name,
+                    policy: &inner.dests[di].d.retry,
+                    result: r.clone().unwrap_or(TargetResult::Deferred {
+                        attempts: m.attempts,
+                        wait: Duration::from_millis(100),
+                    }),
+                })
+                .collect();
+            let fan_out = routes[mi].len() > 1;
+            settle::plan(m, &targets, fan_out, || rand::Rng::gen::<f64>(&mut rng))
+        };
+        if plan.sent {
+            settlement.sent.push(m.id);
+        }
+        if let Some(w) = plan.message {
+            if w.status == Status::Pending && w.attempted {
+                RelayStats::add(&inner.stats.retried, 1);
+            }
+            settlement.messages.push(w);
+        }
+        settlement.deliveries.extend(plan.deliveries);
+        if let Some(reason) = plan.failed {
+            alerts.push((mi, reason));
+        }
+    }
+
+    // Write back, retrying briefly; if the store stays down the leases expire and the batch is
+    // published again (at-least-once).
+    let mut delay = Duration::from_millis(50);
+    let mut settled = None;
+    for attempt in 1..=5 {
+        match inner.store.settle(&inner.cfg.owner, &settlement).await {
+            Ok(report) => {
+                settled = Some(report);
+                break;
+            }
+            Err(e) => {
+                RelayStats::add(&inner.stats.store_errors, 1);
+                tracing::warn!(error = %e, attempt, ids = ?settle::ids(&batch), "Settling a batch failed");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    let Some(report) = settled else {
+        tracing::error!(
+            count = batch.len(),
+            "Could not settle a batch; it will be published again after its lease expires"
+        );
+        return;
+    };
+    if !report.lost_lease.is_empty() {
+        RelayStats::add(&inner.stats.lost_lease, report.lost_lease.len());
+        tracing::warn!(ids = ?report.lost_lease, "Leases expired before settling; another relay took these messages over");
+    }
+    for (mi, reason) in alerts {
+        let m = &batch[mi];
+        if report.lost_lease.contains(&m.id) {
+            continue;
+        }
+        RelayStats::add(&inner.stats.failed, 1);
+        let mut failed = m.clone();
+        failed.status = Status::Failed;
+        inner.alert.message_failed(&failed, &reason).await;
+    }
+}

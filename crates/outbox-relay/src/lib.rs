@@ -1,0 +1,39 @@
+//! The outbox relay engine.
+//!
+//! A [`Relay`] claims due messages from a [`RelayStore`](outbox_store::RelayStore) in batches,
+//! under a lease, publishes them through the [`Transport`](outbox_core::Transport)s their topic
+//! routes to, and settles the outcome: `sent`, back to `pending` with a backed-off
+//! `next_attempt_at`, or `failed` (raising the [`AlertHook`]). It is woken within milliseconds
+//! by the application's commit ([`CommitSignal`](outbox_store::CommitSignal)) or by PostgreSQL
+//! `LISTEN/NOTIFY`, and scans every `idle_interval` as the safety net.
+//!
+//! ```no_run
+//! # async fn demo(pool: sqlx::PgPool, transport: std::sync::Arc<dyn outbox_core::Transport>) {
+//! use outbox_relay::{Destination, Relay, Route};
+//! use tokio_util::sync::CancellationToken;
+//! let outbox = outbox_store::Outbox::new(pool);
+//! let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+//!     .destination(Destination::new("broker", transport))
+//!     .route(Route::new("order.#", ["broker"]))
+//!     .build()
+//!     .expect("valid relay configuration");
+//! let stop = CancellationToken::new();
+//! tokio::spawn(relay.run(stop.clone()));
+//! // ... on SIGTERM: stop.cancel();
+//! # }
+//! ```
+//!
+//! Guarantees and the tests that prove them: `docs/guarantees.md`.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod alert;
+mod breaker;
+mod engine;
+mod router;
+mod settle;
+pub mod testing;
+
+pub use alert::{AlertHook, LogAlert};
+pub use breaker::BreakerConfig;
+pub use engine::{BuildError, Destination, Relay, RelayBuilder, RelayConfig, RelayStats};
+pub use router::{matches as topic_matches, validate_pattern, Route};

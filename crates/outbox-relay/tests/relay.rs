@@ -1,0 +1,543 @@
+//! The relay's guarantees, against real PostgreSQL, real MariaDB and a SQLite file, with the
+//! in-process test transport standing in for the broker (transports are tested against real
+//! brokers in their own suites).
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::{header, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
+use outbox_relay::testing::TestTransport;
+use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, RelayStats, Route};
+use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(200),
+        multiplier: 2.0,
+        jitter: 0.0,
+    }
+}
+
+fn config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+#[derive(Debug, Default)]
+struct RecordingAlert(Mutex<Vec<(MessageId, String)>>);
+
+#[async_trait::async_trait]
+impl AlertHook for RecordingAlert {
+    async fn message_failed(&self, m: &OutboxMessage, reason: &str) {
+        self.0.lock().unwrap().push((m.id, reason.to_owned()));
+    }
+}
+
+struct Running {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+    stats: Arc<RelayStats>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.handle)
+            .await
+            .expect("relay stops in time")
+            .unwrap();
+    }
+}
+
+fn start<DB: OutboxDatabase>(relay: Relay<Outbox<DB>>) -> Running
+where
+    Outbox<DB>: RelayStore,
+{
+    let stop = CancellationToken::new();
+    let stats = relay.stats();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    Running { stop, handle, stats }
+}
+
+fn relay<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    owner: &str,
+    transport: &TestTransport,
+    retry: RetryPolicy,
+) -> Relay<Outbox<DB>>
+where
+    Outbox<DB>: RelayStore,
+{
+    Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(config(owner))
+        .destination(Destination::new("broker", Arc::new(transport.clone())).retry(retry))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap()
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn status<DB: OutboxDatabase>(outbox: &Outbox<DB>, id: MessageId) -> OutboxMessage {
+    outbox.get(id).await.unwrap().expect("message exists")
+}
+
+async fn all_in<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], st: Status) -> bool {
+    for id in ids {
+        if status(outbox, *id).await.status != st {
+            return false;
+        }
+    }
+    true
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn committed_is_published_fast_and_rolled_back_never<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    // A scan period of a minute: only the after-commit signal can explain a quick delivery.
+    let mut cfg = config("r1");
+    cfg.idle_interval = Duration::from_secs(60);
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(cfg)
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let running = start(relay);
+    tokio::time::sleep(Duration::from_millis(300)).await; // let it go idle
+
+    let mut tx = outbox.begin().await.unwrap();
+    let rolled = tx.enqueue(&NewMessage::new("order.paid", "phantom")).await.unwrap();
+    tx.rollback().await.unwrap();
+
+    let mut tx = outbox.begin().await.unwrap();
+    let msg = NewMessage::new("order.paid", r#"{"order":1}"#)
+        .key("order-1")
+        .biz("order", "1")
+        .header("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+    let e = tx.enqueue(&msg).await.unwrap();
+    let committed_at = Instant::now();
+    tx.commit().await.unwrap();
+    eventually("the committed message is delivered", || async { t.delivered_count(e.id) == 1 }).await;
+    assert!(committed_at.elapsed() < Duration::from_secs(10), "fast path, not the 60 s scan");
+    eventually("marked sent", || async { status(&outbox, e.id).await.status == Status::Sent }).await;
+
+    let env = &t.delivered()[0];
+    assert_eq!(env.payload, r#"{"order":1}"#);
+    assert_eq!(env.headers[header::MESSAGE_ID], e.id.to_string());
+    assert_eq!(env.headers[header::BIZ_TYPE], "order");
+    assert_eq!(env.headers[header::BIZ_KEY], "1");
+    assert_eq!(env.headers[header::KEY], "order-1");
+    assert_eq!(env.headers[header::ATTEMPT], "1");
+    assert_eq!(env.headers[header::TRACEPARENT], msg.headers["traceparent"]);
+    assert!(env.headers.contains_key(header::CREATED_AT));
+
+    running.stop().await;
+    // (SQLite may hand a rolled-back id to the next insert, so the payload is what identifies it.)
+    assert!(
+        t.received().iter().all(|r| r.envelope.payload != "phantom"),
+        "a rolled-back message was published"
+    );
+    assert_eq!(t.received().len(), 1);
+    let _ = rolled;
+    let sent = status(&outbox, e.id).await;
+    assert!(sent.lease_owner.is_none() && sent.attempts == 0);
+}
+
+async fn transient_failures_retry_with_backoff_then_deliver_once<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let e = outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap();
+    t.fail_message(e.id, 3, Outcome::retryable("broker said 503 for this one"));
+    let running = start(relay(&outbox, "r1", &t, fast_retry(10)));
+    eventually("delivered after 3 failures", || async { t.delivered_count(e.id) == 1 }).await;
+    eventually("sent", || async { status(&outbox, e.id).await.status == Status::Sent }).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    running.stop().await;
+
+    assert_eq!(t.attempts(e.id), 4, "3 failures + 1 delivery, no extra publication");
+    assert_eq!(t.delivered_count(e.id), 1);
+    let r = t.received();
+    let attempts: Vec<&str> = r.iter().map(|x| x.envelope.headers[header::ATTEMPT].as_str()).collect();
+    assert_eq!(attempts, ["1", "2", "3", "4"]);
+    // Backoff: 50, 100, 200 ms (no jitter) between attempts.
+    let gaps: Vec<Duration> = r.windows(2).map(|w| w[1].at - w[0].at).collect();
+    for (gap, min) in gaps.iter().zip([50, 100, 200]) {
+        assert!(*gap >= Duration::from_millis(min - 10), "gap {gap:?} shorter than the {min} ms backoff");
+    }
+    let m = status(&outbox, e.id).await;
+    assert_eq!(m.attempts, 3);
+    assert!(m.last_error.as_deref().unwrap().contains("503"), "{:?}", m.last_error);
+    assert!(m.last_attempt_at.is_some());
+}
+
+async fn permanent_errors_and_exhaustion_fail_with_the_reason<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.set_max_payload(1000);
+    let alerts = Arc::new(RecordingAlert::default());
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(config("r1"))
+        .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)))
+        .route(Route::new("order.#", ["broker"]))
+        .alert(alerts.clone())
+        .build()
+        .unwrap();
+    let rejected = outbox.enqueue(&NewMessage::new("order.bad", "x")).await.unwrap();
+    let too_big = outbox.enqueue(&NewMessage::new("order.big", "y".repeat(5000))).await.unwrap();
+    let unrouted = outbox.enqueue(&NewMessage::new("user.created", "z")).await.unwrap();
+    let flaky = outbox.enqueue(&NewMessage::new("order.flaky", "w")).await.unwrap();
+    t.fail_topic("order.bad", Outcome::permanent("400 Bad Request: schema mismatch"));
+    t.fail_message(flaky.id, 10, Outcome::retryable("timeout from consumer"));
+    let ok = outbox.enqueue(&NewMessage::new("order.ok", "fine")).await.unwrap();
+    let running = start(relay);
+    let ids = [rejected.id, too_big.id, unrouted.id, flaky.id];
+    eventually("all four failed", || async { all_in(&outbox, &ids, Status::Failed).await }).await;
+    eventually("the good one is sent", || async { status(&outbox, ok.id).await.status == Status::Sent })
+        .await;
+    running.stop().await;
+
+    let m = status(&outbox, rejected.id).await;
+    assert_eq!(m.attempts, 1, "a permanent error fails at once");
+    assert!(m.last_error.unwrap().contains("400 Bad Request"));
+    let m = status(&outbox, too_big.id).await;
+    assert!(m.last_error.unwrap().contains("5000 bytes, larger than the destination's limit of 1000"));
+    assert_eq!(t.attempts(too_big.id), 0, "never handed to the broker");
+    let m = status(&outbox, unrouted.id).await;
+    assert!(m.last_error.unwrap().contains("no route for topic \"user.created\""));
+    let m = status(&outbox, flaky.id).await;
+    assert_eq!(m.attempts, 2, "max_attempts = 2");
+    assert_eq!(t.attempts(flaky.id), 2);
+    assert!(m.last_error.unwrap().contains("gave up after 2 attempts"));
+
+    let mut alerted: Vec<MessageId> = alerts.0.lock().unwrap().iter().map(|a| a.0).collect();
+    alerted.sort();
+    let mut expected = ids.to_vec();
+    expected.sort();
+    assert_eq!(alerted, expected, "exactly one alert per failed message");
+}
+
+async fn per_key_order_holds_with_failures_and_three_relays<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let msg = NewMessage::new("order.updated", format!("{i}")).key(format!("k{}", i % 10));
+        ids.push(outbox.enqueue(&msg).await.unwrap().id);
+        if i % 7 == 3 {
+            t.fail_message(ids[i], 2, Outcome::retryable("transient"));
+        }
+    }
+    // A few keyless messages must not be held back by anything.
+    let free = outbox.enqueue(&NewMessage::new("order.updated", "free")).await.unwrap();
+    let relays: Vec<Running> =
+        (0..3).map(|n| start(relay(&outbox, &format!("r{n}"), &t, fast_retry(20)))).collect();
+    let deadline = Instant::now() + WAIT;
+    while !all_in(&outbox, &ids, Status::Sent).await {
+        if Instant::now() > deadline {
+            for id in &ids {
+                let m = status(&outbox, *id).await;
+                if m.status != Status::Sent {
+                    eprintln!(
+                        "{} {:?} {} key={:?} next={} owner={:?} err={:?}",
+                        m.id, m.status, m.attempts, m.key, m.next_attempt_at, m.lease_owner, m.last_error
+                    );
+                }
+            }
+            panic!("stuck");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for r in relays {
+        r.stop().await;
+    }
+    assert_eq!(t.delivered_count(free.id), 1);
+
+    let mut last: HashMap<String, MessageId> = HashMap::new();
+    for env in t.delivered() {
+        if let Some(k) = env.key.clone() {
+            if let Some(prev) = last.get(&k) {
+                assert!(env.id > *prev, "key {k}: {} delivered after {}", env.id, prev);
+            }
+            last.insert(k, env.id);
+        }
+    }
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
+    assert_eq!(t.max_concurrent_same_id(), 1);
+}
+
+async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.set_delay(Duration::from_millis(20));
+    let msgs: Vec<NewMessage> = (0..600).map(|i| NewMessage::new("t", format!("{i}"))).collect();
+    let mut tx = outbox.begin().await.unwrap();
+    let ids: Vec<MessageId> = tx.enqueue_batch(&msgs).await.unwrap().into_iter().map(|e| e.id).collect();
+    tx.commit().await.unwrap();
+    let relays: Vec<Running> =
+        (0..4).map(|n| start(relay(&outbox, &format!("r{n}"), &t, fast_retry(5)))).collect();
+    eventually("all sent", || async { all_in(&outbox, &ids, Status::Sent).await }).await;
+    let mut per_relay = Vec::new();
+    for r in relays {
+        per_relay.push(RelayStats::get(&r.stats.delivered));
+        r.stop().await;
+    }
+    assert_eq!(t.max_concurrent_same_id(), 1, "no message in flight in two relays at once");
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1, "message {id}");
+    }
+    assert_eq!(per_relay.iter().sum::<u64>(), 600);
+    assert!(per_relay.iter().filter(|n| **n > 0).count() >= 2, "work was shared: {per_relay:?}");
+}
+
+async fn an_outage_longer_than_the_retry_budget_fails_nothing<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.set_down(true);
+    let alerts = Arc::new(RecordingAlert::default());
+    // 2 attempts of 50 ms backoff would be exhausted in ~100 ms; the outage lasts 1.5 s.
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(config("r1"))
+        .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)).breaker(
+            BreakerConfig {
+                failure_threshold: 2,
+                cooldown: Duration::from_millis(100),
+                max_cooldown: Duration::from_millis(300),
+            },
+        ))
+        .route(Route::new("#", ["broker"]))
+        .alert(alerts.clone())
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..200 {
+        ids.push(outbox.enqueue(&NewMessage::new("t", format!("{i}"))).await.unwrap().id);
+    }
+    let running = start(relay);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    for id in &ids {
+        let m = status(&outbox, *id).await;
+        assert_ne!(m.status, Status::Failed, "an outage must not fail message {id}");
+        assert_eq!(m.attempts, 0, "unavailability costs no attempts");
+    }
+    let tried = t.received().len();
+    assert!(tried < 200 * 3, "the circuit breaker stopped hammering the destination ({tried} tries)");
+    t.set_down(false);
+    eventually("the backlog drains after recovery", || async { all_in(&outbox, &ids, Status::Sent).await })
+        .await;
+    running.stop().await;
+    assert!(alerts.0.lock().unwrap().is_empty());
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1);
+    }
+}
+
+async fn a_killed_relays_messages_are_taken_over_after_the_lease<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let stuck = TestTransport::new();
+    stuck.set_hang(true);
+    let mut cfg = config("doomed");
+    cfg.lease = Duration::from_secs(2);
+    cfg.publish_timeout = Duration::from_millis(1900);
+    let doomed = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(cfg)
+        .destination(Destination::new("broker", Arc::new(stuck.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(outbox.enqueue(&NewMessage::new("t", format!("{i}"))).await.unwrap().id);
+    }
+    let handle = tokio::spawn(doomed.run(CancellationToken::new()));
+    eventually("the doomed relay holds the batch", || async { stuck.in_flight() == 20 }).await;
+    // Kill it: no graceful release, as with SIGKILL.
+    handle.abort();
+    let _ = handle.await;
+    for id in &ids {
+        let m = status(&outbox, *id).await;
+        assert_eq!(m.status, Status::Sending);
+        assert_eq!(m.lease_owner.as_deref(), Some("doomed"));
+    }
+    let t = TestTransport::new();
+    let killed_at = Instant::now();
+    let heir = start(relay(&outbox, "heir", &t, fast_retry(5)));
+    eventually("the heir delivers everything", || async { all_in(&outbox, &ids, Status::Sent).await }).await;
+    assert!(killed_at.elapsed() >= Duration::from_millis(1000), "taken over only after the lease expired");
+    heir.stop().await;
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1);
+        assert_eq!(status(&outbox, *id).await.updated_by.as_deref(), Some("heir"));
+    }
+}
+
+async fn a_delayed_message_waits_for_its_time<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let running = start(relay(&outbox, "r1", &t, fast_retry(5)));
+    let enqueued_at = Instant::now();
+    let later =
+        outbox.enqueue(&NewMessage::new("t", "later").delay(Duration::from_millis(1500))).await.unwrap();
+    let now = outbox.enqueue(&NewMessage::new("t", "now")).await.unwrap();
+    eventually("the immediate one", || async { t.delivered_count(now.id) == 1 }).await;
+    assert_eq!(t.delivered_count(later.id), 0, "not before its time");
+    eventually("the delayed one", || async { t.delivered_count(later.id) == 1 }).await;
+    let at = t.received().into_iter().find(|r| r.envelope.id == later.id).unwrap().at;
+    assert!(
+        at - enqueued_at >= Duration::from_millis(1400),
+        "published {:?} after enqueue",
+        at - enqueued_at
+    );
+    running.stop().await;
+}
+
+async fn an_idle_relay_queries_a_bounded_number_of_times<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let running = start(relay(&outbox, "r1", &t, fast_retry(5))); // idle_interval 100 ms
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let claims = RelayStats::get(&running.stats.claims);
+    running.stop().await;
+    // At most one scan per idle interval (20 in 2 s), plus the start-up claims.
+    assert!(claims <= 25, "{claims} claims in 2 s of idleness");
+    assert!(claims >= 5, "the scan keeps running ({claims})");
+}
+
+async fn fan_out_one_failing_destination_does_not_hold_back_the_other<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let good = TestTransport::new();
+    let bad = TestTransport::new();
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(config("r1"))
+        .destination(Destination::new("benefits", Arc::new(good.clone())).retry(fast_retry(10)))
+        .destination(Destination::new("campaign", Arc::new(bad.clone())).retry(fast_retry(10)))
+        .route(Route::new("order.paid", ["benefits"]))
+        .route(Route::new("order.*", ["campaign"]))
+        .build()
+        .unwrap();
+    let e = outbox.enqueue(&NewMessage::new("order.paid", "p")).await.unwrap();
+    bad.fail_message(e.id, 4, Outcome::retryable("campaign service 500"));
+    let running = start(relay);
+    eventually("the healthy destination has it", || async { good.delivered_count(e.id) == 1 }).await;
+    eventually("the failing one eventually too", || async { bad.delivered_count(e.id) == 1 }).await;
+    eventually("sent", || async { status(&outbox, e.id).await.status == Status::Sent }).await;
+    running.stop().await;
+    assert_eq!(good.attempts(e.id), 1, "the healthy destination is not re-sent on the other's retries");
+    assert_eq!(bad.attempts(e.id), 5);
+    let states = outbox.deliveries(&[e.id]).await.unwrap();
+    assert_eq!(states.len(), 2);
+    let campaign = states.iter().find(|s| s.destination == "campaign").unwrap();
+    assert_eq!((campaign.status, campaign.attempts), (Status::Sent, 4));
+}
+
+async fn graceful_shutdown_releases_what_it_cannot_finish<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.set_hang(true);
+    let mut cfg = config("r1");
+    cfg.shutdown_timeout = Duration::from_millis(300);
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(cfg)
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let e = outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap();
+    let running = start(relay);
+    eventually("in flight", || async { t.in_flight() == 1 }).await;
+    let stopped_at = Instant::now();
+    running.stop().await;
+    assert!(stopped_at.elapsed() < Duration::from_secs(3), "bounded shutdown");
+    let m = status(&outbox, e.id).await;
+    assert_eq!(m.status, Status::Pending, "released, not left leased");
+    assert!(m.lease_owner.is_none());
+    assert_eq!(m.attempts, 0);
+}
+
+macro_rules! dialect {
+    ($name:ident, $fresh:path) => {
+        mod $name {
+            use super::*;
+
+            macro_rules! case {
+                ($test:ident) => {
+                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                    async fn $test() {
+                        let db = $fresh().await;
+                        let outbox = Outbox::new(db.pool.clone());
+                        outbox.migrate().await.unwrap();
+                        super::$test(outbox).await;
+                        db.drop_db().await;
+                    }
+                };
+            }
+
+            case!(committed_is_published_fast_and_rolled_back_never);
+            case!(transient_failures_retry_with_backoff_then_deliver_once);
+            case!(permanent_errors_and_exhaustion_fail_with_the_reason);
+            case!(per_key_order_holds_with_failures_and_three_relays);
+            case!(relays_never_publish_a_message_concurrently);
+            case!(an_outage_longer_than_the_retry_budget_fails_nothing);
+            case!(a_killed_relays_messages_are_taken_over_after_the_lease);
+            case!(a_delayed_message_waits_for_its_time);
+            case!(an_idle_relay_queries_a_bounded_number_of_times);
+            case!(fan_out_one_failing_destination_does_not_hold_back_the_other);
+            case!(graceful_shutdown_releases_what_it_cannot_finish);
+        }
+    };
+}
+
+dialect!(postgres, outbox_testkit::fresh_pg);
+dialect!(mysql, outbox_testkit::fresh_mysql);
+dialect!(sqlite, outbox_testkit::fresh_sqlite);

@@ -1,0 +1,266 @@
+//! The relay's queries on MySQL 8 / MariaDB 10.6+.
+//!
+//! The claim runs in a READ COMMITTED transaction: under the default REPEATABLE READ, InnoDB's
+//! locking read would take next-key (gap) locks on the due-index range and block the
+//! application's concurrent INSERTs until the claim commits. Under READ COMMITTED it locks only
+//! the rows it returns, and `SKIP LOCKED` passes over rows another relay is claiming.
+//!
+//! Steps (one transaction): lock expired `sending` rows, then due `pending` rows, each an
+//! index-ordered range read with `LIMIT` (a keyed row only when it heads its key: per-key order),
+//! then lease them with one `UPDATE`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use outbox_core::{MessageId, OutboxMessage, Result, Status};
+use sqlx::mysql::MySql;
+use sqlx::{MySqlConnection, QueryBuilder, Row};
+
+use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
+use crate::error::db;
+use crate::outbox::Outbox;
+use crate::relay::{DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::signal::CommitSignal;
+
+/// Per-key order: a keyed message is claimable only as the head of its key (no older open
+/// message with the same key), so at most one message per key is in flight cluster-wide.
+const NOT_BLOCKED: &str = "(m.msg_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM outbox_message o
+        WHERE o.msg_key = m.msg_key AND o.id < m.id
+          AND o.status IN ('pending', 'sending', 'failed')))";
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn in_list<'a>(qb: &mut QueryBuilder<'a, MySql>, ids: impl IntoIterator<Item = i64>) {
+    qb.push("(");
+    let mut sep = qb.separated(", ");
+    for id in ids {
+        sep.push_bind(id);
+    }
+    sep.push_unseparated(")");
+}
+
+async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<sqlx::Transaction<'static, MySql>> {
+    let mut conn = outbox.pool().acquire().await.map_err(db)?;
+    // Applies to the next transaction on this connection only.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.map_err(db)?;
+    sqlx::Transaction::begin(conn, None).await.map_err(db)
+}
+
+async fn lock_due(conn: &mut MySqlConnection, status: &str, limit: usize) -> Result<Vec<OutboxMessage>> {
+    let sql = format!(
+        "SELECT {cols} FROM outbox_message m WHERE m.status = ? AND m.next_attempt_at <= UTC_TIMESTAMP(6) \
+         AND {NOT_BLOCKED} ORDER BY m.next_attempt_at, m.id LIMIT ? FOR UPDATE SKIP LOCKED",
+        cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers")
+    );
+    let rows = sqlx::query(&sql)
+        .bind(status)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    rows.iter().map(decode_message).collect()
+}
+
+impl RelayStore for Outbox<MySql> {
+    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let mut tx = begin_read_committed(self).await?;
+        let mut cand = lock_due(&mut tx, "sending", limit).await?;
+        if cand.len() < limit {
+            let more = lock_due(&mut tx, "pending", limit - cand.len()).await?;
+            cand.extend(more);
+        }
+        if cand.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(cand);
+        }
+        let mut kept = cand;
+        if !kept.is_empty() {
+            let mut qb =
+                QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
+            qb.push_bind(owner.to_owned());
+            qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
+            qb.push_bind(ms(lease) * 1000);
+            qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
+            qb.push_bind(ms(lease) * 1000);
+            qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
+            qb.push_bind(owner.to_owned());
+            qb.push(" WHERE id IN ");
+            in_list(&mut qb, kept.iter().map(|m| m.id.0));
+            qb.build().execute(&mut *tx).await.map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        for m in &mut kept {
+            m.status = Status::Sending;
+            m.lease_owner = Some(owner.to_owned());
+        }
+        kept.sort_by_key(|m| m.id);
+        Ok(kept)
+    }
+
+    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::<MySql>::new(
+            "SELECT message_id, destination, status, attempts, last_error, \
+             GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_attempt_at)) DIV 1000 AS wait_ms \
+             FROM outbox_delivery WHERE message_id IN ",
+        );
+        in_list(&mut qb, ids.iter().map(|i| i.0));
+        let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let status = text(r, "status")?;
+                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
+                Ok(DeliveryState {
+                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
+                    destination: text(r, "destination")?,
+                    status: status.parse().map_err(|e: outbox_core::UnknownStatus| {
+                        outbox_core::Error::MalformedRow {
+                            table: "outbox_delivery",
+                            id: String::new(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                    attempts: r.try_get("attempts").map_err(db)?,
+                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+                    last_error: opt_text(r, "last_error")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let all = s.ids();
+        if all.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let mut tx = begin_read_committed(self).await?;
+        let mut qb = QueryBuilder::<MySql>::new(
+            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
+        );
+        qb.push_bind(owner.to_owned());
+        qb.push(" AND id IN ");
+        in_list(&mut qb, all.iter().map(|i| i.0));
+        qb.push(" FOR UPDATE");
+        let owned: HashSet<i64> =
+            qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
+
+        for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
+            sqlx::query(
+                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
+                 last_attempt_at, last_error, updated_at) \
+                 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                         IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6)) \
+                 ON DUPLICATE KEY UPDATE status = VALUES(status), attempts = VALUES(attempts), \
+                 next_attempt_at = VALUES(next_attempt_at), \
+                 last_attempt_at = COALESCE(VALUES(last_attempt_at), last_attempt_at), \
+                 last_error = COALESCE(VALUES(last_error), last_error), updated_at = UTC_TIMESTAMP(6)",
+            )
+            .bind(d.message_id.0)
+            .bind(&d.destination)
+            .bind(d.status.as_str())
+            .bind(d.attempts)
+            .bind(ms(d.retry_in) * 1000)
+            .bind(d.attempted)
+            .bind(d.last_error.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
+        if !sent.is_empty() {
+            let mut qb = QueryBuilder::<MySql>::new(
+                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
+                 next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
+                 updated_at = UTC_TIMESTAMP(6), updated_by = ",
+            );
+            qb.push_bind(owner.to_owned());
+            qb.push(" WHERE id IN ");
+            in_list(&mut qb, sent);
+            qb.build().execute(&mut *tx).await.map_err(db)?;
+        }
+        for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
+            sqlx::query(
+                "UPDATE outbox_message SET status = ?, attempts = ?, \
+                 next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                 last_error = COALESCE(?, last_error), \
+                 last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
+                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? \
+                 WHERE id = ?",
+            )
+            .bind(w.status.as_str())
+            .bind(w.attempts)
+            .bind(ms(w.retry_in) * 1000)
+            .bind(w.last_error.as_deref())
+            .bind(w.attempted)
+            .bind(owner)
+            .bind(w.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        let lost_lease = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
+        Ok(SettleReport { settled: owned.len(), lost_lease })
+    }
+
+    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut qb = QueryBuilder::<MySql>::new(
+            "UPDATE outbox_message SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ",
+        );
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND WHERE status = 'sending' AND lease_owner = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(" AND id IN ");
+        in_list(&mut qb, ids.iter().map(|i| i.0));
+        Ok(qb.build().execute(self.pool()).await.map_err(db)?.rows_affected())
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), updated_by = ? \
+             WHERE status = 'sending' AND lease_owner = ?",
+        )
+        .bind(owner)
+        .bind(owner)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        if idle {
+            sqlx::query(
+                "INSERT INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
+                 ON DUPLICATE KEY UPDATE until = VALUES(until)",
+            )
+            .bind(owner)
+            .bind(ms(ttl) * 1000)
+            .execute(self.pool())
+            .await
+            .map_err(db)?;
+        } else {
+            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = ?")
+                .bind(owner)
+                .execute(self.pool())
+                .await
+                .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        Ok(None)
+    }
+}

@@ -1,0 +1,275 @@
+//! The relay's queries on PostgreSQL.
+//!
+//! The claim is ONE statement: a CTE locks due candidates with `FOR UPDATE SKIP LOCKED` (rows
+//! another relay is claiming are skipped, not waited for) and leases them, returning them.
+//! Per-key order: a keyed message is a candidate only when it is the *head* of its key, i.e. no
+//! older message with that key is open (`pending`, `sending` or `failed`). So at most one message
+//! per key is in flight in the whole cluster, a failing head blocks only its own key, and a
+//! younger message can never overtake an older one, whatever fails or crashes. The check reads
+//! the statement's snapshot; a concurrent claimer's uncommitted lease on the head still shows the
+//! head as open, so the younger message waits either way.
+
+use std::time::Duration;
+
+use outbox_core::{MessageId, OutboxMessage, Result};
+use sqlx::postgres::{PgListener, Postgres};
+use sqlx::Row;
+
+use super::decode_message;
+use crate::error::db;
+use crate::outbox::Outbox;
+use crate::relay::{DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::signal::CommitSignal;
+
+/// The channel the `outbox_message_notify` trigger notifies.
+pub(crate) const CHANNEL: &str = "outbox_message";
+
+const CLAIM: &str = "\
+WITH cand AS (
+    SELECT m.id FROM outbox_message m
+    WHERE m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()
+      AND (m.msg_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM outbox_message o
+            WHERE o.msg_key = m.msg_key AND o.id < m.id
+              AND o.status IN ('pending', 'sending', 'failed')))
+    ORDER BY m.next_attempt_at, m.id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE outbox_message m
+SET status = 'sending', lease_owner = $1,
+    lease_until = now() + $3 * interval '1 millisecond',
+    next_attempt_at = now() + $3 * interval '1 millisecond',
+    updated_at = now(), updated_by = $1
+FROM cand WHERE m.id = cand.id
+RETURNING m.id, m.biz_type, m.biz_key, m.topic, m.msg_key, m.tag, m.headers::text AS headers, m.payload,
+          m.status, m.attempts, m.max_attempts, m.next_attempt_at, m.last_attempt_at, m.last_error,
+          m.lease_owner, m.lease_until, m.created_by, m.updated_by, m.created_at, m.updated_at";
+
+const MARK_SENT: &str = "\
+UPDATE outbox_message
+SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = now(),
+    last_attempt_at = now(), updated_at = now(), updated_by = $2
+WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2";
+
+const OWNED: &str = "\
+SELECT id FROM outbox_message WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2 FOR UPDATE";
+
+const WRITE_MESSAGES: &str = "\
+UPDATE outbox_message m
+SET status = w.status, attempts = w.attempts,
+    next_attempt_at = now() + w.retry_ms * interval '1 millisecond',
+    last_error = COALESCE(w.last_error, m.last_error),
+    last_attempt_at = CASE WHEN w.attempted THEN now() ELSE m.last_attempt_at END,
+    lease_owner = NULL, lease_until = NULL, updated_at = now(), updated_by = $7
+FROM unnest($1::int8[], $2::text[], $3::int4[], $4::int8[], $5::text[], $6::bool[])
+     AS w(id, status, attempts, retry_ms, last_error, attempted)
+WHERE m.id = w.id AND m.id = ANY($8)";
+
+const WRITE_DELIVERIES: &str = "\
+INSERT INTO outbox_delivery AS d
+    (message_id, destination, status, attempts, next_attempt_at, last_attempt_at, last_error, updated_at)
+SELECT w.message_id, w.destination, w.status, w.attempts, now() + w.retry_ms * interval '1 millisecond',
+       CASE WHEN w.attempted THEN now() END, w.last_error, now()
+FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::int8[], $6::text[], $7::bool[])
+     AS w(message_id, destination, status, attempts, retry_ms, last_error, attempted)
+WHERE w.message_id = ANY($8)
+ON CONFLICT (message_id, destination) DO UPDATE
+SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
+    last_attempt_at = COALESCE(EXCLUDED.last_attempt_at, d.last_attempt_at),
+    last_error = COALESCE(EXCLUDED.last_error, d.last_error), updated_at = now()";
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn raw_ids(ids: &[MessageId]) -> Vec<i64> {
+    ids.iter().map(|i| i.0).collect()
+}
+
+impl RelayStore for Outbox<Postgres> {
+    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let rows = sqlx::query(CLAIM)
+            .bind(owner)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(ms(lease))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        let mut out = rows.iter().map(decode_message).collect::<Result<Vec<_>>>()?;
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let rows = sqlx::query(
+            "SELECT message_id, destination, status, attempts, last_error, \
+             GREATEST(0, (EXTRACT(EPOCH FROM (next_attempt_at - now())) * 1000))::int8 AS wait_ms \
+             FROM outbox_delivery WHERE message_id = ANY($1)",
+        )
+        .bind(raw_ids(ids))
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status").map_err(db)?;
+                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
+                Ok(DeliveryState {
+                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
+                    destination: r.try_get("destination").map_err(db)?,
+                    status: status.parse().map_err(|e: outbox_core::UnknownStatus| {
+                        outbox_core::Error::MalformedRow {
+                            table: "outbox_delivery",
+                            id: String::new(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                    attempts: r.try_get("attempts").map_err(db)?,
+                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+                    last_error: r.try_get("last_error").map_err(db)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let all = s.ids();
+        if s.messages.is_empty() && s.deliveries.is_empty() {
+            // The common case: one statement, no transaction round trips.
+            let done = sqlx::query(MARK_SENT)
+                .bind(raw_ids(&s.sent))
+                .bind(owner)
+                .execute(self.pool())
+                .await
+                .map_err(db)?;
+            let settled = usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+            let lost_lease =
+                if settled == s.sent.len() { Vec::new() } else { self.not_owned(owner, &s.sent).await? };
+            return Ok(SettleReport { settled, lost_lease });
+        }
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let owned: Vec<i64> = sqlx::query_scalar(OWNED)
+            .bind(raw_ids(&all))
+            .bind(owner)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        if !s.deliveries.is_empty() {
+            let d = &s.deliveries;
+            sqlx::query(WRITE_DELIVERIES)
+                .bind(d.iter().map(|w| w.message_id.0).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| w.destination.clone()).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| w.attempts).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
+                .bind(d.iter().map(|w| w.attempted).collect::<Vec<_>>())
+                .bind(&owned)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        if !s.sent.is_empty() {
+            sqlx::query(MARK_SENT).bind(raw_ids(&s.sent)).bind(owner).execute(&mut *tx).await.map_err(db)?;
+        }
+        if !s.messages.is_empty() {
+            let m = &s.messages;
+            sqlx::query(WRITE_MESSAGES)
+                .bind(m.iter().map(|w| w.id.0).collect::<Vec<_>>())
+                .bind(m.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
+                .bind(m.iter().map(|w| w.attempts).collect::<Vec<_>>())
+                .bind(m.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
+                .bind(m.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
+                .bind(m.iter().map(|w| w.attempted).collect::<Vec<_>>())
+                .bind(owner)
+                .bind(&owned)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
+        Ok(SettleReport { settled: owned.len(), lost_lease })
+    }
+
+    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox_message SET lease_until = now() + $3 * interval '1 millisecond', \
+             next_attempt_at = now() + $3 * interval '1 millisecond' \
+             WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2",
+        )
+        .bind(raw_ids(ids))
+        .bind(owner)
+        .bind(ms(lease))
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = now(), updated_at = now(), updated_by = $1 \
+             WHERE status = 'sending' AND lease_owner = $1",
+        )
+        .bind(owner)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        let q = if idle {
+            sqlx::query(
+                "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
+                 ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
+            )
+            .bind(owner)
+            .bind(ms(ttl))
+        } else {
+            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = $1").bind(owner)
+        };
+        q.execute(self.pool()).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        let mut listener = PgListener::connect_with(self.pool()).await.map_err(db)?;
+        listener.listen(CHANNEL).await.map_err(db)?;
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => signal.wake(),
+                    Err(e) => {
+                        // PgListener reconnects on the next recv; notifications sent meanwhile
+                        // are lost, which the scan covers. Wake once so nothing waits a full
+                        // idle period after a reconnect.
+                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        signal.wake();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        })))
+    }
+}
+
+impl Outbox<Postgres> {
+    async fn not_owned(&self, owner: &str, ids: &[MessageId]) -> Result<Vec<MessageId>> {
+        let owned_sent: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM outbox_message WHERE id = ANY($1) AND status = 'sent' AND updated_by = $2",
+        )
+        .bind(raw_ids(ids))
+        .bind(owner)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(ids.iter().copied().filter(|id| !owned_sent.contains(&id.0)).collect())
+    }
+}

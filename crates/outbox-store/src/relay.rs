@@ -1,0 +1,151 @@
+//! What the relay needs from a store: claim due messages under a lease, read per-destination
+//! state, settle outcomes, release leases, and (PostgreSQL) push wake-ups.
+//!
+//! Every time is computed with the database clock (`now()`): the relay passes durations, never
+//! instants, so relays on machines with skewed clocks still agree on leases and schedules.
+
+use std::future::Future;
+use std::time::Duration;
+
+use outbox_core::{MessageId, OutboxMessage, Result, Status};
+
+use crate::signal::CommitSignal;
+
+/// The state of one destination's delivery of a message (a row of `outbox_delivery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryState {
+    /// Message.
+    pub message_id: MessageId,
+    /// Destination name (from the relay configuration).
+    pub destination: String,
+    /// Status of this delivery.
+    pub status: Status,
+    /// Failed attempts to this destination.
+    pub attempts: i32,
+    /// How long until this delivery is due (zero when due).
+    pub wait: Duration,
+    /// Last error for this destination.
+    pub last_error: Option<String>,
+}
+
+/// A write of one destination's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryWrite {
+    /// Message.
+    pub message_id: MessageId,
+    /// Destination name.
+    pub destination: String,
+    /// New status.
+    pub status: Status,
+    /// Failed attempts so far.
+    pub attempts: i32,
+    /// Due again after this long (for `pending`).
+    pub retry_in: Duration,
+    /// Error to record (None keeps the previous one).
+    pub last_error: Option<String>,
+    /// An attempt was made now (sets `last_attempt_at`).
+    pub attempted: bool,
+}
+
+/// A new state for a leased message (anything other than plain "sent").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MessageWrite {
+    /// Message.
+    pub id: MessageId,
+    /// `pending` (retry later), `failed` or `sent`.
+    pub status: Status,
+    /// Failed attempts so far.
+    pub attempts: i32,
+    /// For `pending`: due again after this long.
+    pub retry_in: Duration,
+    /// Error to record (None keeps the previous one).
+    pub last_error: Option<String>,
+    /// An attempt was made now (sets `last_attempt_at`).
+    pub attempted: bool,
+}
+
+/// Everything one processed batch writes back, applied atomically, and only to messages whose
+/// lease the settling relay still holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Settlement {
+    /// Messages delivered to every destination: become `sent`.
+    pub sent: Vec<MessageId>,
+    /// Messages with another outcome.
+    pub messages: Vec<MessageWrite>,
+    /// Per-destination states to upsert (fan-out only).
+    pub deliveries: Vec<DeliveryWrite>,
+}
+
+impl Settlement {
+    /// True when there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.sent.is_empty() && self.messages.is_empty() && self.deliveries.is_empty()
+    }
+
+    /// Every message id the settlement touches.
+    pub fn ids(&self) -> Vec<MessageId> {
+        let mut ids: Vec<MessageId> = self.sent.clone();
+        ids.extend(self.messages.iter().map(|m| m.id));
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+/// What a settlement did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SettleReport {
+    /// Messages written.
+    pub settled: usize,
+    /// Messages skipped because the lease had passed to another relay (they will be published
+    /// again by that relay: at-least-once).
+    pub lost_lease: Vec<MessageId>,
+}
+
+/// Store operations the relay engine needs. Implemented by `Outbox<Postgres | MySql | Sqlite>`
+/// and by `AnyOutbox`.
+pub trait RelayStore: Clone + Send + Sync + 'static {
+    /// Claims up to `limit` due messages for `owner` and leases them for `lease`: `pending`
+    /// rows whose `next_attempt_at` has come, and `sending` rows whose lease expired. A message
+    /// with a key is claimed only if every older open message with that key is claimed with it
+    /// (per-key order). Returned in id order.
+    fn claim(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<OutboxMessage>>> + Send;
+
+    /// The per-destination rows of these messages.
+    fn deliveries(&self, ids: &[MessageId]) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send;
+
+    /// Applies a settlement atomically, for the messages `owner` still leases.
+    fn settle(
+        &self,
+        owner: &str,
+        settlement: &Settlement,
+    ) -> impl Future<Output = Result<SettleReport>> + Send;
+
+    /// Extends the lease of messages `owner` holds (long publishes).
+    fn extend(
+        &self,
+        owner: &str,
+        ids: &[MessageId],
+        lease: Duration,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Returns every message `owner` leases to `pending`, due now (graceful shutdown).
+    fn release(&self, owner: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Tells writers whether `owner` is idle, so that they push a wake-up (PostgreSQL `NOTIFY`
+    /// only while some relay is idle). A no-op where the store has no push channel.
+    fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Starts forwarding the store's push notifications (PostgreSQL `LISTEN`) to `signal`.
+    /// Returns `None` where the store has no push channel (polling and the in-process signal
+    /// remain).
+    fn listen(
+        &self,
+        signal: CommitSignal,
+    ) -> impl Future<Output = Result<Option<tokio::task::JoinHandle<()>>>> + Send;
+}

@@ -1,0 +1,237 @@
+//! The relay's queries on SQLite. One writer at a time: each claim is a single atomic `UPDATE`
+//! statement (no `SKIP LOCKED` needed), and settlements run in `BEGIN IMMEDIATE` transactions so
+//! a reader never has to upgrade to a writer mid-transaction (which SQLite answers with BUSY).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use outbox_core::{MessageId, OutboxMessage, Result};
+use sqlx::sqlite::Sqlite;
+use sqlx::{Connection, QueryBuilder, Row};
+
+use super::decode_message;
+use crate::error::db;
+use crate::outbox::Outbox;
+use crate::relay::{DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::signal::CommitSignal;
+
+macro_rules! now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    };
+}
+
+const CLAIM: &str = concat!(
+    "WITH cand AS (
+    SELECT m.id FROM outbox_message m
+    WHERE m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
+    now_ms!(),
+    "
+      AND (m.msg_key IS NULL OR NOT EXISTS (
+            SELECT 1 FROM outbox_message o
+            WHERE o.msg_key = m.msg_key AND o.id < m.id
+              AND o.status IN ('pending', 'sending', 'failed')))
+    ORDER BY m.next_attempt_at, m.id
+    LIMIT ?2
+)
+UPDATE outbox_message
+SET status = 'sending', lease_owner = ?1, lease_until = ",
+    now_ms!(),
+    " + ?3, next_attempt_at = ",
+    now_ms!(),
+    " + ?3, updated_at = ",
+    now_ms!(),
+    ", updated_by = ?1
+WHERE id IN (SELECT id FROM cand)
+RETURNING id, biz_type, biz_key, topic, msg_key, tag, headers, payload, status, attempts, max_attempts,
+          next_attempt_at, last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by,
+          created_at, updated_at"
+);
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+fn in_list(qb: &mut QueryBuilder<'_, Sqlite>, ids: impl IntoIterator<Item = i64>) {
+    qb.push("(");
+    let mut sep = qb.separated(", ");
+    for id in ids {
+        sep.push_bind(id);
+    }
+    sep.push_unseparated(")");
+}
+
+impl RelayStore for Outbox<Sqlite> {
+    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let rows = sqlx::query(CLAIM)
+            .bind(owner)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(ms(lease))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        let mut out = rows.iter().map(decode_message).collect::<Result<Vec<_>>>()?;
+        out.sort_by_key(|m| m.id);
+        Ok(out)
+    }
+
+    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+            "SELECT message_id, destination, status, attempts, last_error, MAX(0, next_attempt_at - ",
+            now_ms!(),
+            ") AS wait_ms FROM outbox_delivery WHERE message_id IN "
+        ));
+        in_list(&mut qb, ids.iter().map(|i| i.0));
+        let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status").map_err(db)?;
+                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
+                Ok(DeliveryState {
+                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
+                    destination: r.try_get("destination").map_err(db)?,
+                    status: status.parse().map_err(|e: outbox_core::UnknownStatus| {
+                        outbox_core::Error::MalformedRow {
+                            table: "outbox_delivery",
+                            id: String::new(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                    attempts: r.try_get("attempts").map_err(db)?,
+                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+                    last_error: r.try_get("last_error").map_err(db)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let all = s.ids();
+        if all.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let mut conn = self.pool().acquire().await.map_err(db)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
+        );
+        qb.push_bind(owner.to_owned());
+        qb.push(" AND id IN ");
+        in_list(&mut qb, all.iter().map(|i| i.0));
+        let owned: HashSet<i64> =
+            qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
+
+        for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
+            sqlx::query(concat!(
+                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
+                 last_attempt_at, last_error, updated_at) VALUES (?1, ?2, ?3, ?4, ",
+                now_ms!(),
+                " + ?5, CASE WHEN ?6 THEN ",
+                now_ms!(),
+                " END, ?7, ",
+                now_ms!(),
+                ") ON CONFLICT (message_id, destination) DO UPDATE SET status = excluded.status, \
+                 attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at, \
+                 last_attempt_at = COALESCE(excluded.last_attempt_at, last_attempt_at), \
+                 last_error = COALESCE(excluded.last_error, last_error), updated_at = excluded.updated_at"
+            ))
+            .bind(d.message_id.0)
+            .bind(&d.destination)
+            .bind(d.status.as_str())
+            .bind(d.attempts)
+            .bind(ms(d.retry_in))
+            .bind(d.attempted)
+            .bind(d.last_error.as_deref())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
+        if !sent.is_empty() {
+            let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
+                now_ms!(),
+                ", last_attempt_at = ",
+                now_ms!(),
+                ", updated_at = ",
+                now_ms!(),
+                ", updated_by = "
+            ));
+            qb.push_bind(owner.to_owned());
+            qb.push(" WHERE id IN ");
+            in_list(&mut qb, sent);
+            qb.build().execute(&mut *tx).await.map_err(db)?;
+        }
+        for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
+            sqlx::query(concat!(
+                "UPDATE outbox_message SET status = ?1, attempts = ?2, next_attempt_at = ",
+                now_ms!(),
+                " + ?3, last_error = COALESCE(?4, last_error), \
+                 last_attempt_at = CASE WHEN ?5 THEN ",
+                now_ms!(),
+                " ELSE last_attempt_at END, lease_owner = NULL, lease_until = NULL, updated_at = ",
+                now_ms!(),
+                ", updated_by = ?6 WHERE id = ?7"
+            ))
+            .bind(w.status.as_str())
+            .bind(w.attempts)
+            .bind(ms(w.retry_in))
+            .bind(w.last_error.as_deref())
+            .bind(w.attempted)
+            .bind(owner)
+            .bind(w.id.0)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        let lost_lease = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
+        Ok(SettleReport { settled: owned.len(), lost_lease })
+    }
+
+    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+            "UPDATE outbox_message SET lease_until = ",
+            now_ms!(),
+            " + "
+        ));
+        qb.push_bind(ms(lease));
+        qb.push(concat!(", next_attempt_at = ", now_ms!(), " + "));
+        qb.push_bind(ms(lease));
+        qb.push(" WHERE status = 'sending' AND lease_owner = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(" AND id IN ");
+        in_list(&mut qb, ids.iter().map(|i| i.0));
+        Ok(qb.build().execute(self.pool()).await.map_err(db)?.rows_affected())
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(concat!(
+            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
+            now_ms!(),
+            ", updated_at = ",
+            now_ms!(),
+            ", updated_by = ?1 WHERE status = 'sending' AND lease_owner = ?1"
+        ))
+        .bind(owner)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn set_idle(&self, _owner: &str, _idle: bool, _ttl: Duration) -> Result<()> {
+        // No push channel: an embedded relay is woken by the in-process commit signal.
+        Ok(())
+    }
+
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        Ok(None)
+    }
+}
