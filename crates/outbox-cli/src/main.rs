@@ -13,7 +13,9 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    telemetry::init(cli.log_format, cli.verbose);
+    // The demo prints its own story; only warnings and errors go to the log unless -v.
+    let quiet = matches!(cli.command, cli::Command::Demo(_));
+    telemetry::init(cli.log_format, cli.verbose, quiet);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

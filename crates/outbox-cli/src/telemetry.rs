@@ -5,8 +5,9 @@ use tracing_subscriber::EnvFilter;
 use crate::cli::LogFormat;
 
 /// Installs the global subscriber: human or JSON lines on stderr, level from `-v` or `RUST_LOG`.
-pub(crate) fn init(format: LogFormat, verbose: u8) {
+pub(crate) fn init(format: LogFormat, verbose: u8, quiet: bool) {
     let default = match verbose {
+        0 if quiet => "warn",
         0 => "info",
         1 => "debug",
         _ => "trace",

@@ -610,7 +610,7 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
 
     // Plan the writes.
     let mut settlement = Settlement::default();
-    let mut alerts: Vec<(usize, String)> = Vec::new();
+    let mut alerts: Vec<(usize, String, i32)> = Vec::new();
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_entropy();
     for (mi, m) in batch.iter().enumerate() {
         let plan = if routes[mi].is_empty() {
@@ -634,6 +634,7 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         if plan.sent {
             settlement.sent.push(m.id);
         }
+        let attempts = plan.message.as_ref().map_or(m.attempts, |w| w.attempts);
         if let Some(w) = plan.message {
             if w.status == Status::Pending && w.attempted {
                 RelayStats::add(&inner.stats.retried, 1);
@@ -642,7 +643,7 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         }
         settlement.deliveries.extend(plan.deliveries);
         if let Some(reason) = plan.failed {
-            alerts.push((mi, reason));
+            alerts.push((mi, reason, attempts));
         }
     }
 
@@ -675,7 +676,7 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         RelayStats::add(&inner.stats.lost_lease, report.lost_lease.len());
         tracing::warn!(ids = ?report.lost_lease, "Leases expired before settling; another relay took these messages over");
     }
-    for (mi, reason) in alerts {
+    for (mi, reason, attempts) in alerts {
         let m = &batch[mi];
         if report.lost_lease.contains(&m.id) {
             continue;
@@ -683,6 +684,8 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         RelayStats::add(&inner.stats.failed, 1);
         let mut failed = m.clone();
         failed.status = Status::Failed;
+        failed.attempts = attempts;
+        failed.last_error = Some(reason.clone());
         inner.alert.message_failed(&failed, &reason).await;
     }
 }

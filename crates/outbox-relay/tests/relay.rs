@@ -541,3 +541,73 @@ macro_rules! dialect {
 dialect!(postgres, outbox_testkit::fresh_pg);
 dialect!(mysql, outbox_testkit::fresh_mysql);
 dialect!(sqlite, outbox_testkit::fresh_sqlite);
+
+/// PostgreSQL only: rows inserted by another process (any language) wake an idle relay through
+/// `LISTEN/NOTIFY`, and writers pay for `NOTIFY` only while some relay is idle.
+mod postgres_push {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_foreign_insert_wakes_an_idle_relay_through_notify() {
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = TestTransport::new();
+        let mut cfg = config("r1");
+        cfg.idle_interval = Duration::from_secs(60); // the scan cannot explain a fast delivery
+        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(cfg)
+            .destination(Destination::new("broker", Arc::new(t.clone())))
+            .route(Route::new("#", ["broker"]))
+            .build()
+            .unwrap();
+        let running = start(relay);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        // A foreign application: plain SQL on its own connection, no in-process signal.
+        let foreign = sqlx::PgPool::connect(&db.url).await.unwrap();
+        let inserted_at = Instant::now();
+        sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', 'from python')")
+            .execute(&foreign)
+            .await
+            .unwrap();
+        eventually("delivered", || async { t.delivered().len() == 1 }).await;
+        assert!(inserted_at.elapsed() < Duration::from_secs(10), "woken by NOTIFY, not by the 60 s scan");
+        assert_eq!(t.delivered()[0].payload, "from python");
+        running.stop().await;
+        foreign.close().await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test]
+    async fn writers_notify_only_while_a_relay_is_idle() {
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let mut listener = sqlx::postgres::PgListener::connect(&db.url).await.unwrap();
+        listener.listen("outbox_message").await.unwrap();
+        let insert = "INSERT INTO outbox_message (topic, payload) VALUES ('t', 'p')";
+
+        sqlx::query(insert).execute(&db.pool).await.unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+        assert!(quiet.is_err(), "no relay idle: no NOTIFY (and no commit-time lock) for writers");
+
+        outbox.set_idle("r1", true, Duration::from_secs(30)).await.unwrap();
+        sqlx::query(insert).execute(&db.pool).await.unwrap();
+        let n = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
+        assert!(n.is_ok(), "an idle relay is notified");
+
+        // A rolled-back insert notifies nobody.
+        let mut tx = db.pool.begin().await.unwrap();
+        sqlx::query(insert).execute(&mut *tx).await.unwrap();
+        tx.rollback().await.unwrap();
+        let after_rollback = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+        assert!(after_rollback.is_err());
+
+        outbox.set_idle("r1", false, Duration::from_secs(30)).await.unwrap();
+        sqlx::query(insert).execute(&db.pool).await.unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+        assert!(quiet.is_err(), "the relay is busy again: writers stop notifying");
+        drop(listener);
+        db.drop_db().await;
+    }
+}
