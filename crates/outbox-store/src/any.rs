@@ -2,6 +2,7 @@
 
 use outbox_core::{Error, Result};
 
+
 use crate::migrate::MigrationReport;
 use crate::outbox::Outbox;
 
@@ -154,5 +155,65 @@ mod tests {
         assert_eq!(Dialect::of_url("sqlite:demo.db").unwrap(), Dialect::Sqlite);
         let err = Dialect::of_url("oracle://u:pw@h/db").unwrap_err().to_string();
         assert!(err.contains("oracle") && !err.contains("pw"), "{err}");
+    }
+}
+
+macro_rules! each {
+    ($self:ident, $o:ident => $body:expr) => {
+        match $self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres($o) => $body,
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql($o) => $body,
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite($o) => $body,
+        }
+    };
+}
+
+impl AnyOutbox {
+    /// The after-commit signal of the underlying outbox.
+    pub fn signal(&self) -> &crate::CommitSignal {
+        each!(self, o => o.signal())
+    }
+
+    /// See [`Outbox::get`].
+    pub async fn get(&self, id: outbox_core::MessageId) -> Result<Option<outbox_core::OutboxMessage>> {
+        each!(self, o => o.get(id).await)
+    }
+}
+
+impl crate::relay::RelayStore for AnyOutbox {
+    async fn claim(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Vec<outbox_core::OutboxMessage>> {
+        each!(self, o => o.claim(owner, limit, lease).await)
+    }
+
+    async fn deliveries(&self, ids: &[outbox_core::MessageId]) -> Result<Vec<crate::relay::DeliveryState>> {
+        each!(self, o => o.deliveries(ids).await)
+    }
+
+    async fn settle(&self, owner: &str, s: &crate::relay::Settlement) -> Result<crate::relay::SettleReport> {
+        each!(self, o => o.settle(owner, s).await)
+    }
+
+    async fn extend(&self, owner: &str, ids: &[outbox_core::MessageId], lease: std::time::Duration) -> Result<u64> {
+        each!(self, o => o.extend(owner, ids, lease).await)
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64> {
+        each!(self, o => o.release(owner).await)
+    }
+
+    async fn set_idle(&self, owner: &str, idle: bool, ttl: std::time::Duration) -> Result<()> {
+        each!(self, o => o.set_idle(owner, idle, ttl).await)
+    }
+
+    async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        each!(self, o => o.listen(signal).await)
     }
 }
