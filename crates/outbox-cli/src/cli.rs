@@ -29,6 +29,26 @@ pub(crate) enum LogFormat {
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
+    /// Run the relay daemon: publish every store's outbox to the configured destinations.
+    ///
+    /// Connects every store and destination first and exits non-zero, naming the one that
+    /// failed, if any is unreachable; afterwards it keeps retrying with backoff. SIGTERM or
+    /// SIGINT stop it gracefully (in-flight batches finish or their leases are released).
+    ///
+    /// Examples:
+    ///   outbox relay --config outbox.toml
+    ///   OUTBOX__STORES__0__URL=postgres://app:secret@db/shop outbox relay --config outbox.toml
+    ///   outbox relay --config outbox.toml --log-format json
+    #[command(verbatim_doc_comment)]
+    Relay(ConfigArgs),
+    /// Validate a configuration file and print the resolved stores, destinations and routes.
+    ///
+    /// Every error names the key and, where known, the file line. Secrets are never printed.
+    ///
+    /// Example:
+    ///   outbox check --config outbox.toml
+    #[command(verbatim_doc_comment)]
+    Check(CheckArgs),
     /// Create or upgrade the outbox tables in a database.
     ///
     /// Idempotent: running it again is a no-op. Refuses a database migrated by a newer release.
@@ -48,6 +68,65 @@ pub(crate) enum Command {
     ///   outbox demo
     #[command(verbatim_doc_comment)]
     Demo(DemoArgs),
+    /// Show what the outbox holds: counts per status, per topic and per destination, and how
+    /// long the oldest unsent message has waited.
+    ///
+    /// Examples:
+    ///   outbox status --database-url postgres://app@db/shop
+    ///   outbox status --json | jq '.failed'
+    #[command(verbatim_doc_comment)]
+    Status(StatusArgs),
+    /// List messages, in id order, a page at a time.
+    ///
+    /// Every filter given must match. Times are RFC 3339 (2024-05-01T12:00:00Z), a UTC date
+    /// (2024-05-01) or a duration ago (30m, 6h, 7d).
+    ///
+    /// Examples:
+    ///   outbox list --status failed
+    ///   outbox list --topic order.paid --since 1h
+    ///   outbox list --biz-type order --biz-key 42 --json
+    ///   outbox list --limit 100 --after-id 5000      (the next page after id 5000)
+    #[command(verbatim_doc_comment)]
+    List(ListArgs),
+    /// Show one message: its columns, headers, payload, last error and per-destination state.
+    ///
+    /// Examples:
+    ///   outbox show 42
+    ///   outbox show 42 --json
+    #[command(verbatim_doc_comment)]
+    Show(ShowArgs),
+    /// Re-drive a failed (or cancelled) message, or every failed message matching a filter.
+    ///
+    /// The message goes back to pending with its attempts reset, due now; the relay publishes it
+    /// on its next scan. Destinations that already got it are not sent it again. Bulk re-drives
+    /// run in batches, each its own short transaction.
+    ///
+    /// Examples:
+    ///   outbox retry 42
+    ///   outbox retry --failed
+    ///   outbox retry --failed --topic order.paid --since 1d --batch 200
+    #[command(verbatim_doc_comment)]
+    Retry(RetryArgs),
+    /// Cancel a pending or failed message: it will never be published.
+    ///
+    /// A message being sent right now (status sending) cannot be cancelled. A cancelled message
+    /// can be re-driven later with `outbox retry ID`.
+    ///
+    /// Example:
+    ///   outbox cancel 42
+    #[command(verbatim_doc_comment)]
+    Cancel(CancelArgs),
+    /// Delete finished messages (sent, acked, cancelled) older than a retention period.
+    ///
+    /// Deletes in small batches, each its own short statement, so the relay and the application
+    /// are never blocked for long; per-destination rows go with their messages. Pending, sending
+    /// and failed messages are never purged.
+    ///
+    /// Examples:
+    ///   outbox purge --sent-before 7d
+    ///   outbox purge --sent-before 12h --batch 5000 --json
+    #[command(verbatim_doc_comment)]
+    Purge(PurgeArgs),
 }
 
 #[derive(Debug, Args)]
@@ -68,6 +147,185 @@ pub(crate) struct DemoArgs {
     /// Number of orders to place.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub(crate) orders: u32,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// The database every operations subcommand works on.
+#[derive(Debug, Args)]
+pub(crate) struct DatabaseArgs {
+    /// Database URL: postgres://, mysql:// (also MariaDB) or sqlite:PATH.
+    #[arg(long, env = "OUTBOX_DATABASE_URL", hide_env_values = true)]
+    pub(crate) database_url: String,
+}
+
+/// A message status, as the command line spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StatusArg {
+    /// Waiting to be published.
+    Pending,
+    /// Being published by a relay.
+    Sending,
+    /// Published (confirmed by the broker).
+    Sent,
+    /// Confirmed by the consumer (ACK mode).
+    Acked,
+    /// Gave up; needs a person.
+    Failed,
+    /// Cancelled by hand.
+    Cancelled,
+}
+
+impl From<StatusArg> for outbox_store::Status {
+    fn from(s: StatusArg) -> Self {
+        use outbox_store::Status;
+        match s {
+            StatusArg::Pending => Status::Pending,
+            StatusArg::Sending => Status::Sending,
+            StatusArg::Sent => Status::Sent,
+            StatusArg::Acked => Status::Acked,
+            StatusArg::Failed => Status::Failed,
+            StatusArg::Cancelled => Status::Cancelled,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// Only messages in this status.
+    #[arg(long, value_enum)]
+    pub(crate) status: Option<StatusArg>,
+    /// Only messages of this topic (exact).
+    #[arg(long)]
+    pub(crate) topic: Option<String>,
+    /// Only messages with this biz_type.
+    #[arg(long)]
+    pub(crate) biz_type: Option<String>,
+    /// Only messages with this biz_key.
+    #[arg(long)]
+    pub(crate) biz_key: Option<String>,
+    /// Only messages with this ordering key.
+    #[arg(long)]
+    pub(crate) key: Option<String>,
+    /// Only messages created at or after TIME (RFC 3339, a date, or a duration ago: 1h, 30m, 7d).
+    #[arg(long, value_name = "TIME", value_parser = crate::commands::ops::parse_time)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// Only messages created before TIME (RFC 3339, a date, or a duration ago: 1h, 30m, 7d).
+    #[arg(long, value_name = "TIME", value_parser = crate::commands::ops::parse_time)]
+    pub(crate) until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Messages per page (1 to 1000).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub(crate) limit: u64,
+    /// Start after this id (the last id of the previous page).
+    #[arg(long, value_name = "ID")]
+    pub(crate) after_id: Option<i64>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// The message id.
+    pub(crate) id: i64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RetryArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// The message to re-drive (failed or cancelled).
+    #[arg(required_unless_present = "failed", conflicts_with = "failed")]
+    pub(crate) id: Option<i64>,
+    /// Re-drive every failed message (matching the filters below).
+    #[arg(long)]
+    pub(crate) failed: bool,
+    /// With --failed: only this topic.
+    #[arg(long, requires = "failed")]
+    pub(crate) topic: Option<String>,
+    /// With --failed: only this biz_type.
+    #[arg(long, requires = "failed")]
+    pub(crate) biz_type: Option<String>,
+    /// With --failed: only this ordering key.
+    #[arg(long, requires = "failed")]
+    pub(crate) key: Option<String>,
+    /// With --failed: only messages created at or after TIME (RFC 3339, a date, or 1h, 7d ago).
+    #[arg(long, value_name = "TIME", requires = "failed", value_parser = crate::commands::ops::parse_time)]
+    pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,
+    /// With --failed: only messages created before TIME (RFC 3339, a date, or 1h, 7d ago).
+    #[arg(long, value_name = "TIME", requires = "failed", value_parser = crate::commands::ops::parse_time)]
+    pub(crate) until: Option<chrono::DateTime<chrono::Utc>>,
+    /// With --failed: messages per transaction (1 to 10000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) batch: u64,
+    /// Recorded as the message's updated_by (default: outbox-cli:$USER).
+    #[arg(long, env = "OUTBOX_ACTOR")]
+    pub(crate) actor: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CancelArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// The message to cancel (pending or failed).
+    pub(crate) id: i64,
+    /// Recorded as the message's updated_by (default: outbox-cli:$USER).
+    #[arg(long, env = "OUTBOX_ACTOR")]
+    pub(crate) actor: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
+    /// Delete finished messages whose last change is older than this (e.g. 7d, 12h, 30m; 0s
+    /// deletes every finished message).
+    #[arg(long, value_name = "DURATION", value_parser = crate::commands::ops::parse_duration)]
+    pub(crate) sent_before: std::time::Duration,
+    /// Messages deleted per statement (1 to 10000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub(crate) batch: u64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ConfigArgs {
+    /// Configuration file (TOML). `OUTBOX__<path>` environment variables override its values,
+    /// e.g. `OUTBOX__STORES__0__URL`.
+    #[arg(long, short, env = "OUTBOX_CONFIG", default_value = "outbox.toml")]
+    pub(crate) config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    /// Configuration file (TOML).
+    #[arg(long, short, env = "OUTBOX_CONFIG", default_value = "outbox.toml")]
+    pub(crate) config: PathBuf,
     /// Print the result as JSON.
     #[arg(long)]
     pub(crate) json: bool,

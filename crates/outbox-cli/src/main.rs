@@ -5,6 +5,7 @@
 
 mod cli;
 mod commands;
+mod config;
 mod telemetry;
 
 use std::process::ExitCode;

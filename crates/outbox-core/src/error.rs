@@ -1,5 +1,7 @@
 //! The error type shared by the outbox crates.
 
+use crate::{MessageId, Status};
+
 /// `Result` with [`Error`] as its default error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -57,6 +59,30 @@ pub enum Error {
     /// A database URL or store option is wrong.
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// No message with this id exists (it was never enqueued, or it was purged).
+    #[error("message {id} not found")]
+    NotFound {
+        /// The id asked for.
+        id: MessageId,
+    },
+    /// An operator action (retry, cancel) is not allowed from the message's current status.
+    #[error("cannot {action} message {id}: its status is {from} ({})", transition_hint(action, *from))]
+    InvalidTransition {
+        /// The message.
+        id: MessageId,
+        /// Its status when the action was attempted.
+        from: Status,
+        /// The action refused: `retry` or `cancel`.
+        action: &'static str,
+    },
+    /// An argument of an operations call (page size, batch size, age) is out of range.
+    #[error("invalid argument {name}: {reason}")]
+    InvalidArgument {
+        /// The argument (`limit`, `batch`, `older_than`, ...).
+        name: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Communicating with the database failed.
     #[error("error communicating with the database: {0}")]
     Database(Box<dyn std::error::Error + Send + Sync + 'static>),
@@ -74,22 +100,66 @@ pub enum ErrorKind {
     Config,
     /// The database failed or is unreachable; retrying may help.
     Database,
+    /// The message asked for does not exist.
+    NotFound,
+    /// The action conflicts with the message's current status.
+    Conflict,
 }
 
 impl Error {
     /// The broad category of this error.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            Error::InvalidMessage { .. } | Error::Constraint { .. } | Error::MalformedRow { .. } => {
-                ErrorKind::InvalidInput
-            }
+            Error::InvalidMessage { .. }
+            | Error::Constraint { .. }
+            | Error::MalformedRow { .. }
+            | Error::InvalidArgument { .. } => ErrorKind::InvalidInput,
             Error::SchemaTooNew { .. } | Error::SchemaNotMigrated { .. } => ErrorKind::Schema,
             Error::Config(_) => ErrorKind::Config,
             Error::Database(_) => ErrorKind::Database,
+            Error::NotFound { .. } => ErrorKind::NotFound,
+            Error::InvalidTransition { .. } => ErrorKind::Conflict,
         }
     }
 
     pub(crate) fn invalid(field: &'static str, reason: impl Into<String>) -> Self {
         Error::InvalidMessage { field, reason: reason.into() }
+    }
+}
+
+/// Why an operator action is refused from a status, and what to do instead.
+fn transition_hint(action: &str, from: Status) -> &'static str {
+    match (action, from) {
+        (_, Status::Sending) => {
+            "a relay is publishing it right now; wait for the attempt to end and look again"
+        }
+        ("retry", Status::Pending) => "it is already waiting to be published",
+        ("retry", Status::Sent | Status::Acked) => {
+            "it was already published; only failed or cancelled messages can be retried"
+        }
+        ("retry", _) => "only failed or cancelled messages can be retried",
+        ("cancel", Status::Cancelled) => "it is already cancelled",
+        ("cancel", Status::Sent | Status::Acked) => {
+            "it was already published; only pending or failed messages can be cancelled"
+        }
+        ("cancel", _) => "only pending or failed messages can be cancelled",
+        _ => "not allowed from this status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_errors_say_the_status_and_what_to_do() {
+        let e = Error::InvalidTransition { id: MessageId(7), from: Status::Sent, action: "retry" };
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        let text = e.to_string();
+        assert!(text.contains("cannot retry message 7") && text.contains("status is sent"), "{text}");
+        let e = Error::InvalidTransition { id: MessageId(8), from: Status::Sending, action: "cancel" };
+        assert!(e.to_string().contains("a relay is publishing it right now"), "{e}");
+        assert_eq!(Error::NotFound { id: MessageId(9) }.to_string(), "message 9 not found");
+        assert_eq!(Error::NotFound { id: MessageId(9) }.kind(), ErrorKind::NotFound);
     }
 }

@@ -12,10 +12,10 @@ pub struct RetryPolicy {
     /// Attempts before the message becomes `failed` (1 = no retry). Defaults to 12.
     pub max_attempts: u32,
     /// Delay after the first failure. Defaults to 1 s.
-    #[serde(with = "millis")]
+    #[serde(with = "crate::duration")]
     pub initial: Duration,
     /// Longest delay between attempts. Defaults to 10 min.
-    #[serde(with = "millis")]
+    #[serde(with = "crate::duration")]
     pub max_delay: Duration,
     /// Growth factor per attempt. Defaults to 2.
     pub multiplier: f64,
@@ -70,20 +70,6 @@ impl RetryPolicy {
             return Err("initial must not exceed max_delay".into());
         }
         Ok(())
-    }
-}
-
-mod millis {
-    use std::time::Duration;
-
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub(super) fn serialize<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(d.as_millis() as u64)
-    }
-
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        Ok(Duration::from_millis(u64::deserialize(d)?))
     }
 }
 

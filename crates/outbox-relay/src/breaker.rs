@@ -17,8 +17,10 @@ pub struct BreakerConfig {
     /// Consecutive unavailable outcomes that open the breaker. Defaults to 3.
     pub failure_threshold: u32,
     /// First cool-down. Defaults to 1 s.
+    #[serde(with = "outbox_core::duration")]
     pub cooldown: Duration,
     /// Longest cool-down. Defaults to 30 s.
+    #[serde(with = "outbox_core::duration")]
     pub max_cooldown: Duration,
 }
 

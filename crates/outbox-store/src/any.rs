@@ -136,28 +136,6 @@ pub fn redact_url(url: &str) -> String {
     format!("{}{}{}", &url[..scheme_end], redacted, &rest[at..])
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_never_leave_redact_url() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
-        assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
-        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
-        assert_eq!(redact_url("postgres://u:p%40ss@h/db?x=1"), "postgres://u:***@h/db?x=1");
-    }
-
-    #[test]
-    fn dialect_by_scheme() {
-        assert_eq!(Dialect::of_url("postgresql://h/db").unwrap(), Dialect::Postgres);
-        assert_eq!(Dialect::of_url("mariadb://h/db").unwrap(), Dialect::MySql);
-        assert_eq!(Dialect::of_url("sqlite:demo.db").unwrap(), Dialect::Sqlite);
-        let err = Dialect::of_url("oracle://u:pw@h/db").unwrap_err().to_string();
-        assert!(err.contains("oracle") && !err.contains("pw"), "{err}");
-    }
-}
-
 macro_rules! each {
     ($self:ident, $o:ident => $body:expr) => {
         match $self {
@@ -215,5 +193,68 @@ impl crate::relay::RelayStore for AnyOutbox {
 
     async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
         each!(self, o => o.listen(signal).await)
+    }
+}
+
+impl crate::admin::MessageAdmin for AnyOutbox {
+    async fn stats(&self) -> Result<crate::admin::Stats> {
+        each!(self, o => o.stats().await)
+    }
+
+    async fn list(&self, filter: &crate::admin::ListFilter) -> Result<Vec<outbox_core::OutboxMessage>> {
+        each!(self, o => o.list(filter).await)
+    }
+
+    async fn show(&self, id: outbox_core::MessageId) -> Result<crate::admin::MessageDetail> {
+        each!(self, o => o.show(id).await)
+    }
+
+    async fn retry(&self, id: outbox_core::MessageId, actor: &str) -> Result<outbox_core::OutboxMessage> {
+        each!(self, o => o.retry(id, actor).await)
+    }
+
+    async fn retry_failed(
+        &self,
+        filter: &crate::admin::ListFilter,
+        actor: &str,
+        batch: usize,
+        progress: crate::admin::Progress<'_>,
+    ) -> Result<u64> {
+        each!(self, o => o.retry_failed(filter, actor, batch, progress).await)
+    }
+
+    async fn cancel(&self, id: outbox_core::MessageId, actor: &str) -> Result<outbox_core::OutboxMessage> {
+        each!(self, o => o.cancel(id, actor).await)
+    }
+
+    async fn purge(
+        &self,
+        older_than: std::time::Duration,
+        batch: usize,
+        progress: crate::admin::Progress<'_>,
+    ) -> Result<u64> {
+        each!(self, o => o.purge(older_than, batch, progress).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_leave_redact_url() {
+        assert_eq!(redact_url("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact_url("mysql://root@h/db"), "mysql://root@h/db");
+        assert_eq!(redact_url("sqlite://x.db"), "sqlite://x.db");
+        assert_eq!(redact_url("postgres://u:p%40ss@h/db?x=1"), "postgres://u:***@h/db?x=1");
+    }
+
+    #[test]
+    fn dialect_by_scheme() {
+        assert_eq!(Dialect::of_url("postgresql://h/db").unwrap(), Dialect::Postgres);
+        assert_eq!(Dialect::of_url("mariadb://h/db").unwrap(), Dialect::MySql);
+        assert_eq!(Dialect::of_url("sqlite:demo.db").unwrap(), Dialect::Sqlite);
+        let err = Dialect::of_url("oracle://u:pw@h/db").unwrap_err().to_string();
+        assert!(err.contains("oracle") && !err.contains("pw"), "{err}");
     }
 }

@@ -8,9 +8,14 @@
 //!   the schema as plain `.sql` files in `migrations/<dialect>/` for teams that run their own
 //!   migrations.
 //!
+//! - [`MessageAdmin`]: operations for people and tools (counts, search, re-drive, cancel,
+//!   retention), on every dialect and on [`AnyOutbox`].
+//!
 //! Every dialect is a cargo feature of the same name.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod admin;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod any;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
@@ -28,6 +33,11 @@ pub mod postgres;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use admin::{
+    DeliveryRecord, DestinationCount, ListFilter, MessageAdmin, MessageDetail, Progress, Stats, StatusCount,
+    TopicCount, MAX_BATCH, MAX_LIST_LIMIT, MAX_PURGE_AGE,
+};
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use any::{redact_url, AnyOutbox, Dialect};
 pub use migrate::{Migration, MigrationReport};

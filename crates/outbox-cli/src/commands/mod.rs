@@ -1,14 +1,31 @@
 //! One module per subcommand.
 
+mod cancel;
+mod check;
 mod demo;
+mod list;
 mod migrate;
+pub(crate) mod ops;
+mod purge;
+mod relay;
+mod retry;
+mod show;
+mod status;
 
 use crate::cli::{Cli, Command};
 
 /// Runs the chosen subcommand.
 pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
+        Command::Relay(args) => relay::run(&args.config).await,
+        Command::Check(args) => check::run(&args.config, args.json).await,
         Command::Migrate(args) => migrate::run(args).await,
         Command::Demo(args) => demo::run(args).await,
+        Command::Status(args) => status::run(args).await,
+        Command::List(args) => list::run(args).await,
+        Command::Show(args) => show::run(args).await,
+        Command::Retry(args) => retry::run(args).await,
+        Command::Cancel(args) => cancel::run(args).await,
+        Command::Purge(args) => purge::run(args).await,
     }
 }

@@ -94,6 +94,7 @@ impl OutboxDatabase for MySql {
     }
 }
 
+mod admin;
 mod relay;
 
 impl_connection!(MySqlConnection, MySql);

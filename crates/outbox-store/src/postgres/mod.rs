@@ -106,6 +106,7 @@ impl OutboxDatabase for Postgres {
     }
 }
 
+mod admin;
 mod relay;
 
 impl_connection!(PgConnection, Postgres);

@@ -103,6 +103,7 @@ impl OutboxDatabase for Sqlite {
     }
 }
 
+mod admin;
 mod relay;
 
 impl_connection!(SqliteConnection, Sqlite);

@@ -1,0 +1,103 @@
+//! `outbox relay`: the daemon. One relay engine per configured store, sharing the destinations.
+
+use std::path::Path;
+
+use anyhow::Context;
+use outbox_relay::{Destination, Relay, Route};
+use outbox_store::{redact_url, AnyOutbox};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+/// Connects every store and destination (failing fast with a clear message when one is
+/// unreachable), then runs until SIGTERM or SIGINT.
+pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
+    let config = Config::load(config_path)?;
+    let stop = CancellationToken::new();
+    spawn_signal_handler(stop.clone());
+
+    let mut destinations = Vec::new();
+    for (name, d) in &config.destinations {
+        let kind = d.transport.kind();
+        let transport = d
+            .transport
+            .clone()
+            .build()
+            .await
+            .with_context(|| format!("destination {name:?} ({kind}) is not usable at start"))?;
+        let mut dest = Destination::new(name.clone(), transport).retry(d.retry.clone()).breaker(d.breaker.clone());
+        if let Some(n) = d.max_payload_bytes {
+            dest = dest.max_payload_bytes(n);
+        }
+        tracing::info!(destination = %name, kind, "Destination ready");
+        destinations.push(dest);
+    }
+    let routes: Vec<Route> = config
+        .routes
+        .iter()
+        .map(|r| Route::new(r.topic.get_ref().clone(), r.destinations.iter().map(|d| d.get_ref().clone())))
+        .collect();
+
+    let mut relays = Vec::new();
+    for s in &config.stores {
+        let name = s.name.get_ref();
+        let shown = redact_url(s.url.get_ref());
+        let outbox = AnyOutbox::connect(s.url.get_ref(), s.max_connections)
+            .await
+            .with_context(|| format!("store {name:?} ({shown}) is unreachable at start"))?;
+        if s.migrate {
+            let r = outbox.migrate().await.with_context(|| format!("migrating store {name:?}"))?;
+            tracing::info!(store = %name, from = r.from, to = r.to, "Schema migrated");
+        } else {
+            outbox.check_schema().await.with_context(|| format!("store {name:?} ({shown})"))?;
+        }
+        let mut builder =
+            Relay::builder(outbox.clone(), outbox.signal().clone()).config(config.relay_config(name));
+        for d in &destinations {
+            builder = builder.destination(d.clone());
+        }
+        for r in &routes {
+            builder = builder.route(r.clone());
+        }
+        let relay = builder.build().with_context(|| format!("relay for store {name:?}"))?;
+        tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Relaying");
+        relays.push(tokio::spawn(relay.run(stop.clone())));
+        if !config.retention.finished_after.is_zero() {
+            tracing::debug!(store = %name, "Retention configured");
+        }
+    }
+    for r in relays {
+        r.await.context("a relay task panicked")?;
+    }
+    tracing::info!("All relays stopped");
+    Ok(())
+}
+
+fn spawn_signal_handler(stop: CancellationToken) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "Cannot listen for SIGTERM; only Ctrl-C stops the relay");
+                    let _ = tokio::signal::ctrl_c().await;
+                    stop.cancel();
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        stop.cancel();
+        // A second signal while draining: leave at once (leases expire on their own).
+        let _ = tokio::signal::ctrl_c().await;
+        std::process::exit(130);
+    });
+}

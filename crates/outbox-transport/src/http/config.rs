@@ -1,0 +1,321 @@
+//! Configuration of the HTTP webhook transport.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use reqwest::header::{HeaderName, HeaderValue};
+use serde::Deserialize;
+
+use crate::TransportError;
+
+const KIND: &str = "http";
+
+/// Default [`HttpConfig::max_payload_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+
+/// Shortest accepted signing secret, in bytes.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// The placeholder in [`HttpConfig::url`] replaced by the message's topic.
+pub const TOPIC_PLACEHOLDER: &str = "{topic}";
+
+/// Where and how to POST messages.
+///
+/// ```toml
+/// url = "https://hooks.example.com/outbox/{topic}"
+/// secret = "a-long-random-shared-secret"
+/// timeout = "10s"
+/// concurrency = 16
+/// [headers]
+/// Authorization = "Bearer ..."
+/// ```
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpConfig {
+    /// The URL each message is POSTed to, `http://` or `https://`. May contain `{topic}`,
+    /// replaced by the message's topic, percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`),
+    /// so it is safe in a path segment or a query value. Required. A password in it never
+    /// appears in errors or logs.
+    pub url: String,
+    /// The shared secret requests are signed with (HMAC-SHA256, see the module docs). Required
+    /// unless `unsigned = true`; at least 16 bytes. Never logged or printed by `Debug`.
+    #[serde(default)]
+    pub secret: Option<WebhookSecret>,
+    /// Send requests without the `Outbox-Timestamp` and `Outbox-Signature` headers (for
+    /// receivers that authenticate otherwise, e.g. mutual TLS on a private network). Defaults to
+    /// false; must not be combined with `secret`.
+    #[serde(default)]
+    pub unsigned: bool,
+    /// The `Content-Type` of every request. Defaults to `application/json`.
+    #[serde(default = "default_content_type")]
+    pub content_type: String,
+    /// How long one request may take, from connecting to the end of the response: a duration
+    /// such as `"10s"` or a number of milliseconds. Defaults to 10 s. Keep the relay's
+    /// `publish_timeout` above `ceil(batch_size / concurrency) * timeout`, or lower the batch
+    /// size.
+    #[serde(default = "default_timeout", with = "outbox_core::duration")]
+    pub timeout: Duration,
+    /// How long establishing a connection (TCP and TLS) may take. Defaults to 5 s.
+    #[serde(default = "default_connect_timeout", with = "outbox_core::duration")]
+    pub connect_timeout: Duration,
+    /// Requests in flight at once within a batch (over one pooled client: connections are
+    /// reused). Defaults to 16; 1 to 1024.
+    #[serde(default = "default_concurrency")]
+    pub concurrency: usize,
+    /// Largest payload sent, in bytes; a larger message fails permanently without a request.
+    /// Defaults to 16 MiB.
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
+    /// Extra headers sent with every request (e.g. `Authorization`). Defaults to none. Values
+    /// are treated as secrets: `Debug` shows only the names, and they are scrubbed from error
+    /// snippets. `Content-Type`, `Host`, `Content-Length`, `Transfer-Encoding`, `Connection`,
+    /// `traceparent`, `tracestate` and names starting with `outbox-` are reserved.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+}
+
+/// A signing secret: deserialized from a string, never printed.
+#[derive(Clone, Deserialize)]
+#[serde(transparent)]
+pub struct WebhookSecret(String);
+
+impl WebhookSecret {
+    /// Wraps a secret.
+    pub fn new(secret: impl Into<String>) -> Self {
+        WebhookSecret(secret.into())
+    }
+
+    /// The secret's bytes (UTF-8 of the configured string), the HMAC key.
+    pub fn expose(&self) -> &[u8] {
+        self.0.as_bytes()
+    }
+}
+
+impl fmt::Debug for WebhookSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("WebhookSecret(***)")
+    }
+}
+
+fn default_content_type() -> String {
+    "application/json".into()
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+
+fn default_concurrency() -> usize {
+    16
+}
+
+fn default_max_payload_bytes() -> usize {
+    DEFAULT_MAX_PAYLOAD_BYTES
+}
+
+/// Header names the transport sets itself (compared in lower case).
+const RESERVED: &[&str] = &[
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "host",
+    "connection",
+    "traceparent",
+    "tracestate",
+];
+
+impl HttpConfig {
+    /// A signed configuration for `url` with every other field at its default.
+    pub fn new(url: impl Into<String>, secret: impl Into<String>) -> Self {
+        HttpConfig {
+            url: url.into(),
+            secret: Some(WebhookSecret::new(secret)),
+            unsigned: false,
+            content_type: default_content_type(),
+            timeout: default_timeout(),
+            connect_timeout: default_connect_timeout(),
+            concurrency: default_concurrency(),
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            headers: BTreeMap::new(),
+        }
+    }
+
+    /// Checks every value, naming the first wrong key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let err = |key: &'static str, reason: String| TransportError::Config { transport: KIND, key, reason };
+        let url = self.url.replace(TOPIC_PLACEHOLDER, "topic");
+        if url.contains(['{', '}']) {
+            return Err(err(
+                "url",
+                format!(
+                    "the only placeholder allowed is {TOPIC_PLACEHOLDER}, got {:?}",
+                    crate::redact(&self.url)
+                ),
+            ));
+        }
+        match reqwest::Url::parse(&url) {
+            Ok(u)
+                if matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()) => {}
+            Ok(_) => {
+                return Err(err(
+                    "url",
+                    format!(
+                        "must be an http:// or https:// URL with a host, got {:?}",
+                        crate::redact(&self.url)
+                    ),
+                ))
+            }
+            Err(e) => {
+                return Err(err("url", format!("not a valid URL ({:?}): {e}", crate::redact(&self.url))));
+            }
+        }
+        match (&self.secret, self.unsigned) {
+            (None, false) => {
+                return Err(err(
+                    "secret",
+                    "required to sign requests (or set `unsigned = true` to send them unsigned)".into(),
+                ))
+            }
+            (Some(_), true) => {
+                return Err(err("unsigned", "`unsigned = true` contradicts the configured `secret`".into()))
+            }
+            (Some(s), false) if s.expose().len() < MIN_SECRET_BYTES => {
+                return Err(err(
+                    "secret",
+                    format!("must be at least {MIN_SECRET_BYTES} bytes, got {}", s.expose().len()),
+                ))
+            }
+            _ => {}
+        }
+        if HeaderValue::from_str(&self.content_type).is_err() || self.content_type.trim().is_empty() {
+            return Err(err("content_type", format!("not a valid header value: {:?}", self.content_type)));
+        }
+        if self.timeout.is_zero() {
+            return Err(err("timeout", "must be positive".into()));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(err("connect_timeout", "must be positive".into()));
+        }
+        if !(1..=1024).contains(&self.concurrency) {
+            return Err(err("concurrency", format!("must be 1..=1024, got {}", self.concurrency)));
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(err("max_payload_bytes", "must be positive".into()));
+        }
+        for (name, value) in &self.headers {
+            let lower = name.to_ascii_lowercase();
+            if HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(err("headers", format!("{name:?} is not a valid HTTP header name")));
+            }
+            if RESERVED.contains(&lower.as_str()) || lower.starts_with("outbox-") {
+                return Err(err("headers", format!("{name:?} is set by the transport itself")));
+            }
+            if HeaderValue::from_str(value).is_err() {
+                return Err(err(
+                    "headers",
+                    format!("the value of {name:?} is not a valid HTTP header value"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for HttpConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpConfig")
+            .field("url", &crate::redact(&self.url))
+            .field("secret", &self.secret)
+            .field("unsigned", &self.unsigned)
+            .field("content_type", &self.content_type)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("concurrency", &self.concurrency)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "0123456789abcdef-secret";
+
+    fn key_of(r: Result<(), TransportError>) -> &'static str {
+        match r {
+            Err(TransportError::Config { key, .. }) => key,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let c: HttpConfig =
+            serde_json::from_str(&format!(r#"{{"url":"https://h/x/{{topic}}","secret":"{SECRET}"}}"#))
+                .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.content_type, "application/json");
+        assert_eq!(
+            (c.timeout, c.connect_timeout, c.concurrency),
+            (Duration::from_secs(10), Duration::from_secs(5), 16)
+        );
+        let c: HttpConfig = serde_json::from_str(&format!(
+            r#"{{"url":"https://h/","secret":"{SECRET}","timeout":"1500ms","connect_timeout":250}}"#
+        ))
+        .unwrap();
+        assert_eq!((c.timeout, c.connect_timeout), (Duration::from_millis(1500), Duration::from_millis(250)));
+        assert!(!c.unsigned && c.headers.is_empty());
+        let e = serde_json::from_str::<HttpConfig>(r#"{"url":"http://h","secrett":"x"}"#).unwrap_err();
+        assert!(e.to_string().contains("secrett"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let ok = HttpConfig::new("http://127.0.0.1:9/hook", SECRET);
+        ok.validate().unwrap();
+        let with = |f: &dyn Fn(&mut HttpConfig)| {
+            let mut c = ok.clone();
+            f(&mut c);
+            c.validate()
+        };
+        assert_eq!(key_of(with(&|c| c.url = "ftp://h/x".into())), "url");
+        assert_eq!(key_of(with(&|c| c.url = "not a url".into())), "url");
+        assert_eq!(key_of(with(&|c| c.url = "http://h/{other}".into())), "url");
+        assert_eq!(key_of(with(&|c| c.secret = None)), "secret");
+        assert_eq!(key_of(with(&|c| c.secret = Some(WebhookSecret::new("short")))), "secret");
+        assert_eq!(key_of(with(&|c| c.unsigned = true)), "unsigned");
+        assert_eq!(key_of(with(&|c| c.timeout = Duration::ZERO)), "timeout");
+        assert_eq!(key_of(with(&|c| c.connect_timeout = Duration::ZERO)), "connect_timeout");
+        assert_eq!(key_of(with(&|c| c.concurrency = 0)), "concurrency");
+        assert_eq!(key_of(with(&|c| c.max_payload_bytes = 0)), "max_payload_bytes");
+        assert_eq!(key_of(with(&|c| c.content_type = "a\nb".into())), "content_type");
+        assert_eq!(key_of(with(&|c| drop(c.headers.insert("bad name".into(), "v".into())))), "headers");
+        assert_eq!(
+            key_of(with(&|c| drop(c.headers.insert("Outbox-Signature".into(), "v".into())))),
+            "headers"
+        );
+        assert_eq!(key_of(with(&|c| drop(c.headers.insert("X-Ok".into(), "a\r\nb".into())))), "headers");
+        with(&|c| {
+            c.secret = None;
+            c.unsigned = true;
+            c.headers.insert("Authorization".into(), "Bearer t".into());
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let mut c = HttpConfig::new("https://user:pa55word@h/x", SECRET);
+        c.headers.insert("Authorization".into(), "Bearer tok3n".into());
+        let s = format!("{c:?}");
+        assert!(!s.contains(SECRET) && !s.contains("pa55word") && !s.contains("tok3n"), "{s}");
+        assert!(s.contains("Authorization"));
+    }
+}

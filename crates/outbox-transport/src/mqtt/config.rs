@@ -1,0 +1,284 @@
+//! Configuration of the MQTT transport.
+
+use serde::{Deserialize, Serialize};
+
+use crate::TransportError;
+
+const KIND: &str = "mqtt";
+
+/// The placeholder of [`MqttConfig::topic`] replaced by the envelope's topic.
+pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
+
+/// Largest MQTT packet the protocol can carry: 1 byte of fixed header, 4 of remaining length,
+/// and a remaining length of at most 268,435,455 bytes.
+pub(crate) const PROTOCOL_MAX_PACKET: usize = 268_435_455 + 5;
+
+/// How a message is laid out in the MQTT payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum MqttFormat {
+    /// A JSON object `{"id": "<message id>", "headers": {"<name>": "<value>", ...},
+    /// "payload": "<body>"}`: MQTT 3.1.1 has no headers, so they travel inside. `id` is a string
+    /// (message ids may exceed what JavaScript numbers hold exactly), and `payload` is the body
+    /// as a JSON string, whatever it contains. The default.
+    #[default]
+    Envelope,
+    /// The body alone, unchanged. The message id and every header are lost: consumers cannot
+    /// deduplicate redeliveries or follow the trace. Use only for consumers that cannot unwrap.
+    Raw,
+}
+
+/// Settings of an [`MqttTransport`](super::MqttTransport). Every field has a default, so an
+/// empty table publishes each message at QoS 1 to a local broker, on the topic named after its
+/// outbox topic with `.` turned into `/`.
+///
+/// ```toml
+/// url = "mqtt://relay:secret@broker.internal:1883"
+/// topic = "outbox/{topic}"     # outbox topic "order.paid" -> MQTT topic "outbox/order/paid"
+/// format = "envelope"          # or "raw" (loses the headers)
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MqttConfig {
+    /// Broker URL: `mqtt://[user[:password]@]host[:port]` (or `tcp://`; port 1883 by default).
+    /// TLS is not supported yet. Credentials are redacted in every error and log. Defaults to
+    /// `mqtt://127.0.0.1:1883`.
+    pub url: String,
+    /// MQTT topic to publish to. `{topic}` is replaced by the envelope's topic (with `.` turned
+    /// into `/` when `dots_to_slashes` is set); the rest is kept as is. Must not contain the
+    /// wildcards `+` or `#`. Defaults to `{topic}`.
+    pub topic: String,
+    /// Turn the `.` separators of the outbox topic into MQTT's `/` levels when substituting
+    /// `{topic}`. Defaults to `true`.
+    pub dots_to_slashes: bool,
+    /// Payload layout: `envelope` (JSON with id, headers and payload) or `raw` (the body alone,
+    /// headers lost). Defaults to `envelope`.
+    pub format: MqttFormat,
+    /// Publish with the retain flag. Defaults to `false`.
+    pub retain: bool,
+    /// MQTT client identifier. Two connections with the same identifier make the broker drop
+    /// one of them, so every relay instance needs its own. Defaults to
+    /// `outbox-<pid>-<random>`, unique per process.
+    pub client_id: Option<String>,
+    /// Largest PUBLISH packet (fixed header, topic, packet id and payload) to send, in bytes.
+    /// Larger messages fail permanently without being sent. Set it to the broker's limit
+    /// (Mosquitto's `message_size_limit`/`max_packet_size`, 1 MiB on EMQX, 128 KiB on AWS IoT):
+    /// an MQTT 3.1.1 broker answers an oversized packet only by closing the connection, which
+    /// would look like an outage. Defaults to `1048576` (1 MiB).
+    pub max_packet_bytes: usize,
+    /// PUBLISH packets awaiting their PUBACK at once (MQTT flow control). Defaults to `100`.
+    pub inflight: u16,
+    /// Longest time one `publish` call may take, sending and awaiting every PUBACK, in
+    /// milliseconds; envelopes not acknowledged by then are reported unavailable. Defaults to
+    /// `5000`.
+    pub timeout_ms: u64,
+    /// Longest time to establish a connection (TCP and CONNACK), in milliseconds, rounded up to
+    /// whole seconds. Defaults to `5000`.
+    pub connect_timeout_ms: u64,
+    /// Keep-alive interval, in seconds: a silent connection is pinged, and declared dead when the
+    /// ping is not answered. Defaults to `30`.
+    pub keep_alive_secs: u64,
+    /// Longest pause between reconnection attempts, in milliseconds (the pause starts at 100 ms
+    /// and doubles). Defaults to `2000`.
+    pub reconnect_max_delay_ms: u64,
+}
+
+impl Default for MqttConfig {
+    fn default() -> Self {
+        MqttConfig {
+            url: "mqtt://127.0.0.1:1883".into(),
+            topic: TOPIC_PLACEHOLDER.into(),
+            dots_to_slashes: true,
+            format: MqttFormat::Envelope,
+            retain: false,
+            client_id: None,
+            max_packet_bytes: 1024 * 1024,
+            inflight: 100,
+            timeout_ms: 5000,
+            connect_timeout_ms: 5000,
+            keep_alive_secs: 30,
+            reconnect_max_delay_ms: 2000,
+        }
+    }
+}
+
+impl std::fmt::Debug for MqttConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MqttConfig")
+            .field("url", &crate::redact(&self.url))
+            .field("topic", &self.topic)
+            .field("dots_to_slashes", &self.dots_to_slashes)
+            .field("format", &self.format)
+            .field("retain", &self.retain)
+            .field("client_id", &self.client_id)
+            .field("max_packet_bytes", &self.max_packet_bytes)
+            .field("inflight", &self.inflight)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("keep_alive_secs", &self.keep_alive_secs)
+            .field("reconnect_max_delay_ms", &self.reconnect_max_delay_ms)
+            .finish()
+    }
+}
+
+/// The parts of [`MqttConfig::url`].
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct BrokerAddress {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) credentials: Option<(String, String)>,
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
+    TransportError::Config { transport: KIND, key, reason: reason.into() }
+}
+
+impl MqttConfig {
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        self.broker()?;
+        if self.topic.is_empty() {
+            return Err(invalid("topic", "must not be empty"));
+        }
+        if self.topic.contains(['+', '#']) || self.topic.contains('\0') {
+            return Err(invalid("topic", "must not contain the wildcards '+' or '#' (or NUL)"));
+        }
+        if let Some(id) = &self.client_id {
+            if id.is_empty() || id.len() > 65_535 {
+                return Err(invalid("client_id", "must be 1 to 65535 bytes"));
+            }
+        }
+        if self.max_packet_bytes < 64 || self.max_packet_bytes > PROTOCOL_MAX_PACKET {
+            return Err(invalid("max_packet_bytes", format!("must be 64 to {PROTOCOL_MAX_PACKET} bytes")));
+        }
+        if self.inflight == 0 {
+            return Err(invalid("inflight", "must be positive"));
+        }
+        for (key, ms) in [
+            ("timeout_ms", self.timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+            ("reconnect_max_delay_ms", self.reconnect_max_delay_ms),
+        ] {
+            if ms == 0 || ms > 600_000 {
+                return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
+            }
+        }
+        if self.keep_alive_secs < 5 || self.keep_alive_secs > 65_535 {
+            return Err(invalid("keep_alive_secs", "must be 5 to 65535 seconds"));
+        }
+        Ok(())
+    }
+
+    /// Parses `url`.
+    pub(crate) fn broker(&self) -> Result<BrokerAddress, TransportError> {
+        let shown = crate::redact(&self.url);
+        let rest = self.url.strip_prefix("mqtt://").or_else(|| self.url.strip_prefix("tcp://")).ok_or_else(
+            || {
+                invalid(
+                    "url",
+                    format!("{shown:?} must start with mqtt:// or tcp:// (TLS is not supported yet)"),
+                )
+            },
+        )?;
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return Err(invalid("url", format!("{shown:?} must not have a path or query")));
+        }
+        let (userinfo, hostport) = match authority.rsplit_once('@') {
+            Some((u, h)) => (Some(u), h),
+            None => (None, authority),
+        };
+        let credentials = userinfo.map(|u| match u.split_once(':') {
+            Some((user, pass)) => (user.to_owned(), pass.to_owned()),
+            None => (u.to_owned(), String::new()),
+        });
+        let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
+            let (h, after) =
+                v6.split_once(']').ok_or_else(|| invalid("url", format!("{shown:?}: unclosed '['")))?;
+            (h.to_owned(), after.strip_prefix(':'))
+        } else {
+            match hostport.rsplit_once(':') {
+                Some((h, p)) => (h.to_owned(), Some(p)),
+                None => (hostport.to_owned(), None),
+            }
+        };
+        if host.is_empty() {
+            return Err(invalid("url", format!("{shown:?} has no host")));
+        }
+        let port = match port {
+            None => 1883,
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| invalid("url", format!("{shown:?}: {p:?} is not a port number")))?,
+        };
+        Ok(BrokerAddress { host, port, credentials })
+    }
+
+    /// The MQTT topic for an envelope topic.
+    pub(crate) fn topic_for(&self, topic: &str) -> String {
+        let t = if self.dots_to_slashes { topic.replace('.', "/") } else { topic.to_owned() };
+        self.topic.replace(TOPIC_PLACEHOLDER, &t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(e: TransportError) -> &'static str {
+        match e {
+            TransportError::Config { key, .. } => key,
+            other => panic!("expected a config error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_urls_and_topics() {
+        MqttConfig::default().validate().unwrap();
+        let c: MqttConfig = serde_json::from_str(
+            r#"{"url":"mqtt://u:p@broker:1884","topic":"outbox/{topic}","format":"raw"}"#,
+        )
+        .unwrap();
+        let b = c.broker().unwrap();
+        assert_eq!((b.host.as_str(), b.port), ("broker", 1884));
+        assert_eq!(b.credentials, Some(("u".into(), "p".into())));
+        assert_eq!(c.format, MqttFormat::Raw);
+        assert_eq!(c.topic_for("order.paid"), "outbox/order/paid");
+        let c = MqttConfig { url: "tcp://[::1]".into(), dots_to_slashes: false, ..MqttConfig::default() };
+        let b = c.broker().unwrap();
+        assert_eq!((b.host.as_str(), b.port), ("::1", 1883));
+        assert_eq!(c.topic_for("order.paid"), "order.paid");
+        assert!(serde_json::from_str::<MqttConfig>(r#"{"qos":2}"#).is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let bad = |f: fn(&mut MqttConfig)| {
+            let mut c = MqttConfig::default();
+            f(&mut c);
+            key_of(c.validate().unwrap_err())
+        };
+        assert_eq!(bad(|c| c.url = "mqtts://h".into()), "url");
+        assert_eq!(bad(|c| c.url = "mqtt://h:99999".into()), "url");
+        assert_eq!(bad(|c| c.url = "mqtt://".into()), "url");
+        assert_eq!(bad(|c| c.url = "mqtt://h/path".into()), "url");
+        assert_eq!(bad(|c| c.topic = "a/+/b".into()), "topic");
+        assert_eq!(bad(|c| c.topic = String::new()), "topic");
+        assert_eq!(bad(|c| c.client_id = Some(String::new())), "client_id");
+        assert_eq!(bad(|c| c.max_packet_bytes = 10), "max_packet_bytes");
+        assert_eq!(bad(|c| c.inflight = 0), "inflight");
+        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
+        assert_eq!(bad(|c| c.connect_timeout_ms = 0), "connect_timeout_ms");
+        assert_eq!(bad(|c| c.keep_alive_secs = 1), "keep_alive_secs");
+        assert_eq!(bad(|c| c.reconnect_max_delay_ms = 0), "reconnect_max_delay_ms");
+    }
+
+    #[test]
+    fn errors_and_debug_redact_the_password() {
+        let c = MqttConfig { url: "mqtts://u:hunter2@h".into(), ..MqttConfig::default() };
+        assert!(!c.validate().unwrap_err().to_string().contains("hunter2"));
+        assert!(!format!("{c:?}").contains("hunter2"));
+    }
+}

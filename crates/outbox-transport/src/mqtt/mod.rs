@@ -1,0 +1,60 @@
+//! MQTT transport (feature `mqtt`, client: `rumqttc`, protocol MQTT 3.1.1).
+//!
+//! **Delivery guarantee.** Every message is published at QoS 1 and counts as delivered only when
+//! the broker's PUBACK for its packet arrived (the broker then owns it: it has it queued for its
+//! subscribers, persistently if the broker persists QoS 1 messages). At-least-once: a PUBLISH
+//! whose PUBACK was lost is published again by the relay (a new packet, same message id), so
+//! consumers deduplicate on the message id (the inbox does).
+//!
+//! **Mapping.** MQTT 3.1.1 has no headers, so by default ([`MqttFormat::Envelope`]) the payload
+//! is a JSON envelope:
+//!
+//! ```json
+//! {"id":"42","headers":{"outbox-message-id":"42","outbox-topic":"order.paid", ...},"payload":"{\"order\":42}"}
+//! ```
+//!
+//! - `id`: the outbox message id, as a string;
+//! - `headers`: every envelope header (`outbox-message-id`, `outbox-biz-type`,
+//!   `outbox-biz-key`, `outbox-topic`, `outbox-key`, `outbox-attempt`, `outbox-created-at`,
+//!   `traceparent` and the application's own);
+//! - `payload`: the body as a JSON string, unchanged whatever it contains.
+//!
+//! [`MqttFormat::Raw`] sends the body alone and loses the id and the headers (documented
+//! trade-off for consumers that cannot unwrap). MQTT 5 user properties would carry headers
+//! natively, but many brokers and devices in the field still speak 3.1.1 only; the envelope
+//! works with all of them.
+//!
+//! Topic: [`MqttConfig::topic`], a template where `{topic}` is replaced by the envelope's topic
+//! with `.` turned into `/` (`order.paid` -> `order/paid`).
+//!
+//! **Batches** are pipelined: all PUBLISH packets are written (up to `inflight` awaiting their
+//! PUBACK at once), then the PUBACKs are awaited together and matched to their messages by
+//! packet id. Messages with the same key keep their order (one connection, written in order); one
+//! that could not be sent holds back later ones with its key.
+//!
+//! **Limits.** A PUBLISH packet larger than `max_packet_bytes` (1 MiB by default; rumqttc's own
+//! default of 10 KiB is replaced) fails permanently before sending. Set it to the broker's limit:
+//! a 3.1.1 broker answers an oversized packet only by closing the connection. Each `publish`
+//! call is bounded by `timeout_ms`.
+//!
+//! **Outages.** A background task drives the connection and reconnects (clean session, pauses
+//! from 100 ms doubling up to `reconnect_max_delay_ms`); while disconnected, `publish` answers
+//! `Unavailable` at once without queueing, and messages awaiting a PUBACK when the connection
+//! dropped are reported `Unavailable` (they are published again after recovery).
+//!
+//! **Classification.**
+//!
+//! | what happened | kind |
+//! | --- | --- |
+//! | PUBACK received | delivered |
+//! | not connected, connection lost before the PUBACK, no PUBACK within the timeout | unavailable |
+//! | broker refused the connection (bad credentials, not authorized) | unavailable (the destination is unusable until fixed; costs no attempt) |
+//! | client request queue full or closed | unavailable |
+//! | packet over `max_packet_bytes`, topic with a wildcard, empty or over 65535 bytes (checked before sending) | permanent |
+
+mod config;
+mod outcome;
+mod transport;
+
+pub use config::{MqttConfig, MqttFormat};
+pub use transport::MqttTransport;

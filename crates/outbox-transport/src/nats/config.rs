@@ -1,0 +1,260 @@
+//! Configuration of the NATS JetStream transport.
+
+use serde::{Deserialize, Serialize};
+
+use crate::TransportError;
+
+const KIND: &str = "nats";
+
+/// Settings of a [`NatsTransport`](super::NatsTransport). Every field has a default, so an empty
+/// table connects to a local server and publishes each message to the subject named by its topic.
+///
+/// ```toml
+/// url = "nats://relay:secret@nats.internal:4222"
+/// subject_prefix = "outbox"      # topic "order.paid" -> subject "outbox.order.paid"
+/// stream = "OUTBOX"              # must exist (or set create_stream) and capture "outbox.>"
+/// timeout_ms = 5000
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NatsConfig {
+    /// Server URL, or several separated by commas (`nats://`, `tls://`, or `host:port`). Credentials
+    /// may be given as `nats://user:password@host:port` or `nats://token@host:port`; they are
+    /// redacted in every error and log. Defaults to `nats://127.0.0.1:4222`.
+    pub url: String,
+    /// A fixed subject for every message, whatever its topic. Mutually exclusive with
+    /// `subject_prefix`. Defaults to none (the subject derives from the topic).
+    pub subject: Option<String>,
+    /// Prefix of the subject derived from the topic: `<subject_prefix>.<topic>`. Defaults to none
+    /// (the subject is the topic itself).
+    pub subject_prefix: Option<String>,
+    /// Name of the JetStream stream that must capture the published subjects. When set, `connect`
+    /// fails unless the stream exists (or `create_stream` is set) and its subjects cover every
+    /// subject this transport can publish to. Defaults to none (no check beyond a fixed
+    /// `subject` being captured by some stream).
+    pub stream: Option<String>,
+    /// Create `stream` at connect when it does not exist (file storage, subjects `<prefix>.>` or
+    /// the fixed subject, default limits, a 2-minute duplicate window). Defaults to `false`.
+    pub create_stream: bool,
+    /// Longest time one `publish` call may take, sending and awaiting every acknowledgement,
+    /// in milliseconds; envelopes not acknowledged by then are reported unavailable. Defaults
+    /// to `5000`.
+    pub timeout_ms: u64,
+    /// Longest time to establish the connection, in milliseconds. Defaults to `5000`.
+    pub connect_timeout_ms: u64,
+    /// Largest message (payload plus headers) to send, in bytes; the smaller of this and the
+    /// server's `max_payload` applies. Larger messages fail permanently without being sent.
+    /// Defaults to none (the server's `max_payload`, 1 MiB unless configured).
+    pub max_payload_bytes: Option<usize>,
+    /// Connection name shown in the server's monitoring. Defaults to `outbox-relay`.
+    pub name: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            url: "nats://127.0.0.1:4222".into(),
+            subject: None,
+            subject_prefix: None,
+            stream: None,
+            create_stream: false,
+            timeout_ms: 5000,
+            connect_timeout_ms: 5000,
+            max_payload_bytes: None,
+            name: "outbox-relay".into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsConfig")
+            .field("url", &crate::redact(&self.url))
+            .field("subject", &self.subject)
+            .field("subject_prefix", &self.subject_prefix)
+            .field("stream", &self.stream)
+            .field("create_stream", &self.create_stream)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("name", &self.name)
+            .finish()
+    }
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
+    TransportError::Config { transport: KIND, key, reason: reason.into() }
+}
+
+impl NatsConfig {
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        if self.url.trim().is_empty() {
+            return Err(invalid("url", "must not be empty"));
+        }
+        for part in self.url.split(',') {
+            part.trim().parse::<async_nats::ServerAddr>().map_err(|e| {
+                invalid("url", format!("{:?} is not a NATS server address: {e}", crate::redact(part.trim())))
+            })?;
+        }
+        if self.subject.is_some() && self.subject_prefix.is_some() {
+            return Err(invalid("subject", "set either `subject` or `subject_prefix`, not both"));
+        }
+        if let Some(s) = &self.subject {
+            check_subject(s).map_err(|r| invalid("subject", r))?;
+        }
+        if let Some(p) = &self.subject_prefix {
+            check_subject(p).map_err(|r| invalid("subject_prefix", r))?;
+        }
+        if let Some(s) = &self.stream {
+            if s.is_empty()
+                || s.len() > 255
+                || s.chars().any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
+            {
+                return Err(invalid(
+                    "stream",
+                    format!("{s:?} is not a valid stream name (1 to 255 characters, no spaces, '.', '*', '>', '/' or '\\')"),
+                ));
+            }
+        } else if self.create_stream {
+            return Err(invalid("create_stream", "requires `stream` (the name of the stream to create)"));
+        }
+        check_millis("timeout_ms", self.timeout_ms)?;
+        check_millis("connect_timeout_ms", self.connect_timeout_ms)?;
+        if self.max_payload_bytes == Some(0) {
+            return Err(invalid("max_payload_bytes", "must be positive"));
+        }
+        if self.name.is_empty() || self.name.chars().any(char::is_control) {
+            return Err(invalid("name", "must be non-empty text without control characters"));
+        }
+        Ok(())
+    }
+
+    /// The subject pattern covering everything this configuration publishes to, when it can
+    /// be known in advance: the fixed subject, or `<prefix>.>`.
+    pub(crate) fn subject_space(&self) -> Option<String> {
+        match (&self.subject, &self.subject_prefix) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(p)) => Some(format!("{p}.>")),
+            (None, None) => None,
+        }
+    }
+
+    /// The subject a message with `topic` is published to.
+    pub(crate) fn subject_for(&self, topic: &str) -> String {
+        match (&self.subject, &self.subject_prefix) {
+            (Some(s), _) => s.clone(),
+            (None, Some(p)) => format!("{p}.{topic}"),
+            (None, None) => topic.to_owned(),
+        }
+    }
+}
+
+fn check_millis(key: &'static str, ms: u64) -> Result<(), TransportError> {
+    if ms == 0 || ms > 600_000 {
+        return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
+    }
+    Ok(())
+}
+
+/// Why `subject` cannot be published to, if it cannot: empty tokens, wildcards or whitespace.
+pub(crate) fn check_subject(subject: &str) -> Result<(), String> {
+    if subject.is_empty() {
+        return Err("must not be empty".into());
+    }
+    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!("{subject:?} contains whitespace or control characters"));
+    }
+    for token in subject.split('.') {
+        if token.is_empty() {
+            return Err(format!("{subject:?} has an empty token (leading, trailing or double '.')"));
+        }
+        if token == "*" || token == ">" {
+            return Err(format!("{subject:?} contains a wildcard token; publish subjects must be literal"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the stream subject `filter` (which may hold wildcards) matches every subject that
+/// `pattern` (which may end with `>` or hold `*`) matches.
+pub(crate) fn covers(filter: &str, pattern: &str) -> bool {
+    let mut f = filter.split('.');
+    let mut p = pattern.split('.');
+    loop {
+        match (f.next(), p.next()) {
+            (None, None) | (Some(">"), Some(_)) => return true,
+            (Some("*"), Some(pt)) if pt != ">" => {}
+            (Some(ft), Some(pt)) if ft == pt && ft != ">" => {}
+            _ => return false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(e: TransportError) -> &'static str {
+        match e {
+            TransportError::Config { key, .. } => key,
+            other => panic!("expected a config error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_unknown_keys_are_rejected() {
+        NatsConfig::default().validate().unwrap();
+        let c: NatsConfig = serde_json::from_str(r#"{"subject_prefix":"outbox"}"#).unwrap();
+        assert_eq!(c.subject_for("order.paid"), "outbox.order.paid");
+        assert_eq!(c.subject_space().as_deref(), Some("outbox.>"));
+        assert!(serde_json::from_str::<NatsConfig>(r#"{"subjct":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let bad = |f: fn(&mut NatsConfig)| {
+            let mut c = NatsConfig::default();
+            f(&mut c);
+            key_of(c.validate().unwrap_err())
+        };
+        assert_eq!(bad(|c| c.url = String::new()), "url");
+        assert_eq!(bad(|c| c.url = "nats://host:notaport".into()), "url");
+        assert_eq!(
+            bad(|c| {
+                c.subject = Some("a".into());
+                c.subject_prefix = Some("b".into());
+            }),
+            "subject"
+        );
+        assert_eq!(bad(|c| c.subject = Some("a.*".into())), "subject");
+        assert_eq!(bad(|c| c.subject_prefix = Some("a..b".into())), "subject_prefix");
+        assert_eq!(bad(|c| c.stream = Some("has.dot".into())), "stream");
+        assert_eq!(bad(|c| c.create_stream = true), "create_stream");
+        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
+        assert_eq!(bad(|c| c.connect_timeout_ms = 700_000), "connect_timeout_ms");
+        assert_eq!(bad(|c| c.max_payload_bytes = Some(0)), "max_payload_bytes");
+        assert_eq!(bad(|c| c.name = String::new()), "name");
+    }
+
+    #[test]
+    fn debug_redacts_the_password() {
+        let c = NatsConfig { url: "nats://u:hunter2@h:4222".into(), ..NatsConfig::default() };
+        let s = format!("{c:?}");
+        assert!(!s.contains("hunter2"), "{s}");
+    }
+
+    #[test]
+    fn subject_coverage() {
+        assert!(covers("outbox.>", "outbox.>"));
+        assert!(covers(">", "outbox.>"));
+        assert!(covers("outbox.>", "outbox.order.paid"));
+        assert!(covers("outbox.*.paid", "outbox.order.paid"));
+        assert!(!covers("outbox.*", "outbox.>"));
+        assert!(!covers("outbox.order.>", "outbox.>"));
+        assert!(!covers("outbox", "outbox.>"));
+        assert!(covers("a.b", "a.b"));
+        assert!(!covers("a.b", "a.c"));
+        assert!(!covers("a.b.c", "a.b"));
+    }
+}

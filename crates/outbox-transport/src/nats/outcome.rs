@@ -1,0 +1,159 @@
+//! How the answers of async-nats map onto [`Outcome`]s.
+//!
+//! | what happened | kind | why |
+//! | --- | --- | --- |
+//! | `PublishAck` (also with `duplicate: true`) | delivered | the stream stored it (or already had this `Nats-Msg-Id`) |
+//! | client not connected (reconnecting) | unavailable | the server is unreachable; nothing was sent |
+//! | no ack within the timeout, connection lost before the ack | unavailable | the server is not answering |
+//! | 503 *no responders*: no stream captures the subject | unavailable | see below |
+//! | JetStream error 503 / "cluster not available" / "not leader" | unavailable | the stream is temporarily unable to store |
+//! | "maximum messages/bytes exceeded" (stream full, discard new), resource limits | retryable | may clear as consumers drain the stream |
+//! | "message size exceeds maximum allowed" (the stream's `max_msg_size`) | permanent | retrying the same message cannot help |
+//! | message larger than the server's `max_payload` (checked before sending) | permanent | the server would close the connection |
+//! | invalid subject or header (checked before sending) | permanent | the message cannot be expressed in NATS |
+//! | other JetStream 4xx errors | permanent | the request itself is wrong |
+//! | other JetStream errors, an unparsable ack | retryable | unknown; costs an attempt so it ends up `failed` if it persists |
+//!
+//! **No stream for the subject is `Unavailable`, not `Permanent`.** A missing stream is a
+//! configuration problem of the *destination*, not of the message: every message to that
+//! subject would fail the same way, and the fix (creating the stream, or correcting the subject
+//! mapping) happens outside the outbox. Classifying it as permanent would turn a deploy-order
+//! mistake, or a stream deleted by an operator, into thousands of `failed` messages to re-drive
+//! by hand (the outage of seed 001); as unavailable, the messages stay `pending` with the reason
+//! in `last_error`, the destination's circuit breaker opens and probes with one message, and the
+//! backlog drains by itself once the stream exists. The same 503 is also what a JetStream-enabled
+//! server answers while it has no stream leader or has JetStream disabled, which are outages.
+//! Misconfiguration is caught earlier where it can be: with `stream` set (or a fixed
+//! `subject`), [`NatsTransport::connect`](super::NatsTransport::connect) refuses to start when
+//! no stream captures the subjects, and [`health`](outbox_core::Transport::health) reports it.
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::ErrorCode;
+use outbox_core::Outcome;
+
+/// The outcome of a failed JetStream publish to `subject`.
+pub(crate) fn publish_error(err: &PublishError, subject: &str) -> Outcome {
+    match err.kind() {
+        PublishErrorKind::StreamNotFound => Outcome::unavailable(format!(
+            "no JetStream stream captures subject {subject:?} (503 no responders); create a stream \
+             for it or fix the subject mapping: the messages stay pending until then"
+        )),
+        PublishErrorKind::TimedOut => {
+            Outcome::unavailable(format!("NATS did not acknowledge the publish to {subject:?} in time"))
+        }
+        PublishErrorKind::BrokenPipe => Outcome::unavailable(format!(
+            "the NATS connection was lost before the publish to {subject:?} was acknowledged"
+        )),
+        PublishErrorKind::MaxAckPending => {
+            Outcome::unavailable("too many publishes awaiting acknowledgement in the NATS client")
+        }
+        PublishErrorKind::WrongLastMessageId | PublishErrorKind::WrongLastSequence => {
+            Outcome::permanent(format!("JetStream rejected the publish to {subject:?}: {err}"))
+        }
+        PublishErrorKind::Other => other(err, subject),
+    }
+}
+
+fn other(err: &PublishError, subject: &str) -> Outcome {
+    let js = std::error::Error::source(err).and_then(|s| s.downcast_ref::<async_nats::jetstream::Error>());
+    let Some(js) = js else {
+        // Not an answer from the server: the request could not be handed to the connection
+        // (client closed) or the ack could not be parsed.
+        let text = err.to_string();
+        return if text.contains("send") || text.contains("closed") || text.contains("channel") {
+            Outcome::unavailable(format!("cannot publish to {subject:?}: {err}"))
+        } else {
+            Outcome::retryable(format!("publish to {subject:?} failed: {err}"))
+        };
+    };
+    let reason = format!("JetStream rejected the publish to {subject:?}: {js}");
+    match js.error_code() {
+        ErrorCode::STREAM_MESSAGE_EXCEEDS_MAXIMUM => Outcome::permanent(reason),
+        ErrorCode::CLUSTER_NOT_AVAILABLE | ErrorCode::CLUSTER_NOT_LEADER | ErrorCode::STREAM_NOT_FOUND => {
+            Outcome::unavailable(reason)
+        }
+        ErrorCode::STREAM_STORE_FAILED
+        | ErrorCode::ACCOUNT_RESOURCES_EXCEEDED
+        | ErrorCode::STORAGE_RESOURCES_EXCEEDED
+        | ErrorCode::MEMORY_RESOURCES_EXCEEDED
+        | ErrorCode::INSUFFICIENT_RESOURCES => Outcome::retryable(reason),
+        _ => match js.code() {
+            503 => Outcome::unavailable(reason),
+            400..=499 => Outcome::permanent(reason),
+            _ => Outcome::retryable(reason),
+        },
+    }
+}
+
+/// The message is larger than the server accepts.
+pub(crate) fn oversized(size: usize, limit: usize, source: &str) -> Outcome {
+    Outcome::permanent(format!(
+        "message is {size} bytes (payload and headers), larger than the {source} of {limit} bytes"
+    ))
+}
+
+/// Not connected: the client is reconnecting in the background.
+pub(crate) fn not_connected(address: &str) -> Outcome {
+    Outcome::unavailable(format!("not connected to NATS at {address}; reconnecting"))
+}
+
+/// The whole call ran out of time before this envelope was answered.
+pub(crate) fn deadline(timeout: std::time::Duration, subject: &str) -> Outcome {
+    Outcome::unavailable(format!("no JetStream acknowledgement for {subject:?} within {timeout:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use outbox_core::FailureKind;
+
+    use super::*;
+
+    fn kind(o: &Outcome) -> FailureKind {
+        match o {
+            Outcome::Failed { kind, .. } => *kind,
+            Outcome::Delivered => panic!("expected a failure"),
+        }
+    }
+
+    fn js_error(code: u16, err_code: u64, description: &str) -> PublishError {
+        let e: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({
+            "code": code, "err_code": err_code, "description": description
+        }))
+        .unwrap();
+        PublishError::with_source(PublishErrorKind::Other, e)
+    }
+
+    #[test]
+    fn client_side_kinds() {
+        let k = |k| kind(&publish_error(&PublishError::new(k), "a.b"));
+        assert_eq!(k(PublishErrorKind::StreamNotFound), FailureKind::Unavailable);
+        assert_eq!(k(PublishErrorKind::TimedOut), FailureKind::Unavailable);
+        assert_eq!(k(PublishErrorKind::BrokenPipe), FailureKind::Unavailable);
+        assert_eq!(k(PublishErrorKind::MaxAckPending), FailureKind::Unavailable);
+        assert_eq!(k(PublishErrorKind::WrongLastSequence), FailureKind::Permanent);
+        assert_eq!(k(PublishErrorKind::Other), FailureKind::Retryable);
+        let no_stream = publish_error(&PublishError::new(PublishErrorKind::StreamNotFound), "x.y");
+        assert!(format!("{no_stream:?}").contains("\\\"x.y\\\""), "{no_stream:?}");
+    }
+
+    #[test]
+    fn jetstream_error_codes() {
+        let k = |code, err_code| kind(&publish_error(&js_error(code, err_code, "d"), "s"));
+        assert_eq!(k(400, 10054), FailureKind::Permanent, "message exceeds the stream's max_msg_size");
+        assert_eq!(k(503, 10077), FailureKind::Retryable, "stream full");
+        assert_eq!(k(500, 10047), FailureKind::Retryable, "storage exhausted");
+        assert_eq!(k(503, 10008), FailureKind::Unavailable, "cluster not available");
+        assert_eq!(k(500, 10009), FailureKind::Unavailable, "not leader");
+        assert_eq!(k(503, 1), FailureKind::Unavailable);
+        assert_eq!(k(400, 1), FailureKind::Permanent);
+        assert_eq!(k(500, 1), FailureKind::Retryable);
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(kind(&oversized(10, 5, "server's max_payload")), FailureKind::Permanent);
+        assert!(format!("{:?}", oversized(10, 5, "server's max_payload")).contains("max_payload of 5 bytes"));
+        assert_eq!(kind(&not_connected("nats://h")), FailureKind::Unavailable);
+        assert_eq!(kind(&deadline(std::time::Duration::from_secs(1), "s")), FailureKind::Unavailable);
+    }
+}

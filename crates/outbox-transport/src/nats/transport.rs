@@ -1,0 +1,280 @@
+//! The NATS JetStream [`Transport`].
+
+use std::collections::HashSet;
+use std::future::IntoFuture;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_nats::connection::State;
+use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
+use async_nats::jetstream::{self, message::PublishMessage, ErrorCode};
+use bytes::Bytes;
+use outbox_core::{Envelope, Outcome, Transport};
+use tokio::time::Instant;
+
+use super::config::{check_subject, covers, NatsConfig};
+use super::outcome;
+use crate::{redact, TransportError};
+
+const KIND: &str = "nats";
+
+/// Publishes to NATS JetStream and reports a message delivered only when the stream's
+/// `PublishAck` arrived. One connection, shared by all calls and re-established by the client
+/// after any outage; a batch is pipelined (all publishes sent, then all acks awaited).
+pub struct NatsTransport {
+    client: async_nats::Client,
+    js: jetstream::Context,
+    config: NatsConfig,
+    address: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for NatsTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NatsTransport")
+            .field("address", &self.address)
+            .field("config", &self.config)
+            .field("state", &self.client.connection_state())
+            .finish()
+    }
+}
+
+/// A message ready to send.
+struct Prepared {
+    subject: String,
+    headers: HeaderMap,
+    payload: Bytes,
+}
+
+impl NatsTransport {
+    /// Validates `config`, connects, and checks the stream (see [`NatsConfig::stream`]). Fails
+    /// with [`TransportError::Config`] naming the key, or [`TransportError::Connect`] (URL
+    /// redacted) when the server is unreachable, refuses the credentials, or no stream captures
+    /// the configured subjects.
+    pub async fn connect(config: NatsConfig) -> Result<Self, TransportError> {
+        config.validate()?;
+        let address = redact(&config.url);
+        let fail = |reason: String| TransportError::Connect {
+            transport: KIND,
+            address: address.clone(),
+            reason: reason.replace(&config.url, &address),
+        };
+        let servers = config
+            .url
+            .split(',')
+            .map(|u| async_nats::ServerAddr::from_str(u.trim()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| fail(e.to_string()))?;
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let options = async_nats::ConnectOptions::new()
+            .name(&config.name)
+            .connection_timeout(connect_timeout)
+            .request_timeout(Some(timeout))
+            // Keep reconnecting forever, at most every 2 s: the relay's breaker decides what to do
+            // meanwhile, and a recovered server must be used again quickly.
+            .max_reconnects(None)
+            .reconnect_delay_callback(|attempts| {
+                Duration::from_millis((100 * 2_u64.saturating_pow(attempts.min(8) as u32)).min(2000))
+            });
+        let client = match tokio::time::timeout(
+            connect_timeout + Duration::from_secs(1),
+            async_nats::connect_with_options(servers, options),
+        )
+        .await
+        {
+            Err(_) => return Err(fail(format!("no answer within {connect_timeout:?}"))),
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Ok(Ok(c)) => c,
+        };
+        let js = jetstream::ContextBuilder::new().timeout(timeout).build(client.clone());
+        let transport = NatsTransport { client, js, config, address, timeout };
+        if let Err(reason) = transport.check_stream(true).await {
+            return Err(TransportError::Connect {
+                transport: KIND,
+                address: transport.address.clone(),
+                reason,
+            });
+        }
+        Ok(transport)
+    }
+
+    /// Checks that the configured subjects are captured by a stream; with `create`, creates the
+    /// configured stream when missing (if `create_stream` is set).
+    async fn check_stream(&self, create: bool) -> Result<(), String> {
+        let space = self.config.subject_space();
+        match (&self.config.stream, &space) {
+            (Some(name), _) => {
+                let info = match self.js.get_stream(name).await {
+                    Ok(mut s) => s.info().await.map_err(|e| format!("stream {name:?}: {e}"))?.clone(),
+                    Err(e) if is_stream_not_found(&e) => {
+                        if !(create && self.config.create_stream) {
+                            return Err(format!(
+                                "JetStream stream {name:?} does not exist (create it, or set create_stream = true)"
+                            ));
+                        }
+                        let subjects = vec![space.clone().unwrap_or_else(|| ">".into())];
+                        let cfg = jetstream::stream::Config {
+                            name: name.clone(),
+                            subjects,
+                            duplicate_window: Duration::from_secs(120),
+                            ..Default::default()
+                        };
+                        let mut s = self
+                            .js
+                            .create_stream(cfg)
+                            .await
+                            .map_err(|e| format!("cannot create stream {name:?}: {e}"))?;
+                        tracing::info!(stream = %name, "Created JetStream stream");
+                        s.info().await.map_err(|e| format!("stream {name:?}: {e}"))?.clone()
+                    }
+                    Err(e) => return Err(format!("cannot look up stream {name:?}: {e}")),
+                };
+                if let Some(space) = &space {
+                    if !info.config.subjects.iter().any(|f| covers(f, space)) {
+                        return Err(format!(
+                            "stream {name:?} (subjects {:?}) does not capture every subject of {space:?}",
+                            info.config.subjects
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            (None, Some(space)) if self.config.subject.is_some() => {
+                match self.js.stream_by_subject(space.as_str()).await {
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(format!("no JetStream stream captures subject {space:?}: {e}")),
+                }
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The effective size limit (payload plus headers) and where it comes from.
+    fn limit(&self) -> (usize, &'static str) {
+        let server = self.client.server_info().max_payload;
+        match self.config.max_payload_bytes {
+            Some(l) if server == 0 || l < server => (l, "configured max_payload_bytes"),
+            _ => (server, "server's max_payload"),
+        }
+    }
+
+    fn prepare(&self, env: &Envelope, limit: (usize, &'static str)) -> Result<Prepared, Outcome> {
+        let subject = self.config.subject_for(&env.topic);
+        check_subject(&subject).map_err(|r| {
+            Outcome::permanent(format!("topic {:?} does not make a valid NATS subject: {r}", env.topic))
+        })?;
+        let mut headers = HeaderMap::new();
+        // Wire size of the header block: "NATS/1.0\r\n" ... "\r\n".
+        let mut size = 12 + env.payload.len();
+        for (name, value) in &env.headers {
+            let n = HeaderName::from_str(name)
+                .map_err(|_| Outcome::permanent(format!("header name {name:?} is not valid in NATS")))?;
+            let v = HeaderValue::from_str(value)
+                .map_err(|_| Outcome::permanent(format!("header {name:?} has a value with a line break")))?;
+            size += name.len() + value.len() + 4;
+            headers.insert(n, v);
+        }
+        let id = env.id.to_string();
+        size += "Nats-Msg-Id".len() + id.len() + 4;
+        headers.insert(NATS_MESSAGE_ID, id.as_str());
+        if limit.0 > 0 && size > limit.0 {
+            return Err(outcome::oversized(size, limit.0, limit.1));
+        }
+        Ok(Prepared { subject, headers, payload: Bytes::copy_from_slice(env.payload.as_bytes()) })
+    }
+}
+
+fn is_stream_not_found(e: &jetstream::context::GetStreamError) -> bool {
+    matches!(e.kind(), jetstream::context::GetStreamErrorKind::JetStream(j) if j.error_code() == ErrorCode::STREAM_NOT_FOUND)
+}
+
+#[async_trait::async_trait]
+impl Transport for NatsTransport {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        if batch.is_empty() {
+            return Vec::new();
+        }
+        if self.client.connection_state() != State::Connected {
+            return vec![outcome::not_connected(&self.address); batch.len()];
+        }
+        let deadline = Instant::now() + self.timeout;
+        let limit = self.limit();
+        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
+        // A message that could not be sent holds back the later ones with the same key, so they
+        // never overtake it.
+        let mut held: HashSet<&str> = HashSet::new();
+        let mut pending = Vec::with_capacity(batch.len());
+
+        // Send everything first (pipelined on the one connection, in order)...
+        for (i, env) in batch.iter().enumerate() {
+            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
+                out[i] = Some(Outcome::unavailable(format!(
+                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                )));
+                continue;
+            }
+            let p = match self.prepare(env, limit) {
+                Ok(p) => p,
+                Err(o) => {
+                    out[i] = Some(o);
+                    held.extend(env.key.as_deref());
+                    continue;
+                }
+            };
+            let publish = PublishMessage::build().headers(p.headers).payload(p.payload);
+            match tokio::time::timeout_at(deadline, self.js.send_publish(p.subject.clone(), publish)).await {
+                Ok(Ok(ack)) => pending.push((i, p.subject, ack)),
+                Ok(Err(e)) => {
+                    out[i] = Some(outcome::publish_error(&e, &p.subject));
+                    held.extend(env.key.as_deref());
+                }
+                Err(_) => {
+                    out[i] = Some(outcome::deadline(self.timeout, &p.subject));
+                    held.extend(env.key.as_deref());
+                }
+            }
+        }
+
+        // ...then await every acknowledgement.
+        let timeout = self.timeout;
+        let acks = futures::future::join_all(pending.into_iter().map(|(i, subject, ack)| async move {
+            let o = match tokio::time::timeout_at(deadline, ack.into_future()).await {
+                Ok(Ok(_ack)) => Outcome::Delivered,
+                Ok(Err(e)) => outcome::publish_error(&e, &subject),
+                Err(_) => outcome::deadline(timeout, &subject),
+            };
+            (i, o)
+        }))
+        .await;
+        for (i, o) in acks {
+            out[i] = Some(o);
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+    }
+
+    fn max_payload_bytes(&self) -> Option<usize> {
+        match self.limit().0 {
+            0 => None,
+            n => Some(n),
+        }
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        if self.client.connection_state() != State::Connected {
+            return Err(format!("not connected to NATS at {}", self.address));
+        }
+        match tokio::time::timeout(self.timeout, self.client.flush()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("NATS at {} did not answer: {e}", self.address)),
+            Err(_) => {
+                return Err(format!("NATS at {} did not answer within {:?}", self.address, self.timeout))
+            }
+        }
+        self.check_stream(false).await
+    }
+}

@@ -1,0 +1,348 @@
+//! Configuration of the RabbitMQ transport.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::TransportError;
+
+const KIND: &str = "rabbitmq";
+
+/// Default [`RabbitMqConfig::max_payload_bytes`]: 16 MiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
+
+/// RabbitMQ's own default `max_message_size` (128 MiB); `max_payload_bytes` may not exceed it.
+pub const BROKER_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
+
+/// Longest AMQP short string (exchange names, routing keys, header names, property values), bytes.
+pub(crate) const SHORT_STRING_MAX: usize = 255;
+
+/// Where and how to publish on RabbitMQ (AMQP 0-9-1).
+///
+/// ```toml
+/// url = "amqp://app:secret@rabbit:5672/%2f"
+/// exchange = "events"
+/// # routing_key = "fixed"          # default: the message's topic
+/// [declare]
+/// kind = "topic"
+/// ```
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RabbitMqConfig {
+    /// AMQP URI, `amqp://user:password@host:port/vhost` (`amqps://` for TLS; the vhost is
+    /// percent-encoded, `%2f` is `/`). URI query parameters such as `heartbeat=30` and
+    /// `frame_max` are passed to the client. Required; the password never appears in errors or
+    /// logs.
+    pub url: String,
+    /// Exchange to publish to. Defaults to `""`, the default exchange, where the routing key is
+    /// the name of the queue to deliver to.
+    #[serde(default)]
+    pub exchange: String,
+    /// A fixed routing key for every message. Defaults to none: each message's topic is its
+    /// routing key.
+    #[serde(default)]
+    pub routing_key: Option<String>,
+    /// The AMQP `content_type` property. Defaults to none: `application/json` when the payload
+    /// is a JSON document, `text/plain; charset=utf-8` otherwise.
+    #[serde(default)]
+    pub content_type: Option<String>,
+    /// Largest payload published, in bytes; a larger message fails permanently without being
+    /// sent. Defaults to 16 MiB; at most 128 MiB (RabbitMQ's default `max_message_size`; keep it
+    /// at or below the broker's setting, or the broker closes the channel instead).
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
+    /// How long opening the connection and channel (and declaring the topology) may take: a
+    /// duration such as `"10s"` or a number of milliseconds. Defaults to 10 s.
+    #[serde(default = "default_connect_timeout", with = "outbox_core::duration")]
+    pub connect_timeout: Duration,
+    /// Declare the exchange (and optionally a bound queue) at connect. Defaults to none: the
+    /// exchange must already exist (checked with a passive declare at connect), unless it is
+    /// the default exchange.
+    #[serde(default)]
+    pub declare: Option<DeclareConfig>,
+}
+
+/// Topology declared at connect (idempotent declarations; they fail if an existing exchange or
+/// queue has different settings).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeclareConfig {
+    /// Exchange type: `direct`, `fanout`, `topic`, `headers` or a plugin's type. Defaults to
+    /// `topic`.
+    #[serde(default = "default_exchange_kind")]
+    pub kind: String,
+    /// Whether the exchange survives a broker restart. Defaults to true.
+    #[serde(default = "default_true")]
+    pub durable: bool,
+    /// A durable queue to declare and bind to the exchange. Defaults to none.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// Binding key of `queue`. Defaults to `#` (everything, on a topic exchange).
+    #[serde(default = "default_binding_key")]
+    pub binding_key: String,
+}
+
+fn default_max_payload_bytes() -> usize {
+    DEFAULT_MAX_PAYLOAD_BYTES
+}
+
+fn default_connect_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn default_exchange_kind() -> String {
+    "topic".into()
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_binding_key() -> String {
+    "#".into()
+}
+
+impl Default for DeclareConfig {
+    fn default() -> Self {
+        DeclareConfig {
+            kind: default_exchange_kind(),
+            durable: true,
+            queue: None,
+            binding_key: default_binding_key(),
+        }
+    }
+}
+
+impl RabbitMqConfig {
+    /// A configuration for `url` and `exchange` with every other field at its default.
+    pub fn new(url: impl Into<String>, exchange: impl Into<String>) -> Self {
+        RabbitMqConfig {
+            url: url.into(),
+            exchange: exchange.into(),
+            routing_key: None,
+            content_type: None,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            connect_timeout: default_connect_timeout(),
+            declare: None,
+        }
+    }
+
+    /// Checks every value, naming the first wrong key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let err = |key: &'static str, reason: String| TransportError::Config { transport: KIND, key, reason };
+        let scheme = self.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("amqp" | "amqps") => {}
+            _ => {
+                return Err(err(
+                    "url",
+                    format!("must be an amqp:// or amqps:// URI, got {:?}", crate::redact(&self.url)),
+                ))
+            }
+        }
+        if let Err(e) = self.url.parse::<lapin::uri::AMQPUri>() {
+            let reason = scrub(&e, &self.url);
+            return Err(err(
+                "url",
+                format!("not a valid AMQP URI ({:?}): {reason}", crate::redact(&self.url)),
+            ));
+        }
+        short_string("exchange", &self.exchange)?;
+        if self.exchange.starts_with("amq.") && self.declare.is_some() {
+            return Err(err(
+                "declare",
+                "exchange names starting with `amq.` are reserved and cannot be declared".into(),
+            ));
+        }
+        if self.exchange.is_empty() && self.declare.is_some() {
+            return Err(err("declare", "the default exchange (\"\") cannot be declared".into()));
+        }
+        if let Some(rk) = &self.routing_key {
+            short_string("routing_key", rk)?;
+        }
+        if let Some(ct) = &self.content_type {
+            if ct.trim().is_empty() {
+                return Err(err("content_type", "must not be empty (omit it for automatic)".into()));
+            }
+            short_string("content_type", ct)?;
+        }
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > BROKER_MAX_MESSAGE_SIZE {
+            return Err(err(
+                "max_payload_bytes",
+                format!("must be 1..={BROKER_MAX_MESSAGE_SIZE}, got {}", self.max_payload_bytes),
+            ));
+        }
+        if self.connect_timeout.is_zero() {
+            return Err(err("connect_timeout", "must be positive".into()));
+        }
+        if let Some(d) = &self.declare {
+            if d.kind.trim().is_empty() {
+                return Err(err("declare.kind", "must not be empty".into()));
+            }
+            short_string("declare.kind", &d.kind)?;
+            if let Some(q) = &d.queue {
+                if q.is_empty() {
+                    return Err(err("declare.queue", "must not be empty".into()));
+                }
+                short_string("declare.queue", q)?;
+            }
+            short_string("declare.binding_key", &d.binding_key)?;
+        }
+        Ok(())
+    }
+}
+
+/// `text` with `url` and its password (if any) replaced by their redacted forms: client errors
+/// sometimes quote the URI they were given.
+pub(crate) fn scrub(text: &str, url: &str) -> String {
+    let mut out = text.replace(url, &crate::redact(url));
+    if let Some(pw) = password_of(url) {
+        if !pw.is_empty() {
+            out = out.replace(pw, "***");
+        }
+    }
+    out
+}
+
+/// The raw (still percent-encoded) password of `url`, if it has one.
+fn password_of(url: &str) -> Option<&str> {
+    let rest = &url[url.find("://")? + 3..];
+    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
+    let userinfo = &authority[..authority.rfind('@')?];
+    userinfo.split_once(':').map(|(_, pw)| pw)
+}
+
+fn short_string(key: &'static str, value: &str) -> Result<(), TransportError> {
+    if value.len() > SHORT_STRING_MAX {
+        return Err(TransportError::Config {
+            transport: KIND,
+            key,
+            reason: format!("must be at most {SHORT_STRING_MAX} bytes, got {}", value.len()),
+        });
+    }
+    Ok(())
+}
+
+impl fmt::Debug for RabbitMqConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitMqConfig")
+            .field("url", &crate::redact(&self.url))
+            .field("exchange", &self.exchange)
+            .field("routing_key", &self.routing_key)
+            .field("content_type", &self.content_type)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("declare", &self.declare)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(r: Result<(), TransportError>) -> &'static str {
+        match r {
+            Err(TransportError::Config { key, .. }) => key,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_from_minimal_toml_like_json() {
+        let c: RabbitMqConfig = serde_json::from_str(r#"{"url":"amqp://127.0.0.1:5672/%2f"}"#).unwrap();
+        assert_eq!(c, RabbitMqConfig::new("amqp://127.0.0.1:5672/%2f", ""));
+        assert_eq!(c.max_payload_bytes, DEFAULT_MAX_PAYLOAD_BYTES);
+        c.validate().unwrap();
+        let d: DeclareConfig = serde_json::from_str("{}").unwrap();
+        assert_eq!(d, DeclareConfig::default());
+    }
+
+    #[test]
+    fn works_inside_an_internally_tagged_enum() {
+        #[derive(Deserialize, Debug)]
+        #[serde(tag = "type", rename_all = "lowercase")]
+        enum Any {
+            Rabbitmq(RabbitMqConfig),
+        }
+        let Any::Rabbitmq(c) = serde_json::from_str(
+            r#"{"type":"rabbitmq","url":"amqp://h","exchange":"x","connect_timeout":"2s","declare":{"queue":"q"}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.connect_timeout, Duration::from_secs(2));
+        assert_eq!(c.declare.unwrap().queue.as_deref(), Some("q"));
+        assert!(serde_json::from_str::<Any>(r#"{"type":"rabbitmq","url":"amqp://h","nope":1}"#).is_err());
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected() {
+        let e = serde_json::from_str::<RabbitMqConfig>(r#"{"url":"amqp://h","exchang":"x"}"#).unwrap_err();
+        assert!(e.to_string().contains("exchang"), "{e}");
+    }
+
+    #[test]
+    fn validation_names_the_key() {
+        let ok = RabbitMqConfig::new("amqp://u:p@127.0.0.1:5672/%2f", "events");
+        ok.validate().unwrap();
+        assert_eq!(key_of(RabbitMqConfig { url: "http://h".into(), ..ok.clone() }.validate()), "url");
+        assert_eq!(
+            key_of(RabbitMqConfig { url: "amqp://h:notaport".into(), ..ok.clone() }.validate()),
+            "url"
+        );
+        assert_eq!(key_of(RabbitMqConfig { exchange: "x".repeat(256), ..ok.clone() }.validate()), "exchange");
+        assert_eq!(
+            key_of(RabbitMqConfig { routing_key: Some("r".repeat(300)), ..ok.clone() }.validate()),
+            "routing_key"
+        );
+        assert_eq!(
+            key_of(RabbitMqConfig { max_payload_bytes: 0, ..ok.clone() }.validate()),
+            "max_payload_bytes"
+        );
+        assert_eq!(
+            key_of(
+                RabbitMqConfig { max_payload_bytes: BROKER_MAX_MESSAGE_SIZE + 1, ..ok.clone() }.validate()
+            ),
+            "max_payload_bytes"
+        );
+        assert_eq!(
+            key_of(RabbitMqConfig { connect_timeout: Duration::ZERO, ..ok.clone() }.validate()),
+            "connect_timeout"
+        );
+        assert_eq!(
+            key_of(RabbitMqConfig { content_type: Some(" ".into()), ..ok.clone() }.validate()),
+            "content_type"
+        );
+        let declare = |d: DeclareConfig| RabbitMqConfig { declare: Some(d), ..ok.clone() };
+        assert_eq!(
+            key_of(
+                declare(DeclareConfig { queue: Some(String::new()), ..DeclareConfig::default() }).validate()
+            ),
+            "declare.queue"
+        );
+        assert_eq!(
+            key_of(declare(DeclareConfig { kind: String::new(), ..DeclareConfig::default() }).validate()),
+            "declare.kind"
+        );
+        assert_eq!(
+            key_of(
+                RabbitMqConfig { exchange: String::new(), ..declare(DeclareConfig::default()) }.validate()
+            ),
+            "declare"
+        );
+    }
+
+    #[test]
+    fn debug_hides_the_password() {
+        let c = RabbitMqConfig::new("amqp://app:hunter2hunter2@h/%2f", "x");
+        let s = format!("{c:?}");
+        assert!(!s.contains("hunter2"), "{s}");
+        let e =
+            RabbitMqConfig { url: "amqx://app:hunter2hunter2@h".into(), ..c.clone() }.validate().unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        let e =
+            RabbitMqConfig { url: "amqp://app:hunter2hunter2@h:99999".into(), ..c }.validate().unwrap_err();
+        assert!(!e.to_string().contains("hunter2"), "{e}");
+        assert_eq!(scrub("x amqp://a:pw1@h y pw1", "amqp://a:pw1@h"), "x amqp://a:***@h y ***");
+    }
+}

@@ -1,0 +1,429 @@
+//! The RabbitMQ [`Transport`]: persistent, mandatory publishes on a confirm channel.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::publisher_confirm::Confirmation;
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use outbox_core::{Envelope, Outcome, Transport};
+use tokio::sync::Mutex;
+
+use super::config::{scrub, RabbitMqConfig, SHORT_STRING_MAX};
+use super::outcome;
+use crate::TransportError;
+
+const KIND: &str = "rabbitmq";
+
+/// AMQP `delivery_mode` of a persistent message.
+const PERSISTENT: u8 = 2;
+
+/// Publishes to a RabbitMQ exchange with publisher confirms. Build it with
+/// [`RabbitMqTransport::connect`]; see the [module docs](super) for the guarantees.
+pub struct RabbitMqTransport {
+    config: RabbitMqConfig,
+    /// `config.url` with the password redacted.
+    address: String,
+    /// The connection and its confirm channel; `None` after a failure until the next publish
+    /// reconnects. Held for the whole of a publish, so batches are serialized on the channel
+    /// (which is what lets returned messages be matched to the batch that sent them).
+    link: Mutex<Option<Link>>,
+}
+
+struct Link {
+    connection: Connection,
+    channel: Channel,
+    /// Set while a publish uses the channel. Still set when the next publish takes the lock
+    /// means the previous one was cancelled (the relay's publish timeout) with confirms
+    /// outstanding: that channel is replaced so stale confirms and returns cannot be mixed up
+    /// with the new batch's.
+    busy: bool,
+}
+
+impl fmt::Debug for RabbitMqTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RabbitMqTransport")
+            .field("address", &self.address)
+            .field("exchange", &self.config.exchange)
+            .field("routing_key", &self.config.routing_key)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One envelope ready to publish.
+struct Prepared {
+    index: usize,
+    routing_key: String,
+    properties: BasicProperties,
+}
+
+impl RabbitMqTransport {
+    /// Validates `config`, connects, opens a confirm channel and checks (or declares) the
+    /// exchange. Fails with [`TransportError::Config`] naming the wrong key, or with
+    /// [`TransportError::Connect`] (password redacted) when the broker cannot be reached, refuses
+    /// the credentials, or the exchange does not exist.
+    pub async fn connect(config: RabbitMqConfig) -> Result<Self, TransportError> {
+        config.validate()?;
+        let address = crate::redact(&config.url);
+        let link = open(&config).await.map_err(|reason| TransportError::Connect {
+            transport: KIND,
+            address: address.clone(),
+            reason,
+        })?;
+        tracing::info!(address = %address, exchange = %config.exchange, "Connected to RabbitMQ");
+        Ok(RabbitMqTransport { config, address, link: Mutex::new(Some(link)) })
+    }
+
+    /// The configuration (its `Debug` form redacts the password).
+    pub fn config(&self) -> &RabbitMqConfig {
+        &self.config
+    }
+
+    fn prepare(&self, index: usize, e: &Envelope) -> Result<Prepared, Outcome> {
+        if e.payload.len() > self.config.max_payload_bytes {
+            return Err(Outcome::permanent(format!(
+                "payload is {} bytes, larger than max_payload_bytes ({})",
+                e.payload.len(),
+                self.config.max_payload_bytes
+            )));
+        }
+        let routing_key = self.config.routing_key.clone().unwrap_or_else(|| e.topic.clone());
+        if routing_key.len() > SHORT_STRING_MAX {
+            return Err(Outcome::permanent(format!(
+                "routing key is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
+                routing_key.len()
+            )));
+        }
+        let mut headers = FieldTable::default();
+        for (name, value) in &e.headers {
+            if name.len() > SHORT_STRING_MAX {
+                return Err(Outcome::permanent(format!(
+                    "header name {:?}... is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
+                    name.chars().take(32).collect::<String>(),
+                    name.len()
+                )));
+            }
+            headers.insert(
+                ShortString::from(name.clone()),
+                AMQPValue::LongString(LongString::from(value.clone())),
+            );
+        }
+        let content_type = match &self.config.content_type {
+            Some(ct) => ct.clone(),
+            None if looks_like_json(&e.payload) => "application/json".to_owned(),
+            None => "text/plain; charset=utf-8".to_owned(),
+        };
+        let mut properties = BasicProperties::default()
+            .with_message_id(ShortString::from(e.id.to_string()))
+            .with_delivery_mode(PERSISTENT)
+            .with_content_type(ShortString::from(content_type))
+            .with_app_id(ShortString::from("outbox"))
+            .with_headers(headers);
+        if let Ok(ts) = u64::try_from(e.created_at.timestamp()) {
+            properties = properties.with_timestamp(ts);
+        }
+        if let Some(tag) = &e.tag {
+            if tag.len() > SHORT_STRING_MAX {
+                return Err(Outcome::permanent(format!(
+                    "tag is {} bytes; the AMQP `type` property allows at most {SHORT_STRING_MAX}",
+                    tag.len()
+                )));
+            }
+            properties = properties.with_type(ShortString::from(tag.clone()));
+        }
+        Ok(Prepared { index, routing_key, properties })
+    }
+
+    /// A usable link, reconnecting (or reopening the channel) when needed.
+    async fn ensure_link<'a>(&self, slot: &'a mut Option<Link>) -> Result<&'a mut Link, Outcome> {
+        enum Plan {
+            Reuse,
+            NewChannel,
+            Reconnect,
+        }
+        let plan = match slot.as_ref() {
+            Some(l) if l.connection.status().connected() && l.connection.status().blocked() => {
+                // Reconnecting would not help: the broker blocks publishers until its alarm clears.
+                return Err(Outcome::unavailable(
+                    "RabbitMQ blocked publishing on the connection (a memory or disk alarm on the broker)",
+                ));
+            }
+            // The previous publish was cancelled (the relay's publish timeout) with confirms
+            // outstanding: the connection itself may be hung, so start afresh.
+            Some(l) if l.busy => Plan::Reconnect,
+            Some(l) if l.connection.status().connected() && l.channel.status().connected() => Plan::Reuse,
+            Some(l) if l.connection.status().connected() => Plan::NewChannel,
+            _ => Plan::Reconnect,
+        };
+        let timeout = self.config.connect_timeout;
+        match plan {
+            Plan::Reuse => {}
+            Plan::NewChannel => {
+                let Some(link) = slot.as_mut() else {
+                    return Err(outcome::cannot_connect(&self.address, "no connection"));
+                };
+                tracing::debug!(address = %self.address, "Reopening the RabbitMQ confirm channel");
+                match tokio::time::timeout(timeout, confirm_channel(&link.connection)).await {
+                    Ok(Ok(channel)) => link.channel = channel,
+                    Ok(Err(e)) => {
+                        *slot = None;
+                        let reason = scrub(&e.to_string(), &self.config.url);
+                        return Err(outcome::cannot_connect(&self.address, &reason));
+                    }
+                    Err(_) => {
+                        *slot = None;
+                        let reason = format!("opening a channel timed out after {timeout:?}");
+                        return Err(outcome::cannot_connect(&self.address, &reason));
+                    }
+                }
+            }
+            Plan::Reconnect => {
+                *slot = None; // dropping the old link closes it
+                match open(&self.config).await {
+                    Ok(link) => {
+                        tracing::info!(address = %self.address, "Reconnected to RabbitMQ");
+                        *slot = Some(link);
+                    }
+                    Err(reason) => return Err(outcome::cannot_connect(&self.address, &reason)),
+                }
+            }
+        }
+        slot.as_mut().ok_or_else(|| outcome::cannot_connect(&self.address, "no connection"))
+    }
+
+    /// Publishes every prepared envelope on the channel (pipelined), then awaits every confirm.
+    async fn publish_on(
+        &self,
+        link: &mut Link,
+        batch: &[Envelope],
+        prepared: Vec<Prepared>,
+        outcomes: &mut [Option<Outcome>],
+    ) {
+        link.busy = true;
+        let mut pending = Vec::with_capacity(prepared.len());
+        let mut broken: Option<Outcome> = None;
+        for p in prepared {
+            if let Some(o) = &broken {
+                outcomes[p.index] = Some(o.clone());
+                continue;
+            }
+            let options = BasicPublishOptions { mandatory: true, immediate: false };
+            let payload = batch[p.index].payload.as_bytes();
+            match link
+                .channel
+                .basic_publish(&self.config.exchange, &p.routing_key, options, payload, p.properties)
+                .await
+            {
+                Ok(confirm) => pending.push((p.index, p.routing_key, confirm)),
+                Err(e) => {
+                    let o = self.scrubbed(outcome::from_error(&e));
+                    outcomes[p.index] = Some(o.clone());
+                    broken = Some(o);
+                }
+            }
+        }
+
+        // Returned messages (basic.return precedes the ack of the same message) travel on
+        // whichever confirmation lapin completes next, so they are matched to envelopes by their
+        // `message_id` property rather than by position.
+        let mut returned: HashMap<String, (u16, String)> = HashMap::new();
+        let mut answered = Vec::with_capacity(pending.len());
+        for (index, routing_key, confirm) in pending {
+            let (ret, acked) = match confirm.await {
+                Ok(Confirmation::Ack(ret)) => (ret, true),
+                Ok(Confirmation::Nack(ret)) => (ret, false),
+                Ok(Confirmation::NotRequested) => {
+                    outcomes[index] = Some(outcome::not_confirmed());
+                    continue;
+                }
+                Err(e) => {
+                    outcomes[index] = Some(self.scrubbed(outcome::from_error(&e)));
+                    continue;
+                }
+            };
+            if let Some(r) = ret {
+                if let Some(id) = r.delivery.properties.message_id() {
+                    returned.insert(id.to_string(), (r.reply_code, r.reply_text.to_string()));
+                }
+            }
+            answered.push((index, routing_key, acked));
+        }
+        for (index, routing_key, acked) in answered {
+            outcomes[index] = Some(match returned.get(&batch[index].id.to_string()) {
+                Some((code, text)) => outcome::returned(&self.config.exchange, &routing_key, *code, text),
+                None if acked => Outcome::Delivered,
+                None => outcome::nacked(),
+            });
+        }
+        link.busy = false;
+    }
+
+    fn scrubbed(&self, o: Outcome) -> Outcome {
+        match o {
+            Outcome::Failed { kind, reason, retry_after } => {
+                Outcome::Failed { kind, reason: scrub(&reason, &self.config.url), retry_after }
+            }
+            d => d,
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for RabbitMqTransport {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        let mut outcomes: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut prepared = Vec::with_capacity(batch.len());
+        for (i, e) in batch.iter().enumerate() {
+            match self.prepare(i, e) {
+                Ok(p) => prepared.push(p),
+                Err(o) => outcomes[i] = Some(o),
+            }
+        }
+        if !prepared.is_empty() {
+            let mut slot = self.link.lock().await;
+            match self.ensure_link(&mut slot).await {
+                Ok(link) => {
+                    self.publish_on(link, batch, prepared, &mut outcomes).await;
+                    let dead = !link.connection.status().connected();
+                    if dead {
+                        *slot = None;
+                    }
+                }
+                Err(o) => {
+                    for p in prepared {
+                        outcomes[p.index] = Some(o.clone());
+                    }
+                }
+            }
+        }
+        outcomes
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Outcome::retryable("internal error: no outcome for this message")))
+            .collect()
+    }
+
+    fn max_payload_bytes(&self) -> Option<usize> {
+        Some(self.config.max_payload_bytes)
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        let mut slot = self.link.lock().await;
+        match self.ensure_link(&mut slot).await {
+            Ok(_) => Ok(()),
+            Err(Outcome::Failed { reason, .. }) => Err(reason),
+            Err(Outcome::Delivered) => Ok(()),
+        }
+    }
+}
+
+/// Opens a connection and a confirm channel and checks or declares the topology, within
+/// `connect_timeout`. The error is safe to show (no password).
+async fn open(config: &RabbitMqConfig) -> Result<Link, String> {
+    let timeout = config.connect_timeout;
+    let attempt = async {
+        let props = ConnectionProperties::default().with_connection_name(LongString::from("outbox-relay"));
+        let connection = Connection::connect(&config.url, props).await.map_err(|e| e.to_string())?;
+        let channel = confirm_channel(&connection).await.map_err(|e| e.to_string())?;
+        topology(&connection, &channel, config).await?;
+        Ok::<_, String>(Link { connection, channel, busy: false })
+    };
+    match tokio::time::timeout(timeout, attempt).await {
+        Ok(Ok(link)) => Ok(link),
+        Ok(Err(reason)) => Err(scrub(&reason, &config.url)),
+        Err(_) => Err(format!("timed out after {timeout:?} (connect_timeout)")),
+    }
+}
+
+async fn confirm_channel(connection: &Connection) -> lapin::Result<Channel> {
+    let channel = connection.create_channel().await?;
+    channel.confirm_select(ConfirmSelectOptions::default()).await?;
+    Ok(channel)
+}
+
+/// Declares the configured topology, or checks that the exchange exists. A failed passive check
+/// closes the channel, so it is done on a scratch channel.
+async fn topology(connection: &Connection, channel: &Channel, config: &RabbitMqConfig) -> Result<(), String> {
+    let ex = &config.exchange;
+    match &config.declare {
+        Some(d) => {
+            let options = ExchangeDeclareOptions { durable: d.durable, ..ExchangeDeclareOptions::default() };
+            channel
+                .exchange_declare(ex, exchange_kind(&d.kind), options, FieldTable::default())
+                .await
+                .map_err(|e| format!("declaring exchange {ex:?} failed: {e}"))?;
+            if let Some(q) = &d.queue {
+                let options = QueueDeclareOptions { durable: true, ..QueueDeclareOptions::default() };
+                channel
+                    .queue_declare(q, options, FieldTable::default())
+                    .await
+                    .map_err(|e| format!("declaring queue {q:?} failed: {e}"))?;
+                channel
+                    .queue_bind(q, ex, &d.binding_key, QueueBindOptions::default(), FieldTable::default())
+                    .await
+                    .map_err(|e| format!("binding queue {q:?} to exchange {ex:?} failed: {e}"))?;
+            }
+        }
+        None if ex.is_empty() => {}
+        None => {
+            let scratch = connection.create_channel().await.map_err(|e| e.to_string())?;
+            let options = ExchangeDeclareOptions { passive: true, ..ExchangeDeclareOptions::default() };
+            let checked =
+                scratch.exchange_declare(ex, ExchangeKind::Topic, options, FieldTable::default()).await;
+            match checked {
+                Ok(()) => {
+                    let _ = scratch.close(200, "OK").await;
+                }
+                Err(e) => {
+                    return Err(format!(
+                        "exchange {ex:?} is not usable ({e}); create it, or set `declare` to have it declared"
+                    ))
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn exchange_kind(kind: &str) -> ExchangeKind {
+    match kind {
+        "direct" => ExchangeKind::Direct,
+        "fanout" => ExchangeKind::Fanout,
+        "headers" => ExchangeKind::Headers,
+        "topic" => ExchangeKind::Topic,
+        other => ExchangeKind::Custom(other.to_owned()),
+    }
+}
+
+/// True when `payload` is a JSON object or array.
+pub(crate) fn looks_like_json(payload: &str) -> bool {
+    matches!(payload.trim_start().as_bytes().first(), Some(b'{' | b'['))
+        && serde_json::from_str::<serde::de::IgnoredAny>(payload).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_detection() {
+        assert!(looks_like_json(r#"{"a":1}"#));
+        assert!(looks_like_json(" [1, 2]\n"));
+        assert!(!looks_like_json("{not json"));
+        assert!(!looks_like_json("hello"));
+        assert!(!looks_like_json("42"));
+        assert!(!looks_like_json(""));
+    }
+
+    #[test]
+    fn exchange_kinds() {
+        assert_eq!(exchange_kind("topic"), ExchangeKind::Topic);
+        assert_eq!(exchange_kind("x-delayed-message"), ExchangeKind::Custom("x-delayed-message".into()));
+    }
+}

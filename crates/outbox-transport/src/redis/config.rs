@@ -1,0 +1,164 @@
+//! Configuration of the Redis Streams transport.
+
+use serde::{Deserialize, Serialize};
+
+use crate::TransportError;
+
+const KIND: &str = "redis";
+
+/// The placeholder of [`RedisConfig::stream`] replaced by the envelope's topic.
+pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
+
+/// Settings of a [`RedisTransport`](super::RedisTransport). Every field has a default, so an
+/// empty table appends each message to a local Redis stream named after its topic.
+///
+/// ```toml
+/// url = "redis://:secret@redis.internal:6379/0"
+/// stream = "outbox:{topic}"   # topic "order.paid" -> stream key "outbox:order.paid"
+/// maxlen = 1000000            # XADD ... MAXLEN ~ 1000000
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Server URL: `redis://[[user]:password@]host[:port][/db]` (or `redis+unix:///path`).
+    /// Credentials are redacted in every error and log. Defaults to `redis://127.0.0.1:6379`.
+    pub url: String,
+    /// Key of the stream to append to. `{topic}` is replaced by the envelope's topic; any other
+    /// text (including Redis Cluster hash tags such as `{orders}`) is kept as is. Defaults to
+    /// `{topic}`.
+    pub stream: String,
+    /// Caps the stream's length: every `XADD` carries `MAXLEN ~ <maxlen>` (approximate
+    /// trimming, cheap). Defaults to none (the stream grows until consumers or `XTRIM` trim it).
+    pub maxlen: Option<u64>,
+    /// Prefix of the entry fields that carry headers: header `traceparent` becomes field
+    /// `h:traceparent`. Must not be empty, so headers never collide with the `payload` and `id`
+    /// fields. Defaults to `h:`.
+    pub header_prefix: String,
+    /// Longest time one `publish` call may take (the pipelined `XADD`s and their replies), in
+    /// milliseconds; envelopes without a reply by then are reported unavailable. Defaults to
+    /// `5000`.
+    pub timeout_ms: u64,
+    /// Longest time to establish a connection, in milliseconds (at start-up and on every
+    /// reconnection). Defaults to `5000`.
+    pub connect_timeout_ms: u64,
+    /// Largest payload to append, in bytes; larger messages fail permanently without being
+    /// sent. Redis itself accepts up to `proto-max-bulk-len` (512 MB by default), but entries that
+    /// large hurt every consumer of the stream. Defaults to `8388608` (8 MiB).
+    pub max_payload_bytes: usize,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            stream: TOPIC_PLACEHOLDER.into(),
+            maxlen: None,
+            header_prefix: "h:".into(),
+            timeout_ms: 5000,
+            connect_timeout_ms: 5000,
+            max_payload_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+impl std::fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("url", &crate::redact(&self.url))
+            .field("stream", &self.stream)
+            .field("maxlen", &self.maxlen)
+            .field("header_prefix", &self.header_prefix)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("max_payload_bytes", &self.max_payload_bytes)
+            .finish()
+    }
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
+    TransportError::Config { transport: KIND, key, reason: reason.into() }
+}
+
+impl RedisConfig {
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        if self.url.trim().is_empty() {
+            return Err(invalid("url", "must not be empty"));
+        }
+        redis::Client::open(self.url.as_str()).map_err(|e| {
+            invalid("url", format!("{:?} is not a usable Redis URL: {e}", crate::redact(&self.url)))
+        })?;
+        if self.stream.is_empty() {
+            return Err(invalid("stream", "must not be empty"));
+        }
+        if self.maxlen == Some(0) {
+            return Err(invalid("maxlen", "must be positive (omit it for an unbounded stream)"));
+        }
+        if self.header_prefix.is_empty() {
+            return Err(invalid(
+                "header_prefix",
+                "must not be empty (header fields would collide with `payload` and `id`)",
+            ));
+        }
+        for (key, ms) in [("timeout_ms", self.timeout_ms), ("connect_timeout_ms", self.connect_timeout_ms)] {
+            if ms == 0 || ms > 600_000 {
+                return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
+            }
+        }
+        if self.max_payload_bytes == 0 {
+            return Err(invalid("max_payload_bytes", "must be positive"));
+        }
+        Ok(())
+    }
+
+    /// The stream key for `topic`.
+    pub(crate) fn stream_for(&self, topic: &str) -> String {
+        self.stream.replace(TOPIC_PLACEHOLDER, topic)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(e: TransportError) -> &'static str {
+        match e {
+            TransportError::Config { key, .. } => key,
+            other => panic!("expected a config error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_templates_and_unknown_keys() {
+        RedisConfig::default().validate().unwrap();
+        let c: RedisConfig = serde_json::from_str(r#"{"stream":"outbox:{topic}:{orders}"}"#).unwrap();
+        assert_eq!(c.stream_for("order.paid"), "outbox:order.paid:{orders}");
+        assert!(serde_json::from_str::<RedisConfig>(r#"{"streem":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let bad = |f: fn(&mut RedisConfig)| {
+            let mut c = RedisConfig::default();
+            f(&mut c);
+            key_of(c.validate().unwrap_err())
+        };
+        assert_eq!(bad(|c| c.url = String::new()), "url");
+        assert_eq!(bad(|c| c.url = "http://127.0.0.1".into()), "url");
+        assert_eq!(bad(|c| c.stream = String::new()), "stream");
+        assert_eq!(bad(|c| c.maxlen = Some(0)), "maxlen");
+        assert_eq!(bad(|c| c.header_prefix = String::new()), "header_prefix");
+        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
+        assert_eq!(bad(|c| c.connect_timeout_ms = 0), "connect_timeout_ms");
+        assert_eq!(bad(|c| c.max_payload_bytes = 0), "max_payload_bytes");
+    }
+
+    #[test]
+    fn debug_and_errors_redact_the_password() {
+        let c = RedisConfig { url: "redis://:hunter2@h:6379".into(), ..RedisConfig::default() };
+        assert!(!format!("{c:?}").contains("hunter2"));
+        let c = RedisConfig { url: "bogus://:hunter2@h:6379".into(), ..RedisConfig::default() };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+}

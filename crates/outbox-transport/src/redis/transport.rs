@@ -1,0 +1,159 @@
+//! The Redis Streams [`Transport`].
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use outbox_core::{Envelope, Outcome, Transport};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+
+use super::config::RedisConfig;
+use super::outcome;
+use crate::{redact, TransportError};
+
+const KIND: &str = "redis";
+
+/// Appends messages to Redis streams with `XADD` and reports a message delivered when Redis
+/// answered with the new entry's id. One multiplexed connection (a `ConnectionManager`),
+/// re-established after any outage; a batch is one pipelined round trip.
+pub struct RedisTransport {
+    conn: ConnectionManager,
+    config: RedisConfig,
+    address: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for RedisTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisTransport")
+            .field("address", &self.address)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl RedisTransport {
+    /// Validates `config`, connects and checks the server answers `PING`. Fails with
+    /// [`TransportError::Config`] naming the key, or [`TransportError::Connect`] (URL redacted)
+    /// when the server is unreachable or refuses the credentials.
+    pub async fn connect(config: RedisConfig) -> Result<Self, TransportError> {
+        config.validate()?;
+        let address = redact(&config.url);
+        let fail = |reason: String| TransportError::Connect {
+            transport: KIND,
+            address: address.clone(),
+            reason: reason.replace(&config.url, &address),
+        };
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| fail(e.to_string()))?;
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        // No reconnection retries inside the client (its backoff starts at one second): during
+        // an outage each publish fails fast, the relay's breaker paces the probes, and each
+        // probe triggers a fresh connection attempt.
+        let cm_config = ConnectionManagerConfig::new()
+            .set_connection_timeout(connect_timeout)
+            .set_response_timeout(timeout)
+            .set_number_of_retries(0);
+        let mut conn = match tokio::time::timeout(
+            connect_timeout * 2 + Duration::from_secs(1),
+            ConnectionManager::new_with_config(client, cm_config),
+        )
+        .await
+        {
+            Err(_) => return Err(fail(format!("no answer within {connect_timeout:?}"))),
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Ok(Ok(c)) => c,
+        };
+        match tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await {
+            Err(_) => return Err(fail(format!("no answer to PING within {timeout:?}"))),
+            Ok(Err(e)) => return Err(fail(e.to_string())),
+            Ok(Ok(_)) => {}
+        }
+        Ok(RedisTransport { conn, config, address, timeout })
+    }
+
+    fn xadd(&self, env: &Envelope, stream: &str) -> redis::Cmd {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream);
+        if let Some(n) = self.config.maxlen {
+            cmd.arg("MAXLEN").arg("~").arg(n);
+        }
+        cmd.arg("*").arg("payload").arg(env.payload.as_bytes()).arg("id").arg(env.id.0);
+        for (name, value) in &env.headers {
+            cmd.arg(format!("{}{name}", self.config.header_prefix)).arg(value.as_bytes());
+        }
+        cmd
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for RedisTransport {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut held: HashSet<&str> = HashSet::new();
+        let mut pipe = redis::pipe();
+        let mut sent: Vec<(usize, String)> = Vec::with_capacity(batch.len());
+        for (i, env) in batch.iter().enumerate() {
+            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
+                out[i] = Some(Outcome::unavailable(format!(
+                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                )));
+                continue;
+            }
+            if env.payload.len() > self.config.max_payload_bytes {
+                out[i] = Some(outcome::oversized(env.payload.len(), self.config.max_payload_bytes));
+                held.extend(env.key.as_deref());
+                continue;
+            }
+            let stream = self.config.stream_for(&env.topic);
+            pipe.add_command(self.xadd(env, &stream));
+            sent.push((i, stream));
+        }
+        if !sent.is_empty() {
+            let mut conn = self.conn.clone();
+            let result =
+                tokio::time::timeout(self.timeout, conn.req_packed_commands(&pipe, 0, sent.len())).await;
+            match result {
+                Err(_) => {
+                    for (i, _) in &sent {
+                        out[*i] = Some(Outcome::unavailable(format!(
+                            "Redis at {} did not answer within {:?}",
+                            self.address, self.timeout
+                        )));
+                    }
+                }
+                Ok(Err(e)) => {
+                    for (i, stream) in &sent {
+                        out[*i] = Some(outcome::error(&e, stream));
+                    }
+                }
+                Ok(Ok(values)) => {
+                    let mut values = values.into_iter();
+                    for (i, stream) in &sent {
+                        out[*i] = Some(match values.next() {
+                            Some(v) => outcome::reply(v, stream),
+                            None => Outcome::retryable("Redis sent fewer replies than commands"),
+                        });
+                    }
+                }
+            }
+        }
+        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+    }
+
+    fn max_payload_bytes(&self) -> Option<usize> {
+        Some(self.config.max_payload_bytes)
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        let mut conn = self.conn.clone();
+        match tokio::time::timeout(self.timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(format!("Redis at {}: {e}", self.address)),
+            Err(_) => Err(format!("Redis at {} did not answer within {:?}", self.address, self.timeout)),
+        }
+    }
+}

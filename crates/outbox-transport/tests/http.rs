@@ -1,0 +1,587 @@
+//! The HTTP webhook transport against a real local receiver (axum on 127.0.0.1:0).
+#![cfg(feature = "http")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use outbox_core::{
+    Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status, Transport,
+};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_transport::http::{
+    decode_header_value, envelope_header_name, verify_signature, HttpConfig, HttpTransport, SignatureError,
+    WebhookSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER,
+};
+use outbox_transport::TransportError;
+use tokio_util::sync::CancellationToken;
+
+const SECRET: &str = "test-secret-0123456789";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// One request the receiver got.
+#[derive(Debug, Clone)]
+struct Received {
+    path: String,
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Received {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The message headers carried by this request, decoded.
+    fn envelope_headers(&self) -> BTreeMap<String, String> {
+        self.headers
+            .iter()
+            .filter_map(|(n, v)| {
+                envelope_header_name(n.as_str())
+                    .map(|name| (name, decode_header_value(v.to_str().unwrap()).unwrap()))
+            })
+            .collect()
+    }
+
+    fn verify(&self, now: i64) -> Result<(), SignatureError> {
+        verify_signature(
+            SECRET.as_bytes(),
+            self.header(TIMESTAMP_HEADER).unwrap_or(""),
+            &self.body,
+            self.header(SIGNATURE_HEADER).unwrap_or(""),
+            now,
+            300,
+        )
+    }
+}
+
+/// How the receiver answers.
+#[derive(Debug, Clone)]
+enum Answer {
+    Ok,
+    Status { code: u16, retry_after: Option<&'static str>, body: String },
+    Sleep(Duration),
+}
+
+#[derive(Clone)]
+struct Receiver {
+    state: Arc<Mutex<(Vec<Received>, Answer)>>,
+    url: String,
+    _server: Arc<tokio::task::JoinHandle<()>>,
+}
+
+impl Receiver {
+    async fn start() -> Receiver {
+        let state = Arc::new(Mutex::new((Vec::new(), Answer::Ok)));
+        let s2 = state.clone();
+        let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+            let state = s2.clone();
+            async move {
+                let answer = {
+                    let mut s = state.lock().unwrap();
+                    s.0.push(Received { path: uri.to_string(), headers, body });
+                    s.1.clone()
+                };
+                respond(answer).await
+            }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Receiver { state, url: format!("http://{addr}"), _server: Arc::new(server) }
+    }
+
+    fn answer(&self, a: Answer) {
+        self.state.lock().unwrap().1 = a;
+    }
+
+    fn received(&self) -> Vec<Received> {
+        self.state.lock().unwrap().0.clone()
+    }
+
+    fn count(&self) -> usize {
+        self.state.lock().unwrap().0.len()
+    }
+}
+
+async fn respond(answer: Answer) -> Response {
+    match answer {
+        Answer::Ok => StatusCode::NO_CONTENT.into_response(),
+        Answer::Status { code, retry_after, body } => {
+            let mut r = (StatusCode::from_u16(code).unwrap(), body).into_response();
+            if let Some(ra) = retry_after {
+                r.headers_mut().insert("retry-after", ra.parse().unwrap());
+            }
+            r
+        }
+        Answer::Sleep(d) => {
+            tokio::time::sleep(d).await;
+            StatusCode::OK.into_response()
+        }
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
+}
+
+fn message(id: i64, topic: &str, payload: &str) -> OutboxMessage {
+    let at = "2024-05-01T10:00:00.123456Z";
+    OutboxMessage {
+        id: MessageId(id),
+        biz_type: None,
+        biz_key: None,
+        topic: topic.into(),
+        key: None,
+        tag: None,
+        headers: BTreeMap::new(),
+        payload: payload.into(),
+        status: Status::Sending,
+        attempts: 0,
+        max_attempts: None,
+        next_attempt_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        last_attempt_at: None,
+        last_error: None,
+        lease_owner: None,
+        lease_until: None,
+        created_by: None,
+        updated_by: None,
+        created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+    }
+}
+
+fn failure(o: &Outcome) -> (FailureKind, String, Option<Duration>) {
+    match o {
+        Outcome::Failed { kind, reason, retry_after } => (*kind, reason.clone(), *retry_after),
+        Outcome::Delivered => panic!("expected a failure, got Delivered"),
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn transport(url: String) -> HttpTransport {
+    HttpTransport::connect(HttpConfig::new(url, SECRET)).await.unwrap()
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn posts_signed_requests_with_every_header() {
+    tokio::time::timeout(WAIT, async {
+        let rx = Receiver::start().await;
+        let t = transport(format!("{}/hooks/{{topic}}?v=1", rx.url)).await;
+
+        let mut m1 = message(7, "order.paid", r#"{"order":42}"#);
+        m1.biz_type = Some("order".into());
+        m1.biz_key = Some("订单 42".into());
+        m1.key = Some("order-42".into());
+        m1.headers
+            .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+        m1.headers.insert("source".into(), "check out\r\nX-Injected: 1".into());
+        let m2 = message(8, "audit/x y", "plain");
+        let batch = vec![Envelope::new(&m1, 1), Envelope::new(&m2, 4)];
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
+
+        let mut got = rx.received();
+        assert_eq!(got.len(), 2);
+        got.sort_by_key(|r| r.header("outbox-message-id").unwrap().to_owned());
+        let now = now();
+        for (r, e) in got.iter().zip(&batch) {
+            assert_eq!(r.body.as_ref(), e.payload.as_bytes());
+            assert_eq!(r.header("content-type"), Some("application/json"));
+            assert_eq!(r.verify(now), Ok(()), "a genuine request verifies");
+            assert_eq!(r.envelope_headers(), e.headers, "every envelope header travels, decoded exactly");
+            assert!(r.header(SIGNATURE_HEADER).unwrap().starts_with("v1="));
+            assert!(r.headers.get("x-injected").is_none(), "header values cannot inject headers");
+
+            // Forgeries and replays fail.
+            let mut tampered = r.clone();
+            tampered.body = Bytes::from(format!("{}x", e.payload));
+            assert_eq!(tampered.verify(now), Err(SignatureError::Mismatch));
+            assert!(
+                matches!(r.verify(now + 301), Err(SignatureError::Stale { .. })),
+                "a stale timestamp fails"
+            );
+            let mut retimed = r.clone();
+            retimed.headers.insert(TIMESTAMP_HEADER, (now + 1).to_string().parse().unwrap());
+            assert!(retimed.verify(now).is_err(), "the timestamp is signed");
+        }
+        assert_eq!(got[0].path, "/hooks/order.paid?v=1");
+        assert_eq!(got[1].path, "/hooks/audit%2Fx%20y?v=1", "the topic is percent-encoded into the URL");
+        let h = &got[0];
+        assert_eq!(h.header("outbox-message-id"), Some("7"));
+        assert_eq!(h.header("outbox-topic"), Some("order.paid"));
+        assert_eq!(h.header("outbox-attempt"), Some("1"));
+        assert_eq!(h.header("outbox-biz-type"), Some("order"));
+        assert_eq!(h.header("outbox-biz-key"), Some("%E8%AE%A2%E5%8D%95%2042"));
+        assert_eq!(h.header("outbox-key"), Some("order-42"));
+        assert_eq!(h.header("outbox-created-at"), Some(m1.created_at.to_rfc3339().as_str()));
+        assert_eq!(h.header("traceparent"), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        assert_eq!(h.header("outbox-header-source"), Some("check%20out%0D%0AX-Injected:%201"));
+        assert_eq!(got[1].header("outbox-attempt"), Some("4"));
+        assert!(got[1].header("outbox-biz-key").is_none());
+        assert!(t.health().await.is_ok());
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_headers_content_type_and_unsigned_mode() {
+    tokio::time::timeout(WAIT, async {
+        let rx = Receiver::start().await;
+        let mut cfg = HttpConfig::new(format!("{}/in", rx.url), SECRET);
+        cfg.secret = None;
+        cfg.unsigned = true;
+        cfg.content_type = "text/plain; charset=utf-8".into();
+        cfg.headers.insert("Authorization".into(), "Bearer abc.def".into());
+        let t = HttpTransport::connect(cfg).await.unwrap();
+        assert_eq!(t.publish(&[Envelope::new(&message(1, "t", "hello"), 1)]).await, vec![Outcome::Delivered]);
+        let r = &rx.received()[0];
+        assert_eq!(r.path, "/in");
+        assert_eq!(r.header("authorization"), Some("Bearer abc.def"));
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"));
+        assert!(r.header(SIGNATURE_HEADER).is_none() && r.header(TIMESTAMP_HEADER).is_none());
+        assert!(!format!("{t:?}").contains("abc.def"));
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_classified() {
+    tokio::time::timeout(WAIT, async {
+        let rx = Receiver::start().await;
+        let t = transport(format!("{}/hook", rx.url)).await;
+        let one = [Envelope::new(&message(1, "t", "{}"), 1)];
+
+        rx.answer(Answer::Status {
+            code: 400,
+            retry_after: None,
+            body: format!("bad field 'x' {}", "y".repeat(2000)),
+        });
+        let out = t.publish(&one).await;
+        let (kind, reason, _) = failure(&out[0]);
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(reason.starts_with("HTTP 400 Bad Request: bad field 'x'"), "{reason}");
+        assert!(reason.len() <= 300, "the body snippet is bounded: {} bytes", reason.len());
+
+        rx.answer(Answer::Status { code: 422, retry_after: None, body: format!("echo {SECRET}") });
+        let (kind, reason, _) = failure(&t.publish(&one).await[0]);
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(!reason.contains(SECRET), "a secret echoed by the receiver is scrubbed: {reason}");
+
+        rx.answer(Answer::Status { code: 429, retry_after: Some("7"), body: String::new() });
+        let (kind, reason, retry_after) = failure(&t.publish(&one).await[0]);
+        assert_eq!((kind, retry_after), (FailureKind::Retryable, Some(Duration::from_secs(7))), "{reason}");
+
+        rx.answer(Answer::Status { code: 500, retry_after: None, body: "boom".into() });
+        let (kind, reason, _) = failure(&t.publish(&one).await[0]);
+        assert_eq!(kind, FailureKind::Retryable);
+        assert_eq!(reason, "HTTP 500 Internal Server Error: boom");
+
+        rx.answer(Answer::Status { code: 503, retry_after: Some("2"), body: String::new() });
+        let (kind, _, retry_after) = failure(&t.publish(&one).await[0]);
+        assert_eq!((kind, retry_after), (FailureKind::Unavailable, Some(Duration::from_secs(2))));
+
+        rx.answer(Answer::Status { code: 408, retry_after: None, body: String::new() });
+        assert_eq!(failure(&t.publish(&one).await[0]).0, FailureKind::Retryable);
+
+        rx.answer(Answer::Status { code: 302, retry_after: None, body: String::new() });
+        assert_eq!(
+            failure(&t.publish(&one).await[0]).0,
+            FailureKind::Permanent,
+            "redirects are not followed"
+        );
+
+        // Timeout: the receiver takes longer than `timeout`.
+        let mut cfg = HttpConfig::new(format!("{}/slow", rx.url), SECRET);
+        cfg.timeout = Duration::from_millis(300);
+        let slow = HttpTransport::connect(cfg).await.unwrap();
+        rx.answer(Answer::Sleep(Duration::from_secs(3)));
+        let started = Instant::now();
+        let (kind, reason, _) = failure(&slow.publish(&one).await[0]);
+        assert_eq!(kind, FailureKind::Unavailable);
+        assert!(reason.contains("timed out"), "{reason}");
+        assert!(started.elapsed() < Duration::from_secs(2));
+        rx.answer(Answer::Ok);
+
+        // Mixed batch: each envelope gets its own outcome, in order.
+        let mut bad = message(3, "t", "x");
+        bad.headers.insert("bad name".into(), "v".into());
+        let mut cfg = HttpConfig::new(format!("{}/hook", rx.url), SECRET);
+        cfg.max_payload_bytes = 100;
+        let small = HttpTransport::connect(cfg).await.unwrap();
+        let before = rx.count();
+        let batch = [
+            Envelope::new(&message(1, "t", "ok"), 1),
+            Envelope::new(&message(2, "t", &"z".repeat(101)), 1),
+            Envelope::new(&bad, 1),
+            Envelope::new(&message(4, "t", "ok"), 1),
+        ];
+        let out = small.publish(&batch).await;
+        assert_eq!(out[0], Outcome::Delivered);
+        let (kind, reason, _) = failure(&out[1]);
+        assert!(kind == FailureKind::Permanent && reason.contains("max_payload_bytes"), "{reason}");
+        let (kind, reason, _) = failure(&out[2]);
+        assert!(kind == FailureKind::Permanent && reason.contains("bad name"), "{reason}");
+        assert_eq!(out[3], Outcome::Delivered);
+        assert_eq!(rx.count() - before, 2, "no request for messages that fail before sending");
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
+    tokio::time::timeout(WAIT, async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let t = transport(format!("http://user:pa55w0rd@127.0.0.1:{port}/hook")).await;
+        let out = t.publish(&[Envelope::new(&message(1, "t", "{}"), 1)]).await;
+        let (kind, reason, _) = failure(&out[0]);
+        assert_eq!(kind, FailureKind::Unavailable, "{reason}");
+        assert!(reason.contains("cannot connect"), "{reason}");
+        assert!(!reason.contains("pa55w0rd"), "{reason}");
+        let health = t.health().await.unwrap_err();
+        assert!(!health.contains("pa55w0rd"), "{health}");
+        assert!(!format!("{t:?}").contains("pa55w0rd") && !format!("{t:?}").contains(SECRET));
+
+        let no_dns = transport("http://outbox-test-no-such-host.invalid/hook".into()).await;
+        let (kind, _, _) = failure(&no_dns.publish(&[Envelope::new(&message(1, "t", "{}"), 1)]).await[0]);
+        assert_eq!(kind, FailureKind::Unavailable);
+
+        let cases: Vec<(HttpConfig, &str)> = vec![
+            (HttpConfig::new("ftp://h/x", SECRET), "url"),
+            (HttpConfig::new("http://h/{nope}", SECRET), "url"),
+            (HttpConfig::new("http://h/x", "short"), "secret"),
+            (HttpConfig { secret: None, ..HttpConfig::new("http://h/x", SECRET) }, "secret"),
+            (HttpConfig { timeout: Duration::ZERO, ..HttpConfig::new("http://h/x", SECRET) }, "timeout"),
+            (HttpConfig { concurrency: 0, ..HttpConfig::new("http://h/x", SECRET) }, "concurrency"),
+        ];
+        for (cfg, expected) in cases {
+            match HttpTransport::connect(cfg).await {
+                Err(TransportError::Config { transport, key, reason }) => {
+                    assert_eq!((transport, key), ("http", expected), "{reason}");
+                    assert!(!reason.contains(SECRET));
+                }
+                other => panic!("expected a config error naming {expected}, got {other:?}"),
+            }
+        }
+        let parsed: Result<HttpConfig, _> =
+            serde_json::from_str(r#"{"url":"http://h","secret":"0123456789abcdef","timeout_ms":5}"#);
+        assert!(parsed.unwrap_err().to_string().contains("timeout_ms"));
+        let _ = WebhookSecret::new("x");
+    })
+    .await
+    .expect("test timed out");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the relay.
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    }
+}
+
+fn fast_breaker() -> BreakerConfig {
+    BreakerConfig {
+        failure_threshold: 2,
+        cooldown: Duration::from_millis(100),
+        max_cooldown: Duration::from_millis(500),
+    }
+}
+
+/// Requests per message id, checking each signature.
+fn by_id(rx: &Receiver) -> HashMap<String, Vec<Received>> {
+    let now = now();
+    let mut out: HashMap<String, Vec<Received>> = HashMap::new();
+    for r in rx.received() {
+        assert_eq!(r.verify(now), Ok(()));
+        out.entry(r.header("outbox-message-id").unwrap().to_owned()).or_default().push(r);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_through_the_relay_exactly_once_without_faults() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = outbox_store::Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let rx = Receiver::start().await;
+        let t = Arc::new(transport(format!("{}/events/{{topic}}", rx.url)).await);
+        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(relay_config("http-e2e"))
+            .destination(Destination::new("webhook", t).retry(fast_retry(5)))
+            .route(Route::new("#", ["webhook"]))
+            .build()
+            .unwrap();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(relay.run(stop.clone()));
+
+        let mut ids = Vec::new();
+        for chunk in 0..20 {
+            let mut tx = outbox.begin().await.unwrap();
+            for i in 0..10 {
+                let n = chunk * 10 + i;
+                let msg = NewMessage::new(format!("order.{}", n % 3), format!(r#"{{"n":{n}}}"#))
+                    .key(format!("k{}", n % 7))
+                    .biz("order", n.to_string());
+                ids.push(tx.enqueue(&msg).await.unwrap().id);
+            }
+            tx.commit().await.unwrap();
+            if chunk == 10 {
+                let mut tx = outbox.begin().await.unwrap();
+                tx.enqueue(&NewMessage::new("order.0", "phantom")).await.unwrap();
+                tx.rollback().await.unwrap();
+            }
+        }
+        eventually("every committed message is received", || {
+            let n = rx.count();
+            async move { n >= 200 }
+        })
+        .await;
+        eventually("every row is sent", || async {
+            for id in &ids {
+                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.cancel();
+        running.await.unwrap();
+
+        let got = by_id(&rx);
+        assert_eq!(got.len(), 200);
+        assert_eq!(rx.count(), 200, "exactly once without faults");
+        for id in &ids {
+            let reqs = got.get(&id.to_string()).unwrap_or_else(|| panic!("message {id} never arrived"));
+            let m = outbox.get(*id).await.unwrap().unwrap();
+            assert_eq!(reqs[0].body.as_ref(), m.payload.as_bytes());
+            assert_eq!(reqs[0].path, format!("/events/{}", m.topic));
+            assert_eq!(reqs[0].header("outbox-biz-key"), m.biz_key.as_deref());
+        }
+        assert!(
+            rx.received().iter().all(|r| r.body.as_ref() != b"phantom"),
+            "a rolled-back message was sent"
+        );
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receiver_outage_then_recovery_delivers_everything_and_a_400_fails() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = outbox_store::Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let rx = Receiver::start().await;
+        let t = Arc::new(transport(format!("{}/hook", rx.url)).await);
+        // Few attempts: if the 503s cost attempts, messages would end `failed`.
+        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(relay_config("http-outage"))
+            .destination(Destination::new("webhook", t).retry(fast_retry(3)).breaker(fast_breaker()))
+            .route(Route::new("#", ["webhook"]))
+            .build()
+            .unwrap();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(relay.run(stop.clone()));
+
+        rx.answer(Answer::Status { code: 503, retry_after: None, body: "maintenance".into() });
+        let mut ids = Vec::new();
+        for n in 0..40 {
+            ids.push(
+                outbox
+                    .enqueue(&NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 4)))
+                    .await
+                    .unwrap()
+                    .id,
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(rx.count() > 0, "the relay kept probing");
+        for id in &ids {
+            let m = outbox.get(*id).await.unwrap().unwrap();
+            assert!(
+                matches!(m.status, Status::Pending | Status::Sending),
+                "{id} is {:?} during the outage",
+                m.status
+            );
+            assert_eq!(m.attempts, 0, "an outage costs no attempt");
+        }
+
+        rx.answer(Answer::Ok);
+        eventually("every row is sent after recovery", || async {
+            for id in &ids {
+                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        let got = by_id(&rx);
+        for id in &ids {
+            assert!(got.contains_key(&id.to_string()), "message {id} never arrived");
+        }
+
+        // A 400 fails the message at once with its reason.
+        rx.answer(Answer::Status { code: 400, retry_after: None, body: "unknown event".into() });
+        let bad = outbox.enqueue(&NewMessage::new("evt", "rejected")).await.unwrap().id;
+        eventually("the rejected message is failed", || async {
+            outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
+        })
+        .await;
+        let m = outbox.get(bad).await.unwrap().unwrap();
+        let err = m.last_error.unwrap();
+        assert!(err.contains("400") && err.contains("unknown event"), "{err}");
+        assert_eq!(m.attempts, 1);
+
+        stop.cancel();
+        running.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}

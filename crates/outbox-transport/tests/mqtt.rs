@@ -1,0 +1,616 @@
+//! The MQTT transport against the real broker (Mosquitto) on 127.0.0.1:1883 (override with
+//! `OUTBOX_TEST_MQTT_ADDR`). Every test uses its own topic tree, so the tests can run
+//! concurrently with each other and with other suites on the same broker.
+#![cfg(feature = "mqtt")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{
+    header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
+};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use outbox_testkit::proxy::TcpProxy;
+use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
+use outbox_transport::TransportError;
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn server() -> String {
+    std::env::var("OUTBOX_TEST_MQTT_ADDR").unwrap_or_else(|_| "127.0.0.1:1883".into())
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{prefix}_{}_{}_{:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+}
+
+/// A QoS 1 subscriber, subscribed (SUBACK received) before it is returned.
+struct Subscriber {
+    rx: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
+    _client: AsyncClient,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Subscriber {
+    async fn start(filter: &str) -> Subscriber {
+        let (host, port) =
+            server().rsplit_once(':').map(|(h, p)| (h.to_owned(), p.parse().unwrap())).unwrap();
+        let mut options = MqttOptions::new(unique("sub"), host, port);
+        options.set_max_packet_size(4 << 20, 4 << 20).set_keep_alive(Duration::from_secs(30));
+        let (client, mut eventloop) = AsyncClient::new(options, 100);
+        client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let mut ready_tx = Some(ready_tx);
+        let task = tokio::spawn(async move {
+            loop {
+                match eventloop.poll().await {
+                    Ok(Event::Incoming(Packet::SubAck(_))) => {
+                        if let Some(r) = ready_tx.take() {
+                            let _ = r.send(());
+                        }
+                    }
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let _ = tx.send((p.topic.clone(), p.payload.to_vec()));
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), ready_rx)
+            .await
+            .unwrap_or_else(|_| {
+                panic!("MQTT broker at {} did not confirm the subscription; start it", server())
+            })
+            .unwrap();
+        Subscriber { rx, _client: client, task }
+    }
+
+    /// At least `expected` messages (then whatever else arrives within a short grace period).
+    async fn take(&mut self, expected: usize, wait: Duration) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        let deadline = Instant::now() + wait;
+        loop {
+            let limit = if out.len() < expected {
+                deadline.saturating_duration_since(Instant::now())
+            } else {
+                Duration::from_millis(300)
+            };
+            match tokio::time::timeout(limit, self.rx.recv()).await {
+                Ok(Some(m)) => out.push(m),
+                _ => break,
+            }
+        }
+        out
+    }
+}
+
+/// One received message, unwrapped from the JSON envelope.
+#[derive(Debug, Clone)]
+struct Got {
+    topic: String,
+    id: String,
+    headers: BTreeMap<String, String>,
+    payload: String,
+}
+
+fn unwrap_envelope((topic, body): &(String, Vec<u8>)) -> Got {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+    let obj = v.as_object().unwrap();
+    assert_eq!(obj.len(), 3, "exactly id, headers and payload: {v}");
+    Got {
+        topic: topic.clone(),
+        id: obj["id"].as_str().unwrap().to_owned(),
+        headers: serde_json::from_value(obj["headers"].clone()).unwrap(),
+        payload: obj["payload"].as_str().unwrap().to_owned(),
+    }
+}
+
+fn config(url: String, base: &str) -> MqttConfig {
+    MqttConfig { url, topic: format!("{base}/{{topic}}"), timeout_ms: 3000, ..MqttConfig::default() }
+}
+
+/// An envelope as the relay builds it.
+fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool) -> Envelope {
+    let mut e = Envelope {
+        id: MessageId(id),
+        topic: topic.into(),
+        key: key.map(Into::into),
+        tag: None,
+        payload: payload.into(),
+        headers: BTreeMap::new(),
+        attempt: 1,
+        created_at: "2024-05-01T10:00:00.123Z".parse().unwrap(),
+    };
+    let h = &mut e.headers;
+    h.insert(header::MESSAGE_ID.into(), id.to_string());
+    h.insert(header::TOPIC.into(), topic.into());
+    h.insert(header::ATTEMPT.into(), "1".into());
+    h.insert(header::CREATED_AT.into(), e.created_at.to_rfc3339());
+    h.insert(header::BIZ_TYPE.into(), "order".into());
+    h.insert(header::BIZ_KEY.into(), format!("biz-{id}"));
+    if let Some(k) = key {
+        h.insert(header::KEY.into(), k.into());
+    }
+    if trace {
+        h.insert(
+            header::TRACEPARENT.into(),
+            format!("00-0af7651916cd43dd8448eb211c80{id:04}-b7ad6b7169203331-01"),
+        );
+    }
+    e
+}
+
+fn kind(o: &Outcome) -> Option<FailureKind> {
+    match o {
+        Outcome::Failed { kind, .. } => Some(*kind),
+        Outcome::Delivered => None,
+    }
+}
+
+fn reason(o: &Outcome) -> &str {
+    match o {
+        Outcome::Failed { reason, .. } => reason,
+        Outcome::Delivered => "",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+        assert_eq!(t.kind(), "mqtt");
+        t.health().await.unwrap();
+
+        let batch: Vec<Envelope> = (1..=30)
+            .map(|i| {
+                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
+                let key = format!("k{}", i % 3);
+                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i},"text":"é \"quoted\""}}"#), i % 4 == 0)
+            })
+            .collect();
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 30]);
+
+        let got: Vec<Got> = sub.take(30, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
+        assert_eq!(got.len(), 30, "every message exactly once");
+        let by_id: HashMap<&str, &Got> = got.iter().map(|g| (g.id.as_str(), g)).collect();
+        for e in &batch {
+            let g = by_id[e.id.to_string().as_str()];
+            assert_eq!(g.topic, format!("{base}/{}", e.topic.replace('.', "/")));
+            assert_eq!(g.payload, e.payload);
+            assert_eq!(g.headers, e.headers, "every header, nothing else, for message {}", e.id);
+        }
+        // Order within a key: arrival order follows message id.
+        let mut last: HashMap<&str, i64> = HashMap::new();
+        for g in &got {
+            let id: i64 = g.id.parse().unwrap();
+            if let Some(prev) = last.insert(g.headers[header::KEY].as_str(), id) {
+                assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
+            }
+        }
+        assert!(t.publish(&[]).await.is_empty());
+
+        // Raw format: the body alone.
+        let raw = MqttTransport::connect(MqttConfig {
+            format: MqttFormat::Raw,
+            ..config(format!("mqtt://{}", server()), &base)
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            raw.publish(&[envelope(99, "raw.one", None, "plain body", false)]).await,
+            vec![Outcome::Delivered]
+        );
+        let got = sub.take(1, Duration::from_secs(10)).await;
+        assert_eq!(got, vec![(format!("{base}/raw/one"), b"plain body".to_vec())]);
+    })
+    .await
+    .expect("test timed out");
+}
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+fn start_relay<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    transport: Arc<dyn Transport>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let retry = RetryPolicy {
+        max_attempts: 5,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    };
+    let breaker = BreakerConfig {
+        failure_threshold: 3,
+        cooldown: Duration::from_millis(200),
+        max_cooldown: Duration::from_secs(1),
+    };
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(relay_config(&unique("relay")))
+        .destination(Destination::new("mqtt", transport).retry(retry).breaker(breaker))
+        .route(Route::new("#", ["mqtt"]))
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    (stop, handle)
+}
+
+async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
+    }
+    out
+}
+
+async fn wait_all_sent<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let st = statuses(outbox, ids).await;
+        if st.iter().all(|s| *s == Status::Sent) {
+            return;
+        }
+        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
+        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn message(topic: &str, i: usize) -> NewMessage {
+    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % 7))
+        .biz("order", i.to_string());
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+/// Checks what the subscriber got against the committed messages: every one with the right
+/// topic, payload and headers, never the rolled back one, in order per key; exactly once when
+/// asked.
+fn check_received(got: &[Got], base: &str, committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut first_seen = Vec::new();
+    for g in got {
+        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
+        let id: i64 = g.id.parse().unwrap();
+        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
+        assert_eq!(g.topic, format!("{base}/{}", m.topic.replace('.', "/")));
+        assert_eq!(g.payload, m.payload);
+        assert_eq!(g.headers[header::MESSAGE_ID], g.id);
+        assert_eq!(g.headers[header::TOPIC], m.topic);
+        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
+        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
+        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
+        let n = seen.entry(id).or_default();
+        if *n == 0 {
+            first_seen.push(id);
+        }
+        *n += 1;
+    }
+    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
+    if exactly_once {
+        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    }
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for id in first_seen {
+        let key = committed[&MessageId(id)].key.as_deref().unwrap_or("");
+        if let Some(prev) = last.insert(key, id) {
+            assert!(prev < id, "key {key} out of order");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_end_to_end_publishes_committed_messages_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(&NewMessage::new("order.paid", "phantom").key("order-1")).await.unwrap();
+        tx.rollback().await.unwrap();
+        for chunk in 0..20 {
+            let mut tx = outbox.begin().await.unwrap();
+            for i in chunk * 10..chunk * 10 + 10 {
+                let m = message(if i % 2 == 0 { "order.paid" } else { "order.refunded" }, i);
+                let e = tx.enqueue(&m).await.unwrap();
+                committed.insert(e.id, m);
+            }
+            tx.commit().await.unwrap();
+        }
+        let ids: Vec<MessageId> = committed.keys().copied().collect();
+        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
+        let got: Vec<Got> =
+            sub.take(200, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
+        check_received(&got, &base, &committed, true);
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_keeps_messages_pending_and_loses_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let proxy = TcpProxy::start(&server()).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = MqttTransport::connect(MqttConfig {
+            reconnect_max_delay_ms: 500,
+            ..config(format!("mqtt://{}", proxy.addr()), &base)
+        })
+        .await
+        .unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut first = Vec::new();
+        for i in 0..60 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            first.push(e.id);
+            committed.insert(e.id, m);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
+            assert!(Instant::now() < deadline, "nothing published before the cut");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.cut();
+        let mut second = Vec::new();
+        for i in 60..120 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            second.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let st = statuses(&outbox, &second).await;
+        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
+        let all: Vec<MessageId> = committed.keys().copied().collect();
+        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+
+        proxy.restore();
+        wait_all_sent(&outbox, &all, Duration::from_secs(40)).await;
+        let got: Vec<Got> =
+            sub.take(120, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
+        // At-least-once: a PUBLISH whose PUBACK was cut off is published again.
+        check_received(&got, &base, &committed, false);
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let proxy = TcpProxy::start(&server()).await;
+        let t = MqttTransport::connect(MqttConfig {
+            reconnect_max_delay_ms: 300,
+            ..config(format!("mqtt://{}", proxy.addr()), &base)
+        })
+        .await
+        .unwrap();
+        assert_eq!(t.publish(&[envelope(1, "a", None, "x", false)]).await, vec![Outcome::Delivered]);
+        proxy.cut();
+        // Whether the loss is noticed before or during this call, it is never "delivered".
+        let started = Instant::now();
+        let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(t.health().await.is_err());
+        let o = t.publish(&[envelope(3, "a", None, "x", false)]).await;
+        assert!(reason(&o[0]).contains("not connected"), "{o:?}");
+        proxy.restore();
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let o = t.publish(&[envelope(4, "a", None, "y", false)]).await;
+            if o[0] == Outcome::Delivered {
+                break;
+            }
+            assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+            assert!(Instant::now() < deadline, "no recovery after restore");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        t.health().await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classification_of_failures() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let url = format!("mqtt://{}", server());
+
+        // Oversized packet: permanent, before sending; later messages of its key are held back,
+        // and the connection is unharmed.
+        let t = MqttTransport::connect(MqttConfig { max_packet_bytes: 1024, ..config(url.clone(), &base) })
+            .await
+            .unwrap();
+        assert_eq!(t.max_payload_bytes(), Some(1024));
+        let o = t
+            .publish(&[
+                envelope(1, "a", Some("k"), &"x".repeat(2000), false),
+                envelope(2, "a", Some("k"), "fine", false),
+                envelope(3, "a", Some("other"), "fine", false),
+            ])
+            .await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
+        assert!(reason(&o[0]).contains("max_packet_bytes of 1024 bytes"), "{}", reason(&o[0]));
+        assert_eq!(kind(&o[1]), Some(FailureKind::Unavailable), "held back behind its key: {o:?}");
+        assert_eq!(o[2], Outcome::Delivered);
+        let got = sub.take(1, Duration::from_secs(5)).await;
+        assert_eq!(got.len(), 1);
+        assert_eq!(unwrap_envelope(&got[0]).id, "3");
+
+        // A topic that makes no valid MQTT topic.
+        let o = t.publish(&[envelope(4, "a+b", None, "x", false), envelope(5, "a#", None, "x", false)]).await;
+        assert!(o.iter().all(|o| kind(o) == Some(FailureKind::Permanent)), "{o:?}");
+        assert_eq!(t.publish(&[envelope(6, "b", None, "ok", false)]).await, vec![Outcome::Delivered]);
+
+        // Unreachable broker: a Connect error with the password redacted.
+        let started = Instant::now();
+        let e = MqttTransport::connect(MqttConfig {
+            url: "mqtt://relay:s3cret@127.0.0.1:1".into(),
+            connect_timeout_ms: 2000,
+            ..MqttConfig::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = e.to_string();
+        assert!(matches!(e, TransportError::Connect { transport: "mqtt", .. }), "{e:?}");
+        assert!(text.contains("mqtt://relay:***@127.0.0.1:1") && !text.contains("s3cret"), "{text}");
+
+        // Invalid configuration: the key is named, before any connection.
+        let e = MqttTransport::connect(MqttConfig { topic: "a/#".into(), ..MqttConfig::default() })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "topic", .. }), "{e:?}");
+        let e =
+            MqttTransport::connect(MqttConfig { url: "mqtts://u:s3cret@h".into(), ..MqttConfig::default() })
+                .await
+                .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "url", .. }), "{e:?}");
+        assert!(!e.to_string().contains("s3cret"));
+        assert!(serde_json::from_str::<MqttConfig>(r#"{"topic":"t","qos":2}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("qos"));
+
+        // Nothing else reached the subscriber.
+        let extra: HashSet<String> =
+            sub.take(0, Duration::from_millis(300)).await.iter().map(|m| unwrap_envelope(m).id).collect();
+        assert_eq!(extra, HashSet::from(["6".to_owned()]));
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The PUBACK correlation under stress: publishes race with connections being cut and restored.
+/// Whatever the timing, a message reported delivered must have reached the broker (the
+/// subscriber, connected directly, receives it), and every call answers within its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivered_always_means_received_under_repeated_cuts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let proxy = Arc::new(TcpProxy::start(&server()).await);
+        let t = MqttTransport::connect(MqttConfig {
+            reconnect_max_delay_ms: 200,
+            timeout_ms: 1500,
+            inflight: 10,
+            ..config(format!("mqtt://{}", proxy.addr()), &base)
+        })
+        .await
+        .unwrap();
+        let flapping = CancellationToken::new();
+        let flapper = {
+            let (proxy, flapping) = (proxy.clone(), flapping.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !flapping.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(97 + (n * 37) % 150)).await;
+                    proxy.cut();
+                    tokio::time::sleep(Duration::from_millis(50 + (n * 53) % 200)).await;
+                    proxy.restore();
+                    n += 1;
+                }
+            })
+        };
+        let mut delivered = HashSet::new();
+        let mut unavailable = 0;
+        let mut id = 0;
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            let batch: Vec<Envelope> = (0..25)
+                .map(|_| {
+                    id += 1;
+                    envelope(id, "stress", None, &format!("m{id}"), false)
+                })
+                .collect();
+            let started = Instant::now();
+            let outcomes = t.publish(&batch).await;
+            assert!(started.elapsed() < Duration::from_millis(2500), "publish exceeded its timeout");
+            assert_eq!(outcomes.len(), batch.len());
+            for (e, o) in batch.iter().zip(&outcomes) {
+                match kind(o) {
+                    None => {
+                        delivered.insert(e.id.to_string());
+                    }
+                    Some(FailureKind::Unavailable) => unavailable += 1,
+                    Some(k) => panic!("unexpected {k:?}: {o:?}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        flapping.cancel();
+        flapper.await.unwrap();
+        proxy.restore();
+        eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
+        assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
+        let received: HashSet<String> =
+            sub.take(delivered.len(), Duration::from_secs(10)).await.iter().map(|m| unwrap_envelope(m).id).collect();
+        let missing: Vec<&String> = delivered.difference(&received).collect();
+        assert!(missing.is_empty(), "reported delivered but never received: {missing:?}");
+    })
+    .await
+    .expect("test timed out");
+}

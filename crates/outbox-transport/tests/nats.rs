@@ -1,0 +1,630 @@
+//! The NATS JetStream transport against the real server on 127.0.0.1:4222 (override with
+//! `OUTBOX_TEST_NATS_ADDR`). Every test uses its own stream and subjects, so the tests can run
+//! concurrently with each other and with other suites on the same server.
+#![cfg(feature = "nats")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use futures::StreamExt;
+use outbox_core::{
+    header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
+};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use outbox_testkit::proxy::TcpProxy;
+use outbox_transport::nats::{NatsConfig, NatsTransport};
+use outbox_transport::TransportError;
+use tokio_util::sync::CancellationToken;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn server() -> String {
+    std::env::var("OUTBOX_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{prefix}_{}_{}_{:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+}
+
+async fn jetstream() -> jetstream::Context {
+    let client = async_nats::connect(server())
+        .await
+        .unwrap_or_else(|e| panic!("NATS at {} is not reachable ({e}); start it", server()));
+    jetstream::new(client)
+}
+
+/// A fresh stream capturing `<prefix>.>`.
+async fn fresh_stream(js: &jetstream::Context) -> (String, String) {
+    let name = unique("OUTBOX_T");
+    let prefix = unique("outbox_t");
+    js.create_stream(jetstream::stream::Config {
+        name: name.clone(),
+        subjects: vec![format!("{prefix}.>")],
+        duplicate_window: Duration::from_secs(120),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    (name, prefix)
+}
+
+fn config(url: String, prefix: &str, stream: &str) -> NatsConfig {
+    NatsConfig {
+        url,
+        subject_prefix: Some(prefix.into()),
+        stream: Some(stream.into()),
+        timeout_ms: 3000,
+        ..NatsConfig::default()
+    }
+}
+
+/// An envelope as the relay builds it.
+fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool) -> Envelope {
+    let mut e = Envelope {
+        id: MessageId(id),
+        topic: topic.into(),
+        key: key.map(Into::into),
+        tag: None,
+        payload: payload.into(),
+        headers: BTreeMap::new(),
+        attempt: 1,
+        created_at: "2024-05-01T10:00:00.123Z".parse().unwrap(),
+    };
+    let h = &mut e.headers;
+    h.insert(header::MESSAGE_ID.into(), id.to_string());
+    h.insert(header::TOPIC.into(), topic.into());
+    h.insert(header::ATTEMPT.into(), "1".into());
+    h.insert(header::CREATED_AT.into(), e.created_at.to_rfc3339());
+    h.insert(header::BIZ_TYPE.into(), "order".into());
+    h.insert(header::BIZ_KEY.into(), format!("biz-{id}"));
+    if let Some(k) = key {
+        h.insert(header::KEY.into(), k.into());
+    }
+    if trace {
+        h.insert(
+            header::TRACEPARENT.into(),
+            format!("00-0af7651916cd43dd8448eb211c80{id:04}-b7ad6b7169203331-01"),
+        );
+    }
+    e
+}
+
+/// One stored message as a JetStream consumer sees it.
+#[derive(Debug, Clone)]
+struct Got {
+    subject: String,
+    headers: BTreeMap<String, String>,
+    payload: String,
+    sequence: u64,
+}
+
+/// Reads the whole stream with a pull consumer: at least `expected` messages (then anything
+/// else that arrives within a short grace period, to catch duplicates).
+async fn consume(js: &jetstream::Context, stream: &str, expected: usize, wait: Duration) -> Vec<Got> {
+    let s = js.get_stream(stream).await.unwrap();
+    let consumer = s
+        .create_consumer(jetstream::consumer::pull::Config {
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut messages = consumer.messages().await.unwrap();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + wait;
+    loop {
+        let limit = if out.len() < expected {
+            deadline.saturating_duration_since(Instant::now())
+        } else {
+            Duration::from_millis(300)
+        };
+        let Ok(Some(m)) = tokio::time::timeout(limit, messages.next()).await else { break };
+        let m = m.unwrap();
+        let headers = m
+            .headers
+            .as_ref()
+            .map(|h| h.iter().map(|(k, v)| (k.to_string(), v.first().unwrap().to_string())).collect())
+            .unwrap_or_default();
+        let sequence = m.info().unwrap().stream_sequence;
+        out.push(Got {
+            subject: m.subject.to_string(),
+            headers,
+            payload: String::from_utf8(m.payload.to_vec()).unwrap(),
+            sequence,
+        });
+        m.ack().await.unwrap();
+    }
+    out
+}
+
+async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
+    js.get_stream(stream).await.unwrap().info().await.unwrap().state.messages
+}
+
+fn kind(o: &Outcome) -> Option<FailureKind> {
+    match o {
+        Outcome::Failed { kind, .. } => Some(*kind),
+        Outcome::Delivered => None,
+    }
+}
+
+fn reason(o: &Outcome) -> &str {
+    match o {
+        Outcome::Failed { reason, .. } => reason,
+        Outcome::Delivered => "",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_publish_delivers_every_header_in_order_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let t =
+            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+        assert_eq!(t.kind(), "nats");
+        t.health().await.unwrap();
+
+        let batch: Vec<Envelope> = (1..=30)
+            .map(|i| {
+                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
+                let key = format!("k{}", i % 3);
+                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i}}}"#), i % 4 == 0)
+            })
+            .collect();
+        assert_eq!(stored(&js, &stream).await, 0);
+        let outcomes = t.publish(&batch).await;
+        assert_eq!(outcomes, vec![Outcome::Delivered; 30]);
+        // Delivered means stored: the stream holds every message as soon as publish returns.
+        assert_eq!(stored(&js, &stream).await, 30);
+
+        let got = consume(&js, &stream, 30, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 30, "every message exactly once");
+        let by_id: HashMap<String, &Got> =
+            got.iter().map(|g| (g.headers[header::MESSAGE_ID].clone(), g)).collect();
+        for e in &batch {
+            let g = by_id[&e.id.to_string()];
+            assert_eq!(g.subject, format!("{prefix}.{}", e.topic));
+            assert_eq!(g.payload, e.payload);
+            for (name, value) in &e.headers {
+                assert_eq!(g.headers.get(name), Some(value), "header {name} of message {}", e.id);
+            }
+            assert_eq!(g.headers["Nats-Msg-Id"], e.id.to_string());
+            assert_eq!(g.headers.len(), e.headers.len() + 1, "no unexpected header");
+        }
+        assert!(got.iter().filter(|g| g.headers.contains_key(header::TRACEPARENT)).count() == 7);
+        // Order within a key: stream sequence follows message id.
+        for k in ["k0", "k1", "k2"] {
+            let ids: Vec<i64> = {
+                let mut v: Vec<&Got> = got.iter().filter(|g| g.headers[header::KEY] == k).collect();
+                v.sort_by_key(|g| g.sequence);
+                v.iter().map(|g| g.headers[header::MESSAGE_ID].parse().unwrap()).collect()
+            };
+            let mut sorted = ids.clone();
+            sorted.sort_unstable();
+            assert_eq!(ids, sorted, "key {k} out of order");
+            assert_eq!(ids.len(), 10);
+        }
+
+        // Publishing the same messages again (a relay retry) is acknowledged, and deduplicated
+        // by Nats-Msg-Id.
+        assert_eq!(t.publish(&batch[..5]).await, vec![Outcome::Delivered; 5]);
+        assert_eq!(stored(&js, &stream).await, 30);
+        assert!(t.publish(&[]).await.is_empty());
+        js.delete_stream(&stream).await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+fn fast_retry() -> RetryPolicy {
+    RetryPolicy {
+        max_attempts: 5,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    }
+}
+
+fn fast_breaker() -> BreakerConfig {
+    BreakerConfig {
+        failure_threshold: 3,
+        cooldown: Duration::from_millis(200),
+        max_cooldown: Duration::from_secs(1),
+    }
+}
+
+fn start_relay<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    transport: Arc<dyn Transport>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(relay_config(&unique("relay")))
+        .destination(Destination::new("nats", transport).retry(fast_retry()).breaker(fast_breaker()))
+        .route(Route::new("#", ["nats"]))
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    (stop, handle)
+}
+
+async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
+    }
+    out
+}
+
+async fn wait_all_sent<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let st = statuses(outbox, ids).await;
+        if st.iter().all(|s| *s == Status::Sent) {
+            return;
+        }
+        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
+        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn message(prefix_topic: &str, i: usize) -> NewMessage {
+    let mut m = NewMessage::new(prefix_topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % 7))
+        .biz("order", i.to_string());
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+/// Checks what a consumer got against the committed messages: each once, right payload and
+/// headers, never the rolled back one.
+fn check_received(got: &[Got], committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for g in got {
+        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
+        let id: i64 = g.headers[header::MESSAGE_ID].parse().unwrap();
+        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
+        assert_eq!(g.payload, m.payload);
+        assert_eq!(g.headers[header::TOPIC], m.topic);
+        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
+        assert_eq!(g.headers[header::BIZ_TYPE], "order");
+        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
+        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
+        *seen.entry(id.to_string()).or_default() += 1;
+    }
+    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
+    if exactly_once {
+        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_end_to_end_publishes_committed_messages_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t =
+            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(&NewMessage::new("order.paid", "phantom").key("order-1")).await.unwrap();
+        tx.rollback().await.unwrap();
+        for chunk in 0..20 {
+            let mut tx = outbox.begin().await.unwrap();
+            for i in chunk * 10..chunk * 10 + 10 {
+                let m = message(if i % 2 == 0 { "order.paid" } else { "order.refunded" }, i);
+                let e = tx.enqueue(&m).await.unwrap();
+                committed.insert(e.id, m);
+            }
+            tx.commit().await.unwrap();
+        }
+        let ids: Vec<MessageId> = committed.keys().copied().collect();
+        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
+        let got = consume(&js, &stream, 200, Duration::from_secs(10)).await;
+        check_received(&got, &committed, true);
+        assert_eq!(stored(&js, &stream).await, 200);
+        // Order per key: stream sequence follows message id.
+        let mut last: HashMap<String, (u64, i64)> = HashMap::new();
+        let mut sorted = got.clone();
+        sorted.sort_by_key(|g| g.sequence);
+        for g in &sorted {
+            let id: i64 = g.headers[header::MESSAGE_ID].parse().unwrap();
+            if let Some((_, prev)) = last.insert(g.headers[header::KEY].clone(), (g.sequence, id)) {
+                assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
+            }
+        }
+
+        stop.cancel();
+        handle.await.unwrap();
+        js.delete_stream(&stream).await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_keeps_messages_pending_and_loses_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let proxy = TcpProxy::start(&server()).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = NatsTransport::connect(config(format!("nats://{}", proxy.addr()), &prefix, &stream))
+            .await
+            .unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut first = Vec::new();
+        for i in 0..60 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            first.push(e.id);
+            committed.insert(e.id, m);
+        }
+        // Cut as soon as the relay has started publishing.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
+            assert!(Instant::now() < deadline, "nothing published before the cut");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.cut();
+        let mut second = Vec::new();
+        for i in 60..120 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            second.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let st = statuses(&outbox, &second).await;
+        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
+        let all: Vec<MessageId> = committed.keys().copied().collect();
+        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+
+        proxy.restore();
+        wait_all_sent(&outbox, &all, Duration::from_secs(40)).await;
+        let got = consume(&js, &stream, 120, Duration::from_secs(10)).await;
+        // Nats-Msg-Id deduplication makes even the republished ones appear once.
+        check_received(&got, &committed, true);
+
+        stop.cancel();
+        handle.await.unwrap();
+        js.delete_stream(&stream).await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classification_of_failures() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let url = format!("nats://{}", server());
+
+        // Oversized: over the configured limit, and over the server's max_payload.
+        let small = NatsTransport::connect(NatsConfig {
+            max_payload_bytes: Some(1024),
+            ..config(url.clone(), &prefix, &stream)
+        })
+        .await
+        .unwrap();
+        assert_eq!(small.max_payload_bytes(), Some(1024));
+        let big = envelope(1, "a", Some("k"), &"x".repeat(2000), false);
+        let next = envelope(2, "a", Some("k"), "fine", false);
+        let other = envelope(3, "a", Some("other"), "fine", false);
+        let o = small.publish(&[big, next, other]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
+        assert!(reason(&o[0]).contains("max_payload_bytes of 1024 bytes"), "{}", reason(&o[0]));
+        assert_eq!(kind(&o[1]), Some(FailureKind::Unavailable), "held back behind its key: {o:?}");
+        assert_eq!(o[2], Outcome::Delivered);
+        let t = NatsTransport::connect(config(url.clone(), &prefix, &stream)).await.unwrap();
+        let server_max = t.max_payload_bytes().unwrap();
+        let o = t.publish(&[envelope(4, "a", None, &"x".repeat(server_max), false)]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
+        assert!(
+            reason(&o[0]).contains(&format!("server's max_payload of {server_max} bytes")),
+            "{}",
+            reason(&o[0])
+        );
+        // The connection survived (nothing oversized was sent).
+        assert_eq!(t.publish(&[envelope(5, "a", None, "ok", false)]).await, vec![Outcome::Delivered]);
+
+        // A topic that makes no valid subject.
+        let o =
+            t.publish(&[envelope(6, "a..b", None, "x", false), envelope(7, "a b", None, "x", false)]).await;
+        assert!(o.iter().all(|o| kind(o) == Some(FailureKind::Permanent)), "{o:?}");
+
+        // No stream for the subject: unavailable (documented choice), reason names the subject.
+        let orphan = unique("orphan");
+        let t2 = NatsTransport::connect(NatsConfig {
+            url: url.clone(),
+            subject_prefix: Some(orphan.clone()),
+            ..NatsConfig::default()
+        })
+        .await
+        .unwrap();
+        let o = t2.publish(&[envelope(8, "order.paid", None, "x", false)]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+        assert!(reason(&o[0]).contains(&format!("{orphan}.order.paid")), "{}", reason(&o[0]));
+        assert!(reason(&o[0]).contains("no JetStream stream"));
+        // ... and connect refuses a configuration whose stream is missing or does not cover it.
+        let missing = unique("MISSING");
+        let e = NatsTransport::connect(NatsConfig {
+            stream: Some(missing.clone()),
+            ..config(url.clone(), &orphan, "x")
+        })
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(e, TransportError::Connect { .. }) && e.to_string().contains("does not exist"),
+            "{e}"
+        );
+        let e = NatsTransport::connect(config(url.clone(), &orphan, &stream)).await.unwrap_err();
+        assert!(e.to_string().contains("does not capture"), "{e}");
+        let e = NatsTransport::connect(NatsConfig {
+            url: url.clone(),
+            subject: Some(format!("{orphan}.fixed")),
+            ..NatsConfig::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(e.to_string().contains("no JetStream stream captures"), "{e}");
+        // create_stream makes it.
+        let t3 = NatsTransport::connect(NatsConfig {
+            create_stream: true,
+            stream: Some(missing.clone()),
+            ..config(url.clone(), &orphan, "x")
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            t3.publish(&[envelope(9, "order.paid", None, "x", false)]).await,
+            vec![Outcome::Delivered]
+        );
+        t3.health().await.unwrap();
+        js.delete_stream(&missing).await.unwrap();
+        assert!(t3.health().await.unwrap_err().contains("does not exist"));
+
+        // Unreachable server: a Connect error with the password redacted.
+        let started = Instant::now();
+        let e = NatsTransport::connect(NatsConfig {
+            url: "nats://relay:s3cret@127.0.0.1:1".into(),
+            connect_timeout_ms: 2000,
+            ..NatsConfig::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = e.to_string();
+        assert!(matches!(e, TransportError::Connect { transport: "nats", .. }), "{e:?}");
+        assert!(text.contains("nats://relay:***@127.0.0.1:1") && !text.contains("s3cret"), "{text}");
+
+        // Invalid configuration: the key is named, before any connection.
+        let e = NatsTransport::connect(NatsConfig { subject: Some("a.*".into()), ..NatsConfig::default() })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "subject", .. }), "{e:?}");
+        let e =
+            NatsTransport::connect(NatsConfig { timeout_ms: 0, ..NatsConfig::default() }).await.unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "timeout_ms", .. }), "{e:?}");
+        assert!(serde_json::from_str::<NatsConfig>(r#"{"url":"nats://h","bogus":1}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("bogus"));
+
+        js.delete_stream(&stream).await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Publishes race with connections being cut and restored: whatever the timing, a message
+/// reported delivered is in the stream, and every call answers within its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivered_always_means_stored_under_repeated_cuts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let proxy = Arc::new(TcpProxy::start(&server()).await);
+        let t = NatsTransport::connect(NatsConfig {
+            timeout_ms: 1500,
+            ..config(format!("nats://{}", proxy.addr()), &prefix, &stream)
+        })
+        .await
+        .unwrap();
+        let flapping = CancellationToken::new();
+        let flapper = {
+            let (proxy, flapping) = (proxy.clone(), flapping.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !flapping.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(300 + (n * 37) % 200)).await;
+                    proxy.cut();
+                    tokio::time::sleep(Duration::from_millis(50 + (n * 53) % 200)).await;
+                    proxy.restore();
+                    n += 1;
+                }
+            })
+        };
+        let mut delivered = std::collections::HashSet::new();
+        let mut unavailable = 0;
+        let mut id = 0;
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            let batch: Vec<Envelope> = (0..25)
+                .map(|_| {
+                    id += 1;
+                    envelope(id, "stress", None, &format!("m{id}"), false)
+                })
+                .collect();
+            let started = Instant::now();
+            let outcomes = t.publish(&batch).await;
+            assert!(started.elapsed() < Duration::from_millis(2500), "publish exceeded its timeout");
+            assert_eq!(outcomes.len(), batch.len());
+            for (e, o) in batch.iter().zip(&outcomes) {
+                match kind(o) {
+                    None => {
+                        delivered.insert(e.id.to_string());
+                    }
+                    Some(FailureKind::Unavailable) => unavailable += 1,
+                    Some(k) => panic!("unexpected {k:?}: {o:?}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        flapping.cancel();
+        flapper.await.unwrap();
+        proxy.restore();
+        eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
+        assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
+        let stored: std::collections::HashSet<String> = consume(&js, &stream, delivered.len(), Duration::from_secs(10))
+            .await
+            .into_iter()
+            .map(|g| g.headers[header::MESSAGE_ID].clone())
+            .collect();
+        let missing: Vec<&String> = delivered.difference(&stored).collect();
+        assert!(missing.is_empty(), "reported delivered but not stored: {missing:?}");
+        js.delete_stream(&stream).await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}

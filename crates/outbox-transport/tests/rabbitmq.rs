@@ -1,0 +1,708 @@
+//! The RabbitMQ transport against a real RabbitMQ (`OUTBOX_TEST_AMQP_URL`, default
+//! `amqp://guest:guest@127.0.0.1:5672/%2f`), consumed by a real lapin consumer.
+#![cfg(feature = "rabbitmq")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use outbox_core::{
+    header, Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status,
+    Transport,
+};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_testkit::proxy::TcpProxy;
+use outbox_transport::rabbitmq::{DeclareConfig, RabbitMqConfig, RabbitMqTransport};
+use outbox_transport::TransportError;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn amqp_url() -> String {
+    std::env::var("OUTBOX_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+}
+
+/// `host:port` of the broker (for the proxy).
+fn amqp_addr() -> String {
+    let url = amqp_url();
+    let rest = &url[url.find('@').map_or(url.find("://").unwrap() + 3, |i| i + 1)..];
+    rest[..rest.find('/').unwrap_or(rest.len())].to_owned()
+}
+
+/// `amqp_url()` pointed at another address.
+fn amqp_url_via(addr: &str) -> String {
+    amqp_url().replace(&amqp_addr(), addr)
+}
+
+fn unique(what: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("outbox-t-{what}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
+}
+
+fn declared(exchange: &str) -> RabbitMqConfig {
+    RabbitMqConfig {
+        declare: Some(DeclareConfig { kind: "topic".into(), durable: false, ..DeclareConfig::default() }),
+        ..RabbitMqConfig::new(amqp_url(), exchange)
+    }
+}
+
+fn message(id: i64, topic: &str, payload: &str) -> OutboxMessage {
+    let at = "2024-05-01T10:00:00.123456Z";
+    OutboxMessage {
+        id: MessageId(id),
+        biz_type: None,
+        biz_key: None,
+        topic: topic.into(),
+        key: None,
+        tag: None,
+        headers: BTreeMap::new(),
+        payload: payload.into(),
+        status: Status::Sending,
+        attempts: 0,
+        max_attempts: None,
+        next_attempt_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        last_attempt_at: None,
+        last_error: None,
+        lease_owner: None,
+        lease_until: None,
+        created_by: None,
+        updated_by: None,
+        created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+    }
+}
+
+/// A real consumer: its own connection, an exclusive queue bound to `exchange` with `binding`.
+struct Consumer {
+    _conn: Connection,
+    channel: Channel,
+    consumer: lapin::Consumer,
+}
+
+impl Consumer {
+    async fn bind(exchange: &str, binding: &str) -> Consumer {
+        let conn = Connection::connect(&amqp_url(), ConnectionProperties::default()).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let queue = unique("q");
+        let opts =
+            QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+        channel.queue_declare(&queue, opts, FieldTable::default()).await.unwrap();
+        if !exchange.is_empty() {
+            channel
+                .queue_bind(&queue, exchange, binding, QueueBindOptions::default(), FieldTable::default())
+                .await
+                .unwrap();
+        }
+        let opts = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let consumer = channel.basic_consume(&queue, "test", opts, FieldTable::default()).await.unwrap();
+        Consumer { _conn: conn, channel, consumer }
+    }
+
+    fn queue(&self) -> String {
+        self.consumer.queue().to_string()
+    }
+
+    /// The next `n` deliveries, or fewer if none arrives for `quiet`.
+    async fn take(&mut self, n: usize, quiet: Duration) -> Vec<lapin::message::Delivery> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            match tokio::time::timeout(quiet, self.consumer.next()).await {
+                Ok(Some(Ok(d))) => out.push(d),
+                Ok(Some(Err(e))) => panic!("consumer error: {e}"),
+                Ok(None) | Err(_) => break,
+            }
+        }
+        out
+    }
+}
+
+async fn delete_exchange(exchange: &str) {
+    if let Ok(conn) = Connection::connect(&amqp_url(), ConnectionProperties::default()).await {
+        if let Ok(ch) = conn.create_channel().await {
+            let _ = ch.exchange_delete(exchange, ExchangeDeleteOptions::default()).await;
+        }
+        let _ = conn.close(200, "bye").await;
+    }
+}
+
+fn header_str(d: &lapin::message::Delivery, name: &str) -> Option<String> {
+    let headers = d.properties.headers().as_ref()?;
+    match headers.inner().get(name)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8(s.as_bytes().to_vec()).unwrap()),
+        other => panic!("header {name} is {other:?}"),
+    }
+}
+
+fn failure(o: &Outcome) -> (FailureKind, &str) {
+    match o {
+        Outcome::Failed { kind, reason, .. } => (*kind, reason.as_str()),
+        Outcome::Delivered => panic!("expected a failure, got Delivered"),
+    }
+}
+
+async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishes_a_batch_with_every_property_and_header() {
+    tokio::time::timeout(WAIT, async {
+        let ex = unique("ex");
+        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
+        let mut c = Consumer::bind(&ex, "#").await;
+
+        let mut m1 = message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#);
+        m1.biz_type = Some("order".into());
+        m1.biz_key = Some("订单-42".into());
+        m1.key = Some("order-42".into());
+        m1.headers
+            .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
+        m1.headers.insert("source".into(), "checkout".into());
+        let mut m2 = message(102, "order.cancelled", "plain text, not JSON");
+        m2.tag = Some("urgent".into());
+        let m3 = message(103, "audit.x", "[1,2,3]");
+        let batch = vec![Envelope::new(&m1, 1), Envelope::new(&m2, 3), Envelope::new(&m3, 1)];
+
+        let outcomes = t.publish(&batch).await;
+        assert_eq!(outcomes, vec![Outcome::Delivered; 3]);
+
+        let got = c.take(3, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 3, "every confirmed message is in the queue");
+        for (d, e) in got.iter().zip(&batch) {
+            assert_eq!(String::from_utf8(d.data.clone()).unwrap(), e.payload);
+            assert_eq!(d.routing_key.as_str(), e.topic, "the topic is the routing key");
+            assert_eq!(d.exchange.as_str(), ex);
+            let p = &d.properties;
+            assert_eq!(p.message_id().as_ref().unwrap().as_str(), e.id.to_string());
+            assert_eq!(*p.delivery_mode(), Some(2), "persistent");
+            assert_eq!(p.app_id().as_ref().unwrap().as_str(), "outbox");
+            assert_eq!(*p.timestamp(), Some(e.created_at.timestamp() as u64));
+            let table = p.headers().as_ref().unwrap().inner();
+            assert_eq!(table.len(), e.headers.len(), "exactly the envelope's headers: {table:?}");
+            for (k, v) in &e.headers {
+                assert_eq!(header_str(d, k).as_deref(), Some(v.as_str()), "header {k}");
+            }
+            assert_eq!(header_str(d, header::MESSAGE_ID), Some(e.id.to_string()));
+            assert_eq!(header_str(d, header::TOPIC).as_deref(), Some(e.topic.as_str()));
+            assert_eq!(header_str(d, header::ATTEMPT), Some(e.attempt.to_string()));
+            assert_eq!(header_str(d, header::CREATED_AT), Some(e.created_at.to_rfc3339()));
+        }
+        let (d1, d2, d3) = (&got[0], &got[1], &got[2]);
+        assert_eq!(d1.properties.content_type().as_ref().unwrap().as_str(), "application/json");
+        assert_eq!(d2.properties.content_type().as_ref().unwrap().as_str(), "text/plain; charset=utf-8");
+        assert_eq!(d3.properties.content_type().as_ref().unwrap().as_str(), "application/json");
+        assert_eq!(header_str(d1, header::BIZ_TYPE).as_deref(), Some("order"));
+        assert_eq!(header_str(d1, header::BIZ_KEY).as_deref(), Some("订单-42"));
+        assert_eq!(header_str(d1, header::KEY).as_deref(), Some("order-42"));
+        assert_eq!(
+            header_str(d1, header::TRACEPARENT).as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        assert_eq!(header_str(d1, "source").as_deref(), Some("checkout"));
+        assert_eq!(header_str(d2, header::ATTEMPT).as_deref(), Some("3"));
+        assert_eq!(header_str(d2, header::BIZ_KEY), None);
+        assert_eq!(d2.properties.kind().as_ref().unwrap().as_str(), "urgent", "tag -> type");
+        assert!(d1.properties.kind().is_none());
+
+        assert!(t.health().await.is_ok());
+        assert!(c.take(1, Duration::from_millis(300)).await.is_empty(), "nothing else was published");
+        let _ = c.channel.close(200, "bye").await;
+        delete_exchange(&ex).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fixed_routing_key_content_type_and_the_default_exchange() {
+    tokio::time::timeout(WAIT, async {
+        // Default exchange: the routing key is the queue's name.
+        let mut c = Consumer::bind("", "").await;
+        let cfg = RabbitMqConfig {
+            routing_key: Some(c.queue()),
+            content_type: Some("application/vnd.acme+json".into()),
+            ..RabbitMqConfig::new(amqp_url(), "")
+        };
+        let t = RabbitMqTransport::connect(cfg).await.unwrap();
+        let batch = vec![
+            Envelope::new(&message(1, "any.topic", "a"), 1),
+            Envelope::new(&message(2, "other", "b"), 1),
+        ];
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
+        let got = c.take(2, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].data, b"a");
+        assert_eq!(got[1].data, b"b");
+        assert_eq!(got[0].routing_key.as_str(), c.queue());
+        assert_eq!(got[1].properties.content_type().as_ref().unwrap().as_str(), "application/vnd.acme+json");
+        assert_eq!(header_str(&got[1], header::TOPIC).as_deref(), Some("other"));
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unroutable_and_oversized_messages_fail_permanently_alone() {
+    tokio::time::timeout(WAIT, async {
+        let ex = unique("ex");
+        let t = RabbitMqTransport::connect(RabbitMqConfig { max_payload_bytes: 1024, ..declared(&ex) })
+            .await
+            .unwrap();
+        let mut c = Consumer::bind(&ex, "bound.#").await;
+        let big = "x".repeat(2048);
+        let batch = vec![
+            Envelope::new(&message(1, "bound.a", "one"), 1),
+            Envelope::new(&message(2, "unbound.x", "two"), 1),
+            Envelope::new(&message(3, "bound.b", &big), 1),
+            Envelope::new(&message(4, "bound.c", "four"), 1),
+            Envelope::new(&message(5, "unbound.y", "five"), 1),
+        ];
+        let out = t.publish(&batch).await;
+        assert_eq!(out.len(), 5);
+        assert_eq!(out[0], Outcome::Delivered);
+        let (kind, reason) = failure(&out[1]);
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(reason.contains("no queue bound for routing key \"unbound.x\""), "{reason}");
+        assert!(reason.contains(&ex), "{reason}");
+        let (kind, reason) = failure(&out[2]);
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(reason.contains("2048 bytes") && reason.contains("max_payload_bytes"), "{reason}");
+        assert_eq!(out[3], Outcome::Delivered);
+        let (kind, reason) = failure(&out[4]);
+        assert_eq!(kind, FailureKind::Permanent);
+        assert!(reason.contains("\"unbound.y\""), "{reason}");
+        assert_eq!(t.max_payload_bytes(), Some(1024));
+
+        let got = c.take(3, Duration::from_secs(2)).await;
+        let payloads: Vec<&[u8]> = got.iter().map(|d| d.data.as_slice()).collect();
+        assert_eq!(payloads, vec![b"one".as_slice(), b"four".as_slice()], "the oversized one was never sent");
+
+        // The channel is still good after returns.
+        assert_eq!(
+            t.publish(&[Envelope::new(&message(6, "bound.d", "six"), 1)]).await,
+            vec![Outcome::Delivered]
+        );
+        assert_eq!(c.take(1, Duration::from_secs(5)).await.len(), 1);
+        delete_exchange(&ex).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_publish_does_not_confuse_the_next_one() {
+    tokio::time::timeout(WAIT, async {
+        let ex = unique("ex");
+        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
+        let mut c = Consumer::bind(&ex, "bound.#").await;
+        // The relay's publish timeout drops a publish midway (confirms and returns outstanding).
+        let first: Vec<Envelope> = (0..200)
+            .map(|i| Envelope::new(&message(i, if i % 2 == 0 { "bound.a" } else { "unbound.a" }, "old"), 1))
+            .collect();
+        let cancelled = tokio::time::timeout(Duration::from_millis(2), t.publish(&first)).await;
+        assert!(cancelled.is_err(), "the publish was cancelled midway");
+
+        let batch = vec![
+            Envelope::new(&message(1000, "bound.b", "new"), 1),
+            Envelope::new(&message(1001, "unbound.b", "new"), 1),
+            Envelope::new(&message(1002, "bound.c", "new"), 1),
+        ];
+        let out = t.publish(&batch).await;
+        assert_eq!(out[0], Outcome::Delivered);
+        assert_eq!(failure(&out[1]).0, FailureKind::Permanent, "{:?}", out[1]);
+        assert_eq!(out[2], Outcome::Delivered);
+        let fresh: Vec<_> =
+            c.take(200, Duration::from_secs(2)).await.into_iter().filter(|d| d.data == b"new").collect();
+        assert_eq!(fresh.len(), 2);
+        delete_exchange(&ex).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
+    tokio::time::timeout(WAIT, async {
+        let ex = unique("ex");
+        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
+        delete_exchange(&ex).await;
+        let batch = vec![Envelope::new(&message(1, "a", "1"), 1), Envelope::new(&message(2, "a", "2"), 1)];
+        let out = t.publish(&batch).await;
+        for o in &out {
+            let (kind, reason) = failure(o);
+            assert_eq!(kind, FailureKind::Unavailable, "{reason}");
+        }
+        assert!(out.iter().any(|o| failure(o).1.contains("404")), "{out:?}");
+
+        // Someone re-creates the exchange: the next publish reopens the channel and delivers.
+        let conn = Connection::connect(&amqp_url(), ConnectionProperties::default()).await.unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        ch.exchange_declare(
+            &ex,
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+        let mut c = Consumer::bind(&ex, "#").await;
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
+        assert_eq!(c.take(2, Duration::from_secs(5)).await.len(), 2);
+        delete_exchange(&ex).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_failures_are_clear_and_redacted() {
+    tokio::time::timeout(WAIT, async {
+        // Nobody listens.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("amqp://guest:s3cr3t-pw@127.0.0.1:{port}/%2f");
+        match RabbitMqTransport::connect(RabbitMqConfig::new(url, "")).await {
+            Err(e @ TransportError::Connect { .. }) => {
+                let text = e.to_string();
+                assert!(!text.contains("s3cr3t-pw"), "{text}");
+                assert!(text.contains(&format!("amqp://guest:***@127.0.0.1:{port}/%2f")), "{text}");
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+
+        // A server that accepts but never speaks AMQP: bounded by connect_timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("amqp://guest:s3cr3t-pw@{}/%2f", silent.local_addr().unwrap());
+        let started = Instant::now();
+        let cfg =
+            RabbitMqConfig { connect_timeout: Duration::from_millis(500), ..RabbitMqConfig::new(url, "") };
+        match RabbitMqTransport::connect(cfg).await {
+            Err(TransportError::Connect { reason, address, .. }) => {
+                assert!(reason.contains("timed out"), "{reason}");
+                assert!(!address.contains("s3cr3t-pw"));
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5));
+        drop(silent);
+
+        // Wrong password.
+        let url = format!("amqp://nobody:wr0ng-pw@{}/%2f", amqp_addr());
+        match RabbitMqTransport::connect(RabbitMqConfig::new(url, "")).await {
+            Err(e @ TransportError::Connect { .. }) => assert!(!e.to_string().contains("wr0ng-pw"), "{e}"),
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+
+        // An exchange that does not exist (and is not to be declared).
+        let missing = unique("missing");
+        match RabbitMqTransport::connect(RabbitMqConfig::new(amqp_url(), &missing)).await {
+            Err(TransportError::Connect { reason, .. }) => {
+                assert!(reason.contains(&missing) && reason.contains("declare"), "{reason}")
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test]
+async fn invalid_configuration_names_the_key() {
+    let cases: Vec<(RabbitMqConfig, &str)> = vec![
+        (RabbitMqConfig::new("http://guest:guest@127.0.0.1:5672", "x"), "url"),
+        (
+            RabbitMqConfig { max_payload_bytes: 0, ..RabbitMqConfig::new(amqp_url(), "x") },
+            "max_payload_bytes",
+        ),
+        (
+            RabbitMqConfig { connect_timeout: Duration::ZERO, ..RabbitMqConfig::new(amqp_url(), "x") },
+            "connect_timeout",
+        ),
+        (RabbitMqConfig::new(amqp_url(), "e".repeat(300)), "exchange"),
+        (
+            RabbitMqConfig {
+                declare: Some(DeclareConfig::default()),
+                ..RabbitMqConfig::new(amqp_url(), "amq.topic")
+            },
+            "declare",
+        ),
+    ];
+    for (cfg, expected) in cases {
+        match RabbitMqTransport::connect(cfg).await {
+            Err(TransportError::Config { transport, key, .. }) => {
+                assert_eq!(transport, "rabbitmq");
+                assert_eq!(key, expected);
+            }
+            other => panic!("expected a config error naming {expected}, got {other:?}"),
+        }
+    }
+    let from_toml_like: Result<RabbitMqConfig, _> =
+        serde_json::from_str(r#"{"url":"amqp://h","exchange":"x","routingkey":"y"}"#);
+    assert!(from_toml_like.unwrap_err().to_string().contains("routingkey"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Through the relay.
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    }
+}
+
+fn fast_breaker() -> BreakerConfig {
+    BreakerConfig {
+        failure_threshold: 2,
+        cooldown: Duration::from_millis(100),
+        max_cooldown: Duration::from_millis(500),
+    }
+}
+
+/// Deliveries seen by a background consumer task: message id -> payloads in arrival order, and
+/// the arrival order of ids per key.
+#[derive(Default)]
+struct Seen {
+    by_id: HashMap<String, Vec<String>>,
+    order_by_key: HashMap<String, Vec<i64>>,
+}
+
+fn spawn_collector(mut c: Consumer) -> (Arc<std::sync::Mutex<Seen>>, tokio::task::JoinHandle<()>) {
+    let seen = Arc::new(std::sync::Mutex::new(Seen::default()));
+    let s2 = seen.clone();
+    let handle = tokio::spawn(async move {
+        while let Some(Ok(d)) = c.consumer.next().await {
+            let id = d.properties.message_id().as_ref().map(|s| s.to_string()).unwrap_or_default();
+            let payload = String::from_utf8_lossy(&d.data).into_owned();
+            let mut s = s2.lock().unwrap();
+            if let Some(k) = header_str(&d, header::KEY) {
+                s.order_by_key.entry(k).or_default().push(id.parse().unwrap());
+            }
+            s.by_id.entry(id).or_default().push(payload);
+        }
+    });
+    (seen, handle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_to_end_through_the_relay_exactly_once_without_faults() {
+    tokio::time::timeout(Duration::from_secs(120), async {
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = outbox_store::Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let ex = unique("ex");
+        let transport = Arc::new(RabbitMqTransport::connect(declared(&ex)).await.unwrap());
+        let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
+
+        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(relay_config("rabbit-e2e"))
+            .destination(Destination::new("rabbit", transport.clone()).retry(fast_retry(5)))
+            .route(Route::new("#", ["rabbit"]))
+            .build()
+            .unwrap();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(relay.run(stop.clone()));
+
+        let mut ids = Vec::new();
+        for chunk in 0..20 {
+            let mut tx = outbox.begin().await.unwrap();
+            for i in 0..10 {
+                let n = chunk * 10 + i;
+                let msg = NewMessage::new(format!("order.{}", n % 3), format!(r#"{{"n":{n}}}"#))
+                    .key(format!("k{}", n % 7))
+                    .biz("order", n.to_string());
+                ids.push(tx.enqueue(&msg).await.unwrap().id);
+            }
+            tx.commit().await.unwrap();
+            if chunk == 10 {
+                let mut tx = outbox.begin().await.unwrap();
+                tx.enqueue(&NewMessage::new("order.0", "phantom")).await.unwrap();
+                tx.rollback().await.unwrap();
+            }
+        }
+        assert_eq!(ids.len(), 200);
+
+        eventually("every committed message is consumed", || {
+            let n = seen.lock().unwrap().by_id.len();
+            async move { n >= 200 }
+        })
+        .await;
+        eventually("every row is sent", || async {
+            for id in &ids {
+                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(500)).await; // anything extra would arrive now
+        stop.cancel();
+        running.await.unwrap();
+
+        {
+            let s = seen.lock().unwrap();
+            assert_eq!(s.by_id.len(), 200, "only the committed messages");
+            for id in &ids {
+                let got =
+                    s.by_id.get(&id.to_string()).unwrap_or_else(|| panic!("message {id} never arrived"));
+                assert_eq!(got.len(), 1, "message {id} arrived {} times without any fault", got.len());
+            }
+            assert!(
+                s.by_id.values().flatten().all(|p| p != "phantom"),
+                "a rolled-back message was published"
+            );
+            for (key, order) in &s.order_by_key {
+                assert!(order.windows(2).all(|w| w[0] < w[1]), "key {key} out of order: {order:?}");
+            }
+        }
+        collector.abort();
+        delete_exchange(&ex).await;
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
+    tokio::time::timeout(Duration::from_secs(150), async {
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = outbox_store::Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let ex = unique("ex");
+        let proxy = TcpProxy::start(&amqp_addr()).await;
+        let cfg = RabbitMqConfig {
+            connect_timeout: Duration::from_secs(2),
+            ..RabbitMqConfig { url: amqp_url_via(&proxy.addr().to_string()), ..declared(&ex) }
+        };
+        let transport = Arc::new(RabbitMqTransport::connect(cfg).await.unwrap());
+        // The consumer talks to the broker directly: only the relay's link is cut.
+        let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
+
+        // Few attempts: if the outage cost attempts, messages would end `failed`.
+        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(relay_config("rabbit-outage"))
+            .destination(
+                Destination::new("rabbit", transport.clone()).retry(fast_retry(3)).breaker(fast_breaker()),
+            )
+            .route(Route::new("#", ["rabbit"]))
+            .build()
+            .unwrap();
+        let stop = CancellationToken::new();
+        let running = tokio::spawn(relay.run(stop.clone()));
+
+        let enqueue = |range: std::ops::Range<u32>| {
+            let outbox = outbox.clone();
+            async move {
+                let mut ids = Vec::new();
+                for n in range {
+                    let e = outbox
+                        .enqueue(&NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 5)))
+                        .await;
+                    ids.push(e.unwrap().id);
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                ids
+            }
+        };
+
+        let mut ids = enqueue(0..40).await;
+        // Cut while the relay is busy with a stream of messages.
+        let stream = tokio::spawn(enqueue(40..120));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        proxy.cut();
+        ids.extend(stream.await.unwrap());
+        let during = enqueue(120..160).await;
+        ids.extend(during.iter().copied());
+
+        // Down for a while: nothing fails, messages enqueued during the outage stay pending.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        for id in &ids {
+            let m = outbox.get(*id).await.unwrap().unwrap();
+            assert_ne!(m.status, Status::Failed, "message {id} failed during an outage: {:?}", m.last_error);
+        }
+        for id in &during {
+            let m = outbox.get(*id).await.unwrap().unwrap();
+            assert!(
+                matches!(m.status, Status::Pending | Status::Sending),
+                "{id} is {:?} during the outage",
+                m.status
+            );
+            assert_eq!(m.attempts, 0, "an outage costs no attempt");
+        }
+        let arrived_during = seen.lock().unwrap().by_id.len();
+        assert!(arrived_during < ids.len(), "the outage did cut the relay off");
+
+        proxy.restore();
+        eventually("everything arrives after the broker is back", || {
+            let s = seen.lock().unwrap();
+            let all = ids.iter().all(|id| s.by_id.contains_key(&id.to_string()));
+            async move { all }
+        })
+        .await;
+        eventually("every row is sent", || async {
+            for id in &ids {
+                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
+                    return false;
+                }
+            }
+            true
+        })
+        .await;
+        stop.cancel();
+        running.await.unwrap();
+        {
+            let s = seen.lock().unwrap();
+            for (key, order) in &s.order_by_key {
+                // Redeliveries (at-least-once) may repeat an id, never go back past an unsent one.
+                let mut firsts: Vec<i64> = Vec::new();
+                for id in order {
+                    if !firsts.contains(id) {
+                        firsts.push(*id);
+                    }
+                }
+                assert!(firsts.windows(2).all(|w| w[0] < w[1]), "key {key} out of order: {order:?}");
+            }
+        }
+        collector.abort();
+        delete_exchange(&ex).await;
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}

@@ -1,0 +1,549 @@
+//! The Redis Streams transport against the real server on 127.0.0.1:6379 (override with
+//! `OUTBOX_TEST_REDIS_ADDR`). Every test uses its own stream keys, so the tests can run
+//! concurrently with each other and with other suites on the same server.
+#![cfg(feature = "redis")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{
+    header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
+};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use outbox_testkit::proxy::TcpProxy;
+use outbox_transport::redis::{RedisConfig, RedisTransport};
+use outbox_transport::TransportError;
+use redis::streams::StreamRangeReply;
+use tokio_util::sync::CancellationToken;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn server() -> String {
+    std::env::var("OUTBOX_TEST_REDIS_ADDR").unwrap_or_else(|_| "127.0.0.1:6379".into())
+}
+
+fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    format!("{prefix}:{}:{}:{:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+}
+
+async fn redis_conn() -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(format!("redis://{}", server())).unwrap();
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("Redis at {} is not reachable ({e}); start it", server()))
+}
+
+fn config(url: String, stream: &str) -> RedisConfig {
+    RedisConfig { url, stream: stream.into(), timeout_ms: 3000, ..RedisConfig::default() }
+}
+
+/// An envelope as the relay builds it.
+fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool) -> Envelope {
+    let mut e = Envelope {
+        id: MessageId(id),
+        topic: topic.into(),
+        key: key.map(Into::into),
+        tag: None,
+        payload: payload.into(),
+        headers: BTreeMap::new(),
+        attempt: 1,
+        created_at: "2024-05-01T10:00:00.123Z".parse().unwrap(),
+    };
+    let h = &mut e.headers;
+    h.insert(header::MESSAGE_ID.into(), id.to_string());
+    h.insert(header::TOPIC.into(), topic.into());
+    h.insert(header::ATTEMPT.into(), "1".into());
+    h.insert(header::CREATED_AT.into(), e.created_at.to_rfc3339());
+    h.insert(header::BIZ_TYPE.into(), "order".into());
+    h.insert(header::BIZ_KEY.into(), format!("biz-{id}"));
+    if let Some(k) = key {
+        h.insert(header::KEY.into(), k.into());
+    }
+    if trace {
+        h.insert(
+            header::TRACEPARENT.into(),
+            format!("00-0af7651916cd43dd8448eb211c80{id:04}-b7ad6b7169203331-01"),
+        );
+    }
+    e
+}
+
+/// One stream entry as a consumer reads it.
+#[derive(Debug, Clone)]
+struct Got {
+    id: String,
+    payload: String,
+    headers: BTreeMap<String, String>,
+}
+
+/// XRANGE of the whole stream, in stream order.
+async fn read(key: &str) -> Vec<Got> {
+    let mut con = redis_conn().await;
+    let reply: StreamRangeReply =
+        redis::cmd("XRANGE").arg(key).arg("-").arg("+").query_async(&mut con).await.unwrap();
+    reply
+        .ids
+        .into_iter()
+        .map(|entry| {
+            let mut fields: HashMap<String, String> = entry
+                .map
+                .into_iter()
+                .map(|(k, v)| (k, redis::from_redis_value::<String>(&v).unwrap()))
+                .collect();
+            let payload = fields.remove("payload").expect("payload field");
+            let id = fields.remove("id").expect("id field");
+            let headers = fields
+                .into_iter()
+                .map(|(k, v)| {
+                    (k.strip_prefix("h:").unwrap_or_else(|| panic!("unexpected field {k}")).to_owned(), v)
+                })
+                .collect();
+            Got { id, payload, headers }
+        })
+        .collect()
+}
+
+async fn del(keys: &[&str]) {
+    let mut con = redis_conn().await;
+    let _: () = redis::cmd("DEL").arg(keys).query_async(&mut con).await.unwrap();
+}
+
+fn kind(o: &Outcome) -> Option<FailureKind> {
+    match o {
+        Outcome::Failed { kind, .. } => Some(*kind),
+        Outcome::Delivered => None,
+    }
+}
+
+fn reason(o: &Outcome) -> &str {
+    match o {
+        Outcome::Failed { reason, .. } => reason,
+        Outcome::Delivered => "",
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_publish_appends_every_header_in_order() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let t = RedisTransport::connect(RedisConfig {
+            maxlen: Some(10_000),
+            ..config(format!("redis://{}", server()), &format!("{base}:{{topic}}"))
+        })
+        .await
+        .unwrap();
+        assert_eq!(t.kind(), "redis");
+        t.health().await.unwrap();
+
+        let batch: Vec<Envelope> = (1..=30)
+            .map(|i| {
+                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
+                let key = format!("k{}", i % 3);
+                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i}}}"#), i % 4 == 0)
+            })
+            .collect();
+        let outcomes = t.publish(&batch).await;
+        assert_eq!(outcomes, vec![Outcome::Delivered; 30]);
+
+        // Delivered means appended: the entries are there as soon as publish returns.
+        let paid = read(&format!("{base}:order.paid")).await;
+        let shipped = read(&format!("{base}:order.shipped")).await;
+        assert_eq!((paid.len(), shipped.len()), (15, 15));
+        let by_id: HashMap<&str, &Got> = paid.iter().chain(&shipped).map(|g| (g.id.as_str(), g)).collect();
+        for e in &batch {
+            let g = by_id[e.id.to_string().as_str()];
+            assert_eq!(g.payload, e.payload);
+            assert_eq!(g.headers, e.headers, "every header, nothing else, for message {}", e.id);
+        }
+        // Order within a key (per stream): entry order follows message id.
+        for entries in [&paid, &shipped] {
+            let mut last: HashMap<&str, i64> = HashMap::new();
+            for g in entries.iter() {
+                let id: i64 = g.id.parse().unwrap();
+                if let Some(prev) = last.insert(g.headers[header::KEY].as_str(), id) {
+                    assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
+                }
+            }
+        }
+        assert!(t.publish(&[]).await.is_empty());
+        del(&[&format!("{base}:order.paid"), &format!("{base}:order.shipped")]).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+fn start_relay<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    transport: Arc<dyn Transport>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let retry = RetryPolicy {
+        max_attempts: 5,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    };
+    let breaker = BreakerConfig {
+        failure_threshold: 3,
+        cooldown: Duration::from_millis(200),
+        max_cooldown: Duration::from_secs(1),
+    };
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(relay_config(&unique("relay")))
+        .destination(Destination::new("redis", transport).retry(retry).breaker(breaker))
+        .route(Route::new("#", ["redis"]))
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    (stop, handle)
+}
+
+async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
+    }
+    out
+}
+
+async fn wait_all_sent<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let st = statuses(outbox, ids).await;
+        if st.iter().all(|s| *s == Status::Sent) {
+            return;
+        }
+        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
+        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn message(topic: &str, i: usize) -> NewMessage {
+    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % 7))
+        .biz("order", i.to_string());
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+/// Checks the entries against the committed messages: every one present with the right payload
+/// and headers, never the rolled back one; exactly once when asked.
+fn check_received(got: &[Got], committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    for g in got {
+        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
+        let id: i64 = g.id.parse().unwrap();
+        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
+        assert_eq!(g.payload, m.payload);
+        assert_eq!(g.headers[header::MESSAGE_ID], g.id);
+        assert_eq!(g.headers[header::TOPIC], m.topic);
+        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
+        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
+        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
+        *seen.entry(id).or_default() += 1;
+    }
+    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
+    if exactly_once {
+        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    }
+    // Order per key, first occurrences (a republished duplicate may follow later).
+    let mut first_seen: Vec<i64> = Vec::new();
+    let mut done = std::collections::HashSet::new();
+    for g in got {
+        let id: i64 = g.id.parse().unwrap();
+        if done.insert(id) {
+            first_seen.push(id);
+        }
+    }
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for id in first_seen {
+        let key = committed[&MessageId(id)].key.as_deref().unwrap_or("");
+        if let Some(prev) = last.insert(key, id) {
+            assert!(prev < id, "key {key} out of order");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_end_to_end_publishes_committed_messages_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let stream = unique("outbox_t");
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = RedisTransport::connect(config(format!("redis://{}", server()), &stream)).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(&NewMessage::new("order.paid", "phantom").key("order-1")).await.unwrap();
+        tx.rollback().await.unwrap();
+        for chunk in 0..20 {
+            let mut tx = outbox.begin().await.unwrap();
+            for i in chunk * 10..chunk * 10 + 10 {
+                let m = message(if i % 2 == 0 { "order.paid" } else { "order.refunded" }, i);
+                let e = tx.enqueue(&m).await.unwrap();
+                committed.insert(e.id, m);
+            }
+            tx.commit().await.unwrap();
+        }
+        let ids: Vec<MessageId> = committed.keys().copied().collect();
+        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
+        check_received(&read(&stream).await, &committed, true);
+
+        stop.cancel();
+        handle.await.unwrap();
+        del(&[&stream]).await;
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_keeps_messages_pending_and_loses_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let stream = unique("outbox_t");
+        let proxy = TcpProxy::start(&server()).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let mut first = Vec::new();
+        for i in 0..60 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            first.push(e.id);
+            committed.insert(e.id, m);
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
+            assert!(Instant::now() < deadline, "nothing published before the cut");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        proxy.cut();
+        let mut second = Vec::new();
+        for i in 60..120 {
+            let m = message("order.paid", i);
+            let e = outbox.enqueue(&m).await.unwrap();
+            second.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let st = statuses(&outbox, &second).await;
+        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
+        let all: Vec<MessageId> = committed.keys().copied().collect();
+        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+
+        proxy.restore();
+        wait_all_sent(&outbox, &all, Duration::from_secs(40)).await;
+        // At-least-once: an XADD applied just before the cut may have been appended twice.
+        check_received(&read(&stream).await, &committed, false);
+
+        stop.cancel();
+        handle.await.unwrap();
+        del(&[&stream]).await;
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn classification_of_failures() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let url = format!("redis://{}", server());
+
+        // Oversized payload: permanent, before sending; later messages of its key are held back.
+        let t = RedisTransport::connect(RedisConfig {
+            max_payload_bytes: 1024,
+            ..config(url.clone(), &format!("{base}:{{topic}}"))
+        })
+        .await
+        .unwrap();
+        assert_eq!(t.max_payload_bytes(), Some(1024));
+        let o = t
+            .publish(&[
+                envelope(1, "a", Some("k"), &"x".repeat(2000), false),
+                envelope(2, "a", Some("k"), "fine", false),
+                envelope(3, "a", Some("other"), "fine", false),
+            ])
+            .await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
+        assert!(reason(&o[0]).contains("max_payload_bytes of 1024 bytes"), "{}", reason(&o[0]));
+        assert_eq!(kind(&o[1]), Some(FailureKind::Unavailable), "held back behind its key: {o:?}");
+        assert_eq!(o[2], Outcome::Delivered);
+
+        // WRONGTYPE: the stream key holds a string. Permanent for that message only.
+        let mut con = redis_conn().await;
+        let _: () =
+            redis::cmd("SET").arg(format!("{base}:str")).arg("x").query_async(&mut con).await.unwrap();
+        let o = t.publish(&[envelope(4, "str", None, "x", false), envelope(5, "a", None, "y", false)]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent), "{o:?}");
+        assert!(reason(&o[0]).contains("WRONGTYPE"), "{}", reason(&o[0]));
+        assert_eq!(o[1], Outcome::Delivered, "one failed command does not fail the pipeline");
+        assert_eq!(read(&format!("{base}:a")).await.len(), 2);
+
+        // Unreachable server: a Connect error with the password redacted.
+        let started = Instant::now();
+        let e = RedisTransport::connect(RedisConfig {
+            url: "redis://relay:s3cret@127.0.0.1:1".into(),
+            connect_timeout_ms: 1000,
+            ..RedisConfig::default()
+        })
+        .await
+        .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let text = e.to_string();
+        assert!(matches!(e, TransportError::Connect { transport: "redis", .. }), "{e:?}");
+        assert!(text.contains("redis://relay:***@127.0.0.1:1") && !text.contains("s3cret"), "{text}");
+
+        // Invalid configuration: the key is named, before any connection.
+        let e = RedisTransport::connect(RedisConfig { maxlen: Some(0), ..RedisConfig::default() })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "maxlen", .. }), "{e:?}");
+        let e = RedisTransport::connect(RedisConfig { url: "http://x".into(), ..RedisConfig::default() })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "url", .. }), "{e:?}");
+        assert!(serde_json::from_str::<RedisConfig>(r#"{"stream":"s","bogus":1}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("bogus"));
+
+        del(&[&format!("{base}:str"), &format!("{base}:a")]).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let stream = unique("outbox_t");
+        let proxy = TcpProxy::start(&server()).await;
+        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
+        assert_eq!(t.publish(&[envelope(1, "a", None, "x", false)]).await, vec![Outcome::Delivered]);
+        proxy.cut();
+        let started = Instant::now();
+        let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
+        assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+        assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
+        assert!(t.health().await.is_err());
+        proxy.restore();
+        // The connection is re-established on demand: at most one more failure, then delivered.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let o = t.publish(&[envelope(3, "a", None, "y", false)]).await;
+            if o[0] == Outcome::Delivered {
+                break;
+            }
+            assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+            assert!(Instant::now() < deadline, "no recovery after restore");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        t.health().await.unwrap();
+        del(&[&stream]).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// Publishes race with connections being cut and restored: whatever the timing, a message
+/// reported delivered is in the stream, and every call answers within its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delivered_always_means_appended_under_repeated_cuts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let stream = unique("outbox_t");
+        let proxy = Arc::new(TcpProxy::start(&server()).await);
+        let t = RedisTransport::connect(RedisConfig {
+            timeout_ms: 1500,
+            ..config(format!("redis://{}", proxy.addr()), &stream)
+        })
+        .await
+        .unwrap();
+        let flapping = CancellationToken::new();
+        let flapper = {
+            let (proxy, flapping) = (proxy.clone(), flapping.clone());
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !flapping.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(97 + (n * 37) % 150)).await;
+                    proxy.cut();
+                    tokio::time::sleep(Duration::from_millis(50 + (n * 53) % 200)).await;
+                    proxy.restore();
+                    n += 1;
+                }
+            })
+        };
+        let mut delivered = std::collections::HashSet::new();
+        let mut unavailable = 0;
+        let mut id = 0;
+        let until = Instant::now() + Duration::from_secs(8);
+        while Instant::now() < until {
+            let batch: Vec<Envelope> = (0..25)
+                .map(|_| {
+                    id += 1;
+                    envelope(id, "stress", None, &format!("m{id}"), false)
+                })
+                .collect();
+            let started = Instant::now();
+            let outcomes = t.publish(&batch).await;
+            assert!(started.elapsed() < Duration::from_millis(2500), "publish exceeded its timeout");
+            assert_eq!(outcomes.len(), batch.len());
+            for (e, o) in batch.iter().zip(&outcomes) {
+                match kind(o) {
+                    None => {
+                        delivered.insert(e.id.to_string());
+                    }
+                    Some(FailureKind::Unavailable) => unavailable += 1,
+                    Some(k) => panic!("unexpected {k:?}: {o:?}"),
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        flapping.cancel();
+        flapper.await.unwrap();
+        proxy.restore();
+        eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
+        assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
+        let stored: std::collections::HashSet<String> = read(&stream).await.into_iter().map(|g| g.id).collect();
+        let missing: Vec<&String> = delivered.difference(&stored).collect();
+        assert!(missing.is_empty(), "reported delivered but not appended: {missing:?}");
+        del(&[&stream]).await;
+    })
+    .await
+    .expect("test timed out");
+}
