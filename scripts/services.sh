@@ -5,7 +5,7 @@
 set -euo pipefail
 
 want=("$@")
-[ ${#want[@]} -eq 0 ] && want=(postgres mysql)
+[ ${#want[@]} -eq 0 ] && want=(postgres mysql redis rabbitmq nats mqtt)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 
@@ -42,6 +42,42 @@ for svc in "${want[@]}"; do
         start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || true
       fi
       wait_for MariaDB mariadb-admin -h 127.0.0.1 -uroot ping
+      ;;
+    redis)
+      command -v redis-server >/dev/null || apt_install redis-server
+      if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        log "starting Redis"
+        mkdir -p /var/lib/redis /var/log/redis
+        redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+          --dir /var/lib/redis --logfile /var/log/redis/ci.log || true
+      fi
+      wait_for Redis redis-cli -h 127.0.0.1 -p 6379 ping
+      ;;
+    rabbitmq)
+      command -v rabbitmq-server >/dev/null || apt_install rabbitmq-server
+      if ! (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+        log "starting RabbitMQ"
+        rabbitmq-server -detached || true
+      fi
+      wait_for RabbitMQ bash -c 'exec 3<>/dev/tcp/127.0.0.1/5672'
+      ;;
+    nats)
+      [ -x /usr/sbin/nats-server ] || apt_install nats-server
+      if ! (exec 3<>/dev/tcp/127.0.0.1/4222) 2>/dev/null; then
+        log "starting NATS (JetStream)"
+        mkdir -p /var/lib/nats-server
+        start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+          -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log || true
+      fi
+      wait_for NATS bash -c 'exec 3<>/dev/tcp/127.0.0.1/4222'
+      ;;
+    mqtt)
+      command -v mosquitto >/dev/null || apt_install mosquitto
+      if ! (exec 3<>/dev/tcp/127.0.0.1/1883) 2>/dev/null; then
+        log "starting Mosquitto"
+        mosquitto -d -c /etc/mosquitto/mosquitto.conf || true
+      fi
+      wait_for Mosquitto bash -c 'exec 3<>/dev/tcp/127.0.0.1/1883'
       ;;
     *) log "unknown service $svc"; exit 2 ;;
   esac

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh machine: starts the servers the tests need, installs what
+# The whole test suite, from a fresh machine: starts the servers the tests need (PostgreSQL,
+# MariaDB, Redis, RabbitMQ, NATS JetStream, Mosquitto), installs what
 # the foreign-language examples need, checks formatting and lints, and runs every test against
 # the real servers. `.ci/run` runs exactly this.
 set -euo pipefail
@@ -9,7 +10,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
-bash scripts/services.sh postgres mysql
+bash scripts/services.sh postgres mysql redis rabbitmq nats mqtt
 bash scripts/install-foreign-deps.sh
 
 # Drop test databases a crashed earlier run may have left behind.

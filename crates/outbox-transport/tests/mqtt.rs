@@ -606,8 +606,12 @@ async fn delivered_always_means_received_under_repeated_cuts() {
         proxy.restore();
         eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
         assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
-        let received: HashSet<String> =
-            sub.take(delivered.len(), Duration::from_secs(10)).await.iter().map(|m| unwrap_envelope(m).id).collect();
+        let received: HashSet<String> = sub
+            .take(delivered.len(), Duration::from_secs(10))
+            .await
+            .iter()
+            .map(|m| unwrap_envelope(m).id)
+            .collect();
         let missing: Vec<&String> = delivered.difference(&received).collect();
         assert!(missing.is_empty(), "reported delivered but never received: {missing:?}");
     })

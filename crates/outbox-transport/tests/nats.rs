@@ -616,11 +616,12 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
         proxy.restore();
         eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
         assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
-        let stored: std::collections::HashSet<String> = consume(&js, &stream, delivered.len(), Duration::from_secs(10))
-            .await
-            .into_iter()
-            .map(|g| g.headers[header::MESSAGE_ID].clone())
-            .collect();
+        let stored: std::collections::HashSet<String> =
+            consume(&js, &stream, delivered.len(), Duration::from_secs(10))
+                .await
+                .into_iter()
+                .map(|g| g.headers[header::MESSAGE_ID].clone())
+                .collect();
         let missing: Vec<&String> = delivered.difference(&stored).collect();
         assert!(missing.is_empty(), "reported delivered but not stored: {missing:?}");
         js.delete_stream(&stream).await.unwrap();

@@ -539,7 +539,8 @@ async fn delivered_always_means_appended_under_repeated_cuts() {
         proxy.restore();
         eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
         assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
-        let stored: std::collections::HashSet<String> = read(&stream).await.into_iter().map(|g| g.id).collect();
+        let stored: std::collections::HashSet<String> =
+            read(&stream).await.into_iter().map(|g| g.id).collect();
         let missing: Vec<&String> = delivered.difference(&stored).collect();
         assert!(missing.is_empty(), "reported delivered but not appended: {missing:?}");
         del(&[&stream]).await;

@@ -4,9 +4,9 @@
 //! captures its subject answered the publish with a `PublishAck`, i.e. stored it (replicated,
 //! when the stream is). At-least-once: a publish whose ack was lost is sent again by the relay,
 //! and every publish carries `Nats-Msg-Id` = the outbox message id, so the stream drops the
-//! duplicate within its duplicate window (2 minutes by default; a stream meant for the outbox
-//! should keep it at least as long as the relay's publish timeout plus its first retry delay).
-//! Beyond the window, consumers deduplicate on the `outbox-message-id` header (the inbox does).
+//! duplicate within its duplicate window (2 minutes by default; raise it on the stream to cover
+//! longer outages). A message republished after the window is stored twice, and consumers
+//! deduplicate on the `outbox-message-id` header (the inbox does).
 //!
 //! **Mapping.**
 //! - Subject: the envelope's topic (`order.paid`), `<subject_prefix>.<topic>`, or a fixed
@@ -27,9 +27,39 @@
 //! the server (permanent failure). Each `publish` call is bounded by `timeout_ms`.
 //!
 //! **Outages.** The connection is re-established in the background (retrying forever, at most
-//! every 2 s); while it is down `publish` answers `Unavailable` at once without queueing. The
-//! classification of every error, and why "no stream" is `Unavailable`, is in the `outcome`
-//! module's documentation (repeated in the crate README).
+//! every 2 s); while it is down `publish` answers `Unavailable` at once without queueing.
+//!
+//! **Classification.**
+//!
+//! | what happened | kind | why |
+//! | --- | --- | --- |
+//! | `PublishAck` (also with `duplicate: true`) | delivered | the stream stored it (or already had this `Nats-Msg-Id`) |
+//! | client not connected (reconnecting) | unavailable | the server is unreachable; nothing was sent |
+//! | no ack within the timeout, connection lost before the ack | unavailable | the server is not answering |
+//! | 503 *no responders*: no stream captures the subject | unavailable | see below |
+//! | JetStream 503, "cluster not available", "not leader" | unavailable | the stream cannot store anything right now |
+//! | stream full (discard new), account/storage/memory limits | retryable | may clear as the stream is consumed or trimmed |
+//! | "message size exceeds maximum allowed" (the stream's `max_msg_size`) | permanent | the same message will never fit |
+//! | message over the server's `max_payload` or `max_payload_bytes` (checked before sending) | permanent | the server would close the connection |
+//! | topic that makes no valid subject, invalid header name or value (checked before sending) | permanent | the message cannot be expressed in NATS |
+//! | other JetStream 4xx errors | permanent | the request itself is wrong |
+//! | other JetStream errors, an unparsable ack | retryable | unknown: costs an attempt, so it ends `failed` if it persists |
+//!
+//! **No stream for the subject is `Unavailable`, not `Permanent`.** A missing stream is a
+//! configuration problem of the *destination*, not of the message: every message to that subject
+//! fails the same way, and the fix (creating the stream, or correcting the subject mapping)
+//! happens outside the outbox. As permanent, a deploy-order mistake or a stream deleted by an
+//! operator would turn every message of the outage into `failed`, to be re-driven by hand: the
+//! very failure mode the outbox exists to prevent (seed 001). As unavailable, the messages stay
+//! `pending` with the reason (naming the subject) in `last_error`, no attempt is consumed, the
+//! destination's circuit breaker opens and probes with one message, and the backlog drains by
+//! itself once the stream exists. The same 503 is also what JetStream answers while a stream has
+//! no leader or JetStream is not enabled yet (a server restarting), which are outages. The
+//! misconfiguration is caught early where it can be: with `stream` (or a fixed `subject`) set,
+//! [`NatsTransport::connect`] refuses to start unless a stream captures the subjects, and
+//! [`health`](outbox_core::Transport::health) reports it. The cost: with per-topic subjects and
+//! no `stream` set, a topic no stream captures stays pending (visible in `outbox status` as the
+//! oldest pending age) instead of failing; set `stream` to have it checked.
 
 mod config;
 mod outcome;

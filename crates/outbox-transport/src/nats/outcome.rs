@@ -1,31 +1,5 @@
-//! How the answers of async-nats map onto [`Outcome`]s.
-//!
-//! | what happened | kind | why |
-//! | --- | --- | --- |
-//! | `PublishAck` (also with `duplicate: true`) | delivered | the stream stored it (or already had this `Nats-Msg-Id`) |
-//! | client not connected (reconnecting) | unavailable | the server is unreachable; nothing was sent |
-//! | no ack within the timeout, connection lost before the ack | unavailable | the server is not answering |
-//! | 503 *no responders*: no stream captures the subject | unavailable | see below |
-//! | JetStream error 503 / "cluster not available" / "not leader" | unavailable | the stream is temporarily unable to store |
-//! | "maximum messages/bytes exceeded" (stream full, discard new), resource limits | retryable | may clear as consumers drain the stream |
-//! | "message size exceeds maximum allowed" (the stream's `max_msg_size`) | permanent | retrying the same message cannot help |
-//! | message larger than the server's `max_payload` (checked before sending) | permanent | the server would close the connection |
-//! | invalid subject or header (checked before sending) | permanent | the message cannot be expressed in NATS |
-//! | other JetStream 4xx errors | permanent | the request itself is wrong |
-//! | other JetStream errors, an unparsable ack | retryable | unknown; costs an attempt so it ends up `failed` if it persists |
-//!
-//! **No stream for the subject is `Unavailable`, not `Permanent`.** A missing stream is a
-//! configuration problem of the *destination*, not of the message: every message to that
-//! subject would fail the same way, and the fix (creating the stream, or correcting the subject
-//! mapping) happens outside the outbox. Classifying it as permanent would turn a deploy-order
-//! mistake, or a stream deleted by an operator, into thousands of `failed` messages to re-drive
-//! by hand (the outage of seed 001); as unavailable, the messages stay `pending` with the reason
-//! in `last_error`, the destination's circuit breaker opens and probes with one message, and the
-//! backlog drains by itself once the stream exists. The same 503 is also what a JetStream-enabled
-//! server answers while it has no stream leader or has JetStream disabled, which are outages.
-//! Misconfiguration is caught earlier where it can be: with `stream` set (or a fixed
-//! `subject`), [`NatsTransport::connect`](super::NatsTransport::connect) refuses to start when
-//! no stream captures the subjects, and [`health`](outbox_core::Transport::health) reports it.
+//! How the answers of async-nats map onto [`Outcome`]s (the table, and why "no stream" is
+//! `Unavailable`, are in the module documentation of [`crate::nats`]).
 
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::ErrorCode;

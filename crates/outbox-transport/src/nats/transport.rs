@@ -74,8 +74,9 @@ impl NatsTransport {
             // Keep reconnecting forever, at most every 2 s: the relay's breaker decides what to do
             // meanwhile, and a recovered server must be used again quickly.
             .max_reconnects(None)
-            .reconnect_delay_callback(|attempts| {
-                Duration::from_millis((100 * 2_u64.saturating_pow(attempts.min(8) as u32)).min(2000))
+            .reconnect_delay_callback(|attempts| match attempts {
+                0 | 1 => Duration::ZERO,
+                n => Duration::from_millis((50 * 2_u64.saturating_pow(n.min(8) as u32 - 1)).min(2000)),
             });
         let client = match tokio::time::timeout(
             connect_timeout + Duration::from_secs(1),
