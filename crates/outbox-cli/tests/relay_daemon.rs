@@ -82,15 +82,20 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
     let pool = loop {
         if db.exists() {
             if let Ok(pool) = sqlx::SqlitePool::connect(&store_url).await {
-                let v: Result<i64, _> = sqlx::query_scalar("SELECT MAX(version) FROM outbox_schema_migrations")
-                    .fetch_one(&pool)
-                    .await;
+                let v: Result<i64, _> =
+                    sqlx::query_scalar("SELECT MAX(version) FROM outbox_schema_migrations")
+                        .fetch_one(&pool)
+                        .await;
                 if v.is_ok() {
                     break pool;
                 }
             }
         }
-        assert!(Instant::now() < deadline, "the daemon did not migrate: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not migrate: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     for i in 0..50 {
@@ -113,7 +118,11 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
             assert_eq!(len, 50, "each message once");
             break;
         }
-        assert!(Instant::now() < deadline, "only {len} of 50 arrived: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(
+            Instant::now() < deadline,
+            "only {len} of 50 arrived: {}",
+            std::fs::read_to_string(&log).unwrap()
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE status = 'sent'")
@@ -138,7 +147,10 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
 fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
     let dir = temp_dir("unreachable");
     let cfg = config(&dir, "postgres://relay:s3cret@127.0.0.1:1/shop", "redis://127.0.0.1:6379", "unused");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox")).args(["relay", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["relay", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("store \"shop\"") && err.contains("unreachable at start"), "{err}");
@@ -146,7 +158,10 @@ fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
 
     let store = format!("sqlite:{}", dir.join("x.db").display());
     let cfg = config(&dir, &store, "redis://127.0.0.1:1", "unused");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox")).args(["relay", "--config", cfg.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["relay", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("destination \"stream\" (redis) is not usable at start"), "{err}");
@@ -156,17 +171,25 @@ fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
 #[test]
 fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/outbox.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox")).args(["check", "--config", example, "--json"]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["check", "--config", example, "--json"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let resolved: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(resolved["destinations"].as_array().unwrap().len(), 5, "every transport is in the example");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("replace-me"), "secrets are not printed");
 
     let dir = temp_dir("check");
-    let bad = std::fs::read_to_string(example).unwrap().replace("batch_size = 500", "batch_size = 500\nbatchsize = 5");
+    let bad = std::fs::read_to_string(example)
+        .unwrap()
+        .replace("batch_size = 500", "batch_size = 500\nbatchsize = 5");
     let path = dir.join("bad.toml");
     std::fs::write(&path, bad).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox")).args(["check", "--config", path.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown field `batchsize`") && err.contains("line 14"), "{err}");

@@ -84,8 +84,14 @@ mod tests {
         assert_eq!(c.d, Duration::from_secs(90));
         let c: C = serde_json::from_str(r#"{"d":250}"#).unwrap();
         assert_eq!(c.d, Duration::from_millis(250));
-        assert!(serde_json::from_str::<C>(r#"{"d":"soon"}"#).unwrap_err().to_string().contains("invalid duration"));
+        assert!(serde_json::from_str::<C>(r#"{"d":"soon"}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("invalid duration"));
         assert!(serde_json::from_str::<C>(r#"{"d":-1}"#).is_err());
-        assert_eq!(serde_json::to_string(&C { d: Duration::from_secs(7 * 86400) }).unwrap(), r#"{"d":"7days"}"#);
+        assert_eq!(
+            serde_json::to_string(&C { d: Duration::from_secs(7 * 86400) }).unwrap(),
+            r#"{"d":"7days"}"#
+        );
     }
 }

@@ -2,7 +2,6 @@
 
 use outbox_core::{Error, Result};
 
-
 use crate::migrate::MigrationReport;
 use crate::outbox::Outbox;
 
@@ -179,7 +178,12 @@ impl crate::relay::RelayStore for AnyOutbox {
         each!(self, o => o.settle(owner, s).await)
     }
 
-    async fn extend(&self, owner: &str, ids: &[outbox_core::MessageId], lease: std::time::Duration) -> Result<u64> {
+    async fn extend(
+        &self,
+        owner: &str,
+        ids: &[outbox_core::MessageId],
+        lease: std::time::Duration,
+    ) -> Result<u64> {
         each!(self, o => o.extend(owner, ids, lease).await)
     }
 

@@ -53,7 +53,10 @@ pub fn redact(url: &str) -> String {
 mod tests {
     #[test]
     fn redacts_passwords() {
-        assert_eq!(super::redact("amqp://guest:guest@127.0.0.1:5672/%2f"), "amqp://guest:***@127.0.0.1:5672/%2f");
+        assert_eq!(
+            super::redact("amqp://guest:guest@127.0.0.1:5672/%2f"),
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
         assert_eq!(super::redact("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
     }
 }

@@ -96,7 +96,9 @@ impl TransportConfig {
             #[cfg(feature = "nats")]
             TransportConfig::Nats(c) => std::sync::Arc::new(nats::NatsTransport::connect(c).await?),
             #[cfg(feature = "rabbitmq")]
-            TransportConfig::Rabbitmq(c) => std::sync::Arc::new(rabbitmq::RabbitMqTransport::connect(c).await?),
+            TransportConfig::Rabbitmq(c) => {
+                std::sync::Arc::new(rabbitmq::RabbitMqTransport::connect(c).await?)
+            }
             #[cfg(feature = "redis")]
             TransportConfig::Redis(c) => std::sync::Arc::new(redis::RedisTransport::connect(c).await?),
             #[cfg(feature = "mqtt")]

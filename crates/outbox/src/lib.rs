@@ -41,8 +41,8 @@ pub use outbox_core::{
     limits, Enqueued, Error, ErrorKind, Headers, MessageId, NewMessage, OutboxMessage, Result, Status,
 };
 pub use outbox_store::{
-    CommitSignal, Migration, MigrationReport, Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction,
-    SCHEMA_VERSION,
+    CommitSignal, DeliveryRecord, ListFilter, MessageAdmin, MessageDetail, Migration, MigrationReport,
+    Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction, Stats, SCHEMA_VERSION,
 };
 
 /// Dialect-specific functions (migration lists, free `enqueue` functions, SQLite options).

@@ -17,12 +17,22 @@ struct Resolved {
 pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
     let config = Config::load(config_path)?;
     let resolved = Resolved {
-        stores: config.stores.iter().map(|s| (s.name.get_ref().clone(), redact_url(s.url.get_ref()))).collect(),
-        destinations: config.destinations.iter().map(|(n, d)| (n.clone(), d.transport.kind().to_owned())).collect(),
+        stores: config
+            .stores
+            .iter()
+            .map(|s| (s.name.get_ref().clone(), redact_url(s.url.get_ref())))
+            .collect(),
+        destinations: config
+            .destinations
+            .iter()
+            .map(|(n, d)| (n.clone(), d.transport.kind().to_owned()))
+            .collect(),
         routes: config
             .routes
             .iter()
-            .map(|r| (r.topic.get_ref().clone(), r.destinations.iter().map(|d| d.get_ref().clone()).collect()))
+            .map(|r| {
+                (r.topic.get_ref().clone(), r.destinations.iter().map(|d| d.get_ref().clone()).collect())
+            })
             .collect(),
     };
     if json {

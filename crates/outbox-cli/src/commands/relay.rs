@@ -25,7 +25,8 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
             .build()
             .await
             .with_context(|| format!("destination {name:?} ({kind}) is not usable at start"))?;
-        let mut dest = Destination::new(name.clone(), transport).retry(d.retry.clone()).breaker(d.breaker.clone());
+        let mut dest =
+            Destination::new(name.clone(), transport).retry(d.retry.clone()).breaker(d.breaker.clone());
         if let Some(n) = d.max_payload_bytes {
             dest = dest.max_payload_bytes(n);
         }
@@ -99,7 +100,9 @@ async fn retention(
         match outbox.purge(after, batch, None).await {
             Ok(0) => {}
             Ok(n) => tracing::info!(store = %store, deleted = n, "Retention removed finished messages"),
-            Err(e) => tracing::warn!(store = %store, error = %e, "Retention failed; retrying at the next tick"),
+            Err(e) => {
+                tracing::warn!(store = %store, error = %e, "Retention failed; retrying at the next tick")
+            }
         }
     }
 }

@@ -68,7 +68,8 @@ fn set_in(node: &mut Value, path: &[String], value: Value) -> Result<(), String>
             let (head, rest) = path.split_first().ok_or("empty path")?;
             let i: usize = head.parse().map_err(|_| format!("{head:?} is not an array index"))?;
             let len = items.len();
-            let item = items.get_mut(i).ok_or(format!("index {i} is out of range (the array has {len} items)"))?;
+            let item =
+                items.get_mut(i).ok_or(format!("index {i} is out of range (the array has {len} items)"))?;
             if rest.is_empty() {
                 *item = value;
                 Ok(())

@@ -173,8 +173,8 @@ impl Config {
         let overridden = env::apply_overrides(&mut value, vars)?;
         if !overridden {
             // Parse the file's own text, so every span points at a line of the file.
-            let config: Config =
-                toml::from_str(text).map_err(|e| anyhow::anyhow!("{source}: {}", e.to_string().trim_end()))?;
+            let config: Config = toml::from_str(text)
+                .map_err(|e| anyhow::anyhow!("{source}: {}", e.to_string().trim_end()))?;
             config.validate(Some(text), source)?;
             return Ok(config);
         }
@@ -209,9 +209,7 @@ impl Config {
             }
         }
         for (name, d) in &self.destinations {
-            d.transport
-                .validate()
-                .map_err(|e| anyhow::anyhow!("{source}: destinations.{name}: {e}"))?;
+            d.transport.validate().map_err(|e| anyhow::anyhow!("{source}: destinations.{name}: {e}"))?;
             d.retry.validate().map_err(|e| anyhow::anyhow!("{source}: destinations.{name}.retry: {e}"))?;
         }
         for (i, r) in self.routes.iter().enumerate() {
@@ -328,9 +326,10 @@ destinations = ["hook"]
         assert!(e.contains("routes[0].topic") && e.contains("outbox.toml:15"), "{e}");
         let e = parse(&GOOD.replace("sqlite:shop.db", "oracle://u:pw@h/x")).unwrap_err().to_string();
         assert!(e.contains("stores[0].url") && !e.contains("pw@"), "{e}");
-        let e = parse(&GOOD.replace("[[stores]]\nname = \"shop\"\nurl = \"sqlite:shop.db\"\n", "stores = []\n"))
-            .unwrap_err()
-            .to_string();
+        let e =
+            parse(&GOOD.replace("[[stores]]\nname = \"shop\"\nurl = \"sqlite:shop.db\"\n", "stores = []\n"))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("stores"), "{e}");
     }
 
