@@ -3,6 +3,8 @@
 //! See `outbox --help`. This binary is the only place that uses `anyhow`; the libraries return
 //! typed errors.
 
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 mod cli;
 mod commands;
 mod config;
