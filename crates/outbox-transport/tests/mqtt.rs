@@ -123,7 +123,12 @@ fn unwrap_envelope((topic, body): &(String, Vec<u8>)) -> Got {
 }
 
 fn config(url: String, base: &str) -> MqttConfig {
-    MqttConfig { url, topic: format!("{base}/{{topic}}"), timeout_ms: 3000, ..MqttConfig::default() }
+    MqttConfig {
+        url,
+        topic: format!("{base}/{{topic}}"),
+        timeout: Duration::from_millis(3000),
+        ..MqttConfig::default()
+    }
 }
 
 /// An envelope as the relay builds it.
@@ -384,7 +389,7 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
         let outbox = Outbox::new(db.pool.clone());
         outbox.migrate().await.unwrap();
         let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay_ms: 500,
+            reconnect_max_delay: Duration::from_millis(500),
             ..config(format!("mqtt://{}", proxy.addr()), &base)
         })
         .await
@@ -439,7 +444,7 @@ async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds
         let base = unique("outbox_t");
         let proxy = TcpProxy::start(&server()).await;
         let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay_ms: 300,
+            reconnect_max_delay: Duration::from_millis(300),
             ..config(format!("mqtt://{}", proxy.addr()), &base)
         })
         .await
@@ -509,7 +514,7 @@ async fn classification_of_failures() {
         let started = Instant::now();
         let e = MqttTransport::connect(MqttConfig {
             url: "mqtt://relay:s3cret@127.0.0.1:1".into(),
-            connect_timeout_ms: 2000,
+            connect_timeout: Duration::from_millis(2000),
             ..MqttConfig::default()
         })
         .await
@@ -554,8 +559,8 @@ async fn delivered_always_means_received_under_repeated_cuts() {
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let proxy = Arc::new(TcpProxy::start(&server()).await);
         let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay_ms: 200,
-            timeout_ms: 1500,
+            reconnect_max_delay: Duration::from_millis(200),
+            timeout: Duration::from_millis(1500),
             inflight: 10,
             ..config(format!("mqtt://{}", proxy.addr()), &base)
         })

@@ -60,7 +60,7 @@ fn config(url: String, prefix: &str, stream: &str) -> NatsConfig {
         url,
         subject_prefix: Some(prefix.into()),
         stream: Some(stream.into()),
-        timeout_ms: 3000,
+        timeout: Duration::from_millis(3000),
         ..NatsConfig::default()
     }
 }
@@ -528,7 +528,7 @@ async fn classification_of_failures() {
         let started = Instant::now();
         let e = NatsTransport::connect(NatsConfig {
             url: "nats://relay:s3cret@127.0.0.1:1".into(),
-            connect_timeout_ms: 2000,
+            connect_timeout: Duration::from_millis(2000),
             ..NatsConfig::default()
         })
         .await
@@ -543,9 +543,10 @@ async fn classification_of_failures() {
             .await
             .unwrap_err();
         assert!(matches!(e, TransportError::Config { key: "subject", .. }), "{e:?}");
-        let e =
-            NatsTransport::connect(NatsConfig { timeout_ms: 0, ..NatsConfig::default() }).await.unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "timeout_ms", .. }), "{e:?}");
+        let e = NatsTransport::connect(NatsConfig { timeout: Duration::ZERO, ..NatsConfig::default() })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Config { key: "timeout", .. }), "{e:?}");
         assert!(serde_json::from_str::<NatsConfig>(r#"{"url":"nats://h","bogus":1}"#)
             .unwrap_err()
             .to_string()
@@ -566,7 +567,7 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
         let (stream, prefix) = fresh_stream(&js).await;
         let proxy = Arc::new(TcpProxy::start(&server()).await);
         let t = NatsTransport::connect(NatsConfig {
-            timeout_ms: 1500,
+            timeout: Duration::from_millis(1500),
             ..config(format!("nats://{}", proxy.addr()), &prefix, &stream)
         })
         .await

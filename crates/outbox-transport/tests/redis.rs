@@ -41,7 +41,7 @@ async fn redis_conn() -> redis::aio::MultiplexedConnection {
 }
 
 fn config(url: String, stream: &str) -> RedisConfig {
-    RedisConfig { url, stream: stream.into(), timeout_ms: 3000, ..RedisConfig::default() }
+    RedisConfig { url, stream: stream.into(), timeout: Duration::from_millis(3000), ..RedisConfig::default() }
 }
 
 /// An envelope as the relay builds it.
@@ -419,7 +419,7 @@ async fn classification_of_failures() {
         let started = Instant::now();
         let e = RedisTransport::connect(RedisConfig {
             url: "redis://relay:s3cret@127.0.0.1:1".into(),
-            connect_timeout_ms: 1000,
+            connect_timeout: Duration::from_millis(1000),
             ..RedisConfig::default()
         })
         .await
@@ -489,7 +489,7 @@ async fn delivered_always_means_appended_under_repeated_cuts() {
         let stream = unique("outbox_t");
         let proxy = Arc::new(TcpProxy::start(&server()).await);
         let t = RedisTransport::connect(RedisConfig {
-            timeout_ms: 1500,
+            timeout: Duration::from_millis(1500),
             ..config(format!("redis://{}", proxy.addr()), &stream)
         })
         .await

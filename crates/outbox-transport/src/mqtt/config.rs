@@ -1,5 +1,7 @@
 //! Configuration of the MQTT transport.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
@@ -71,16 +73,20 @@ pub struct MqttConfig {
     /// Longest time one `publish` call may take, sending and awaiting every PUBACK, in
     /// milliseconds; envelopes not acknowledged by then are reported unavailable. Defaults to
     /// `5000`.
-    pub timeout_ms: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub timeout: Duration,
     /// Longest time to establish a connection (TCP and CONNACK), in milliseconds, rounded up to
     /// whole seconds. Defaults to `5000`.
-    pub connect_timeout_ms: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub connect_timeout: Duration,
     /// Keep-alive interval, in seconds: a silent connection is pinged, and declared dead when the
     /// ping is not answered. Defaults to `30`.
-    pub keep_alive_secs: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub keep_alive: Duration,
     /// Longest pause between reconnection attempts, in milliseconds (the pause starts at 100 ms
     /// and doubles). Defaults to `2000`.
-    pub reconnect_max_delay_ms: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub reconnect_max_delay: Duration,
 }
 
 impl Default for MqttConfig {
@@ -94,10 +100,10 @@ impl Default for MqttConfig {
             client_id: None,
             max_packet_bytes: 1024 * 1024,
             inflight: 100,
-            timeout_ms: 5000,
-            connect_timeout_ms: 5000,
-            keep_alive_secs: 30,
-            reconnect_max_delay_ms: 2000,
+            timeout: Duration::from_millis(5000),
+            connect_timeout: Duration::from_millis(5000),
+            keep_alive: Duration::from_secs(30),
+            reconnect_max_delay: Duration::from_millis(2000),
         }
     }
 }
@@ -113,10 +119,10 @@ impl std::fmt::Debug for MqttConfig {
             .field("client_id", &self.client_id)
             .field("max_packet_bytes", &self.max_packet_bytes)
             .field("inflight", &self.inflight)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
-            .field("keep_alive_secs", &self.keep_alive_secs)
-            .field("reconnect_max_delay_ms", &self.reconnect_max_delay_ms)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("keep_alive", &self.keep_alive)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
             .finish()
     }
 }
@@ -154,17 +160,15 @@ impl MqttConfig {
         if self.inflight == 0 {
             return Err(invalid("inflight", "must be positive"));
         }
-        for (key, ms) in [
-            ("timeout_ms", self.timeout_ms),
-            ("connect_timeout_ms", self.connect_timeout_ms),
-            ("reconnect_max_delay_ms", self.reconnect_max_delay_ms),
+        for (key, d) in [
+            ("timeout", self.timeout),
+            ("connect_timeout", self.connect_timeout),
+            ("reconnect_max_delay", self.reconnect_max_delay),
         ] {
-            if ms == 0 || ms > 600_000 {
-                return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
-            }
+            check_duration(key, d)?;
         }
-        if self.keep_alive_secs < 5 || self.keep_alive_secs > 65_535 {
-            return Err(invalid("keep_alive_secs", "must be 5 to 65535 seconds"));
+        if self.keep_alive < Duration::from_secs(5) || self.keep_alive > Duration::from_secs(65_535) {
+            return Err(invalid("keep_alive", "must be 5 s to 65535 s"));
         }
         Ok(())
     }
@@ -223,6 +227,14 @@ impl MqttConfig {
     }
 }
 
+/// A timeout must be positive and at most 10 minutes.
+fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
+    if d.is_zero() || d > Duration::from_secs(600) {
+        return Err(invalid(key, format!("must be more than 0 and at most 10 min, got {d:?}")));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,10 +281,10 @@ mod tests {
         assert_eq!(bad(|c| c.client_id = Some(String::new())), "client_id");
         assert_eq!(bad(|c| c.max_packet_bytes = 10), "max_packet_bytes");
         assert_eq!(bad(|c| c.inflight = 0), "inflight");
-        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
-        assert_eq!(bad(|c| c.connect_timeout_ms = 0), "connect_timeout_ms");
-        assert_eq!(bad(|c| c.keep_alive_secs = 1), "keep_alive_secs");
-        assert_eq!(bad(|c| c.reconnect_max_delay_ms = 0), "reconnect_max_delay_ms");
+        assert_eq!(bad(|c| c.timeout = Duration::ZERO), "timeout");
+        assert_eq!(bad(|c| c.connect_timeout = Duration::ZERO), "connect_timeout");
+        assert_eq!(bad(|c| c.keep_alive = Duration::from_secs(1)), "keep_alive");
+        assert_eq!(bad(|c| c.reconnect_max_delay = Duration::ZERO), "reconnect_max_delay");
     }
 
     #[test]

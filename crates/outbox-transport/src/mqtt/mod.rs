@@ -35,10 +35,10 @@
 //! **Limits.** A PUBLISH packet larger than `max_packet_bytes` (1 MiB by default; rumqttc's own
 //! default of 10 KiB is replaced) fails permanently before sending. Set it to the broker's limit:
 //! a 3.1.1 broker answers an oversized packet only by closing the connection. Each `publish`
-//! call is bounded by `timeout_ms`.
+//! call is bounded by `timeout`.
 //!
 //! **Outages.** A background task drives the connection and reconnects (clean session, pauses
-//! from 100 ms doubling up to `reconnect_max_delay_ms`); while disconnected, `publish` answers
+//! from 100 ms doubling up to `reconnect_max_delay`); while disconnected, `publish` answers
 //! `Unavailable` at once without queueing, and messages awaiting a PUBACK when the connection
 //! dropped are reported `Unavailable` (they are published again after recovery).
 //!

@@ -148,7 +148,7 @@ impl MqttTransport {
         let client_id = config.client_id.clone().unwrap_or_else(default_client_id);
         let mut options = MqttOptions::new(client_id, broker.host.clone(), broker.port);
         options
-            .set_keep_alive(Duration::from_secs(config.keep_alive_secs))
+            .set_keep_alive(config.keep_alive)
             .set_clean_session(true)
             .set_max_packet_size(config.max_packet_bytes, config.max_packet_bytes)
             .set_inflight(config.inflight);
@@ -156,7 +156,7 @@ impl MqttTransport {
             options.set_credentials(user.clone(), pass.clone());
         }
         let (client, mut eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let connect_timeout = config.connect_timeout;
         let mut network = NetworkOptions::new();
         network.set_connection_timeout(connect_timeout.as_millis().div_ceil(1000).max(1) as u64);
         eventloop.set_network_options(network);
@@ -167,9 +167,9 @@ impl MqttTransport {
             Ok(Ok(_connack)) => {}
         }
         let shared = Arc::new(Mutex::new(Shared { connected: true, ..Shared::default() }));
-        let max_delay = Duration::from_millis(config.reconnect_max_delay_ms);
+        let max_delay = config.reconnect_max_delay;
         let task = tokio::spawn(drive(eventloop, shared.clone(), address.clone(), max_delay));
-        let timeout = Duration::from_millis(config.timeout_ms);
+        let timeout = config.timeout;
         Ok(MqttTransport { client, shared, config, address, timeout, task })
     }
 

@@ -1,5 +1,7 @@
 //! Configuration of the NATS JetStream transport.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
@@ -13,7 +15,7 @@ const KIND: &str = "nats";
 /// url = "nats://relay:secret@nats.internal:4222"
 /// subject_prefix = "outbox"      # topic "order.paid" -> subject "outbox.order.paid"
 /// stream = "OUTBOX"              # must exist (or set create_stream) and capture "outbox.>"
-/// timeout_ms = 5000
+/// timeout = "5s"
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -37,11 +39,13 @@ pub struct NatsConfig {
     /// the fixed subject, default limits, a 2-minute duplicate window). Defaults to `false`.
     pub create_stream: bool,
     /// Longest time one `publish` call may take, sending and awaiting every acknowledgement,
-    /// in milliseconds; envelopes not acknowledged by then are reported unavailable. Defaults
-    /// to `5000`.
-    pub timeout_ms: u64,
-    /// Longest time to establish the connection, in milliseconds. Defaults to `5000`.
-    pub connect_timeout_ms: u64,
+    /// ; envelopes not acknowledged by then are reported unavailable. Defaults
+    /// to 5 s.
+    #[serde(with = "outbox_core::duration")]
+    pub timeout: Duration,
+    /// Longest time to establish the connection, Defaults to 5 s.
+    #[serde(with = "outbox_core::duration")]
+    pub connect_timeout: Duration,
     /// Largest message (payload plus headers) to send, in bytes; the smaller of this and the
     /// server's `max_payload` applies. Larger messages fail permanently without being sent.
     /// Defaults to none (the server's `max_payload`, 1 MiB unless configured).
@@ -58,8 +62,8 @@ impl Default for NatsConfig {
             subject_prefix: None,
             stream: None,
             create_stream: false,
-            timeout_ms: 5000,
-            connect_timeout_ms: 5000,
+            timeout: Duration::from_millis(5000),
+            connect_timeout: Duration::from_millis(5000),
             max_payload_bytes: None,
             name: "outbox-relay".into(),
         }
@@ -74,8 +78,8 @@ impl std::fmt::Debug for NatsConfig {
             .field("subject_prefix", &self.subject_prefix)
             .field("stream", &self.stream)
             .field("create_stream", &self.create_stream)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("max_payload_bytes", &self.max_payload_bytes)
             .field("name", &self.name)
             .finish()
@@ -119,8 +123,8 @@ impl NatsConfig {
         } else if self.create_stream {
             return Err(invalid("create_stream", "requires `stream` (the name of the stream to create)"));
         }
-        check_millis("timeout_ms", self.timeout_ms)?;
-        check_millis("connect_timeout_ms", self.connect_timeout_ms)?;
+        check_duration("timeout", self.timeout)?;
+        check_duration("connect_timeout", self.connect_timeout)?;
         if self.max_payload_bytes == Some(0) {
             return Err(invalid("max_payload_bytes", "must be positive"));
         }
@@ -148,13 +152,6 @@ impl NatsConfig {
             (None, None) => topic.to_owned(),
         }
     }
-}
-
-fn check_millis(key: &'static str, ms: u64) -> Result<(), TransportError> {
-    if ms == 0 || ms > 600_000 {
-        return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
-    }
-    Ok(())
 }
 
 /// Why `subject` cannot be published to, if it cannot: empty tokens, wildcards or whitespace.
@@ -189,6 +186,14 @@ pub(crate) fn covers(filter: &str, pattern: &str) -> bool {
             _ => return false,
         }
     }
+}
+
+/// A timeout must be positive and at most 10 minutes.
+fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
+    if d.is_zero() || d > Duration::from_secs(600) {
+        return Err(invalid(key, format!("must be more than 0 and at most 10 min, got {d:?}")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -231,8 +236,8 @@ mod tests {
         assert_eq!(bad(|c| c.subject_prefix = Some("a..b".into())), "subject_prefix");
         assert_eq!(bad(|c| c.stream = Some("has.dot".into())), "stream");
         assert_eq!(bad(|c| c.create_stream = true), "create_stream");
-        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
-        assert_eq!(bad(|c| c.connect_timeout_ms = 700_000), "connect_timeout_ms");
+        assert_eq!(bad(|c| c.timeout = Duration::ZERO), "timeout");
+        assert_eq!(bad(|c| c.connect_timeout = Duration::from_secs(700)), "connect_timeout");
         assert_eq!(bad(|c| c.max_payload_bytes = Some(0)), "max_payload_bytes");
         assert_eq!(bad(|c| c.name = String::new()), "name");
     }

@@ -24,7 +24,7 @@
 //! **Limits.** Payload plus headers must fit the server's `max_payload` (1 MiB by default; the
 //! server closes the connection on a larger message, so it is checked before sending and fails
 //! permanently) or the smaller `max_payload_bytes`. A stream's own `max_msg_size` is enforced by
-//! the server (permanent failure). Each `publish` call is bounded by `timeout_ms`.
+//! the server (permanent failure). Each `publish` call is bounded by `timeout`.
 //!
 //! **Outages.** The connection is re-established in the background (retrying forever, at most
 //! every 2 s); while it is down `publish` answers `Unavailable` at once without queueing.

@@ -65,8 +65,8 @@ impl NatsTransport {
             .map(|u| async_nats::ServerAddr::from_str(u.trim()))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| fail(e.to_string()))?;
-        let timeout = Duration::from_millis(config.timeout_ms);
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let timeout = config.timeout;
+        let connect_timeout = config.connect_timeout;
         let options = async_nats::ConnectOptions::new()
             .name(&config.name)
             .connection_timeout(connect_timeout)

@@ -1,5 +1,7 @@
 //! Configuration of the Redis Streams transport.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::TransportError;
@@ -37,10 +39,12 @@ pub struct RedisConfig {
     /// Longest time one `publish` call may take (the pipelined `XADD`s and their replies), in
     /// milliseconds; envelopes without a reply by then are reported unavailable. Defaults to
     /// `5000`.
-    pub timeout_ms: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub timeout: Duration,
     /// Longest time to establish a connection, in milliseconds (at start-up and on every
     /// reconnection). Defaults to `5000`.
-    pub connect_timeout_ms: u64,
+    #[serde(with = "outbox_core::duration")]
+    pub connect_timeout: Duration,
     /// Largest payload to append, in bytes; larger messages fail permanently without being
     /// sent. Redis itself accepts up to `proto-max-bulk-len` (512 MB by default), but entries that
     /// large hurt every consumer of the stream. Defaults to `8388608` (8 MiB).
@@ -54,8 +58,8 @@ impl Default for RedisConfig {
             stream: TOPIC_PLACEHOLDER.into(),
             maxlen: None,
             header_prefix: "h:".into(),
-            timeout_ms: 5000,
-            connect_timeout_ms: 5000,
+            timeout: Duration::from_millis(5000),
+            connect_timeout: Duration::from_millis(5000),
             max_payload_bytes: 8 * 1024 * 1024,
         }
     }
@@ -68,8 +72,8 @@ impl std::fmt::Debug for RedisConfig {
             .field("stream", &self.stream)
             .field("maxlen", &self.maxlen)
             .field("header_prefix", &self.header_prefix)
-            .field("timeout_ms", &self.timeout_ms)
-            .field("connect_timeout_ms", &self.connect_timeout_ms)
+            .field("timeout", &self.timeout)
+            .field("connect_timeout", &self.connect_timeout)
             .field("max_payload_bytes", &self.max_payload_bytes)
             .finish()
     }
@@ -100,10 +104,8 @@ impl RedisConfig {
                 "must not be empty (header fields would collide with `payload` and `id`)",
             ));
         }
-        for (key, ms) in [("timeout_ms", self.timeout_ms), ("connect_timeout_ms", self.connect_timeout_ms)] {
-            if ms == 0 || ms > 600_000 {
-                return Err(invalid(key, format!("must be 1 to 600000 milliseconds, got {ms}")));
-            }
+        for (key, d) in [("timeout", self.timeout), ("connect_timeout", self.connect_timeout)] {
+            check_duration(key, d)?;
         }
         if self.max_payload_bytes == 0 {
             return Err(invalid("max_payload_bytes", "must be positive"));
@@ -115,6 +117,14 @@ impl RedisConfig {
     pub(crate) fn stream_for(&self, topic: &str) -> String {
         self.stream.replace(TOPIC_PLACEHOLDER, topic)
     }
+}
+
+/// A timeout must be positive and at most 10 minutes.
+fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
+    if d.is_zero() || d > Duration::from_secs(600) {
+        return Err(invalid(key, format!("must be more than 0 and at most 10 min, got {d:?}")));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -148,8 +158,8 @@ mod tests {
         assert_eq!(bad(|c| c.stream = String::new()), "stream");
         assert_eq!(bad(|c| c.maxlen = Some(0)), "maxlen");
         assert_eq!(bad(|c| c.header_prefix = String::new()), "header_prefix");
-        assert_eq!(bad(|c| c.timeout_ms = 0), "timeout_ms");
-        assert_eq!(bad(|c| c.connect_timeout_ms = 0), "connect_timeout_ms");
+        assert_eq!(bad(|c| c.timeout = Duration::ZERO), "timeout");
+        assert_eq!(bad(|c| c.connect_timeout = Duration::ZERO), "connect_timeout");
         assert_eq!(bad(|c| c.max_payload_bytes = 0), "max_payload_bytes");
     }
 

@@ -23,7 +23,7 @@
 //! connection); one that could not be sent holds back later ones with its key.
 //!
 //! **Limits.** Payloads over `max_payload_bytes` (8 MiB by default) fail permanently without
-//! being sent. Each `publish` call is bounded by `timeout_ms`. Redis Cluster redirections are
+//! being sent. Each `publish` call is bounded by `timeout`. Redis Cluster redirections are
 //! not followed (point the transport at a standalone server, a primary behind Sentinel's
 //! address, or a cluster proxy).
 //!

@@ -44,8 +44,8 @@ impl RedisTransport {
             reason: reason.replace(&config.url, &address),
         };
         let client = redis::Client::open(config.url.as_str()).map_err(|e| fail(e.to_string()))?;
-        let timeout = Duration::from_millis(config.timeout_ms);
-        let connect_timeout = Duration::from_millis(config.connect_timeout_ms);
+        let timeout = config.timeout;
+        let connect_timeout = config.connect_timeout;
         // No reconnection retries inside the client (its backoff starts at one second): during
         // an outage each publish fails fast, the relay's breaker paces the probes, and each
         // probe triggers a fresh connection attempt.
