@@ -18,12 +18,14 @@
 pub mod duration;
 mod error;
 mod message;
+mod redact;
 mod retry;
 mod status;
 mod transport;
 
 pub use error::{Error, ErrorKind, Result};
 pub use message::{decode_headers, limits, Enqueued, Headers, MessageId, NewMessage, OutboxMessage};
+pub use redact::redact_url;
 pub use retry::RetryPolicy;
 pub use status::{Status, UnknownStatus};
 pub use transport::{header, Envelope, FailureKind, Outcome, Transport};

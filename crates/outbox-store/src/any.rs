@@ -1,5 +1,6 @@
 //! [`AnyOutbox`]: the database chosen at run time by URL scheme, for the `outbox` command.
 
+pub use outbox_core::redact_url;
 use outbox_core::{Error, Result};
 
 use crate::migrate::MigrationReport;
@@ -114,25 +115,6 @@ impl AnyOutbox {
             AnyOutbox::Sqlite(o) => o.check_schema().await,
         }
     }
-}
-
-/// `url` with any password replaced by `***`, for logs and errors.
-pub fn redact_url(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    let redacted = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => userinfo.to_owned(),
-    };
-    format!("{}{}{}", &url[..scheme_end], redacted, &rest[at..])
 }
 
 macro_rules! each {

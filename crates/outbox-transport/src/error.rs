@@ -32,21 +32,7 @@ pub enum TransportError {
 
 /// `url` with any password replaced by `***`, for errors and logs.
 pub fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    let rest = &url[scheme_end..];
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let authority = &rest[..authority_end];
-    let Some(at) = authority.rfind('@') else {
-        return url.to_owned();
-    };
-    let userinfo = &authority[..at];
-    let redacted = match userinfo.split_once(':') {
-        Some((user, _)) => format!("{user}:***"),
-        None => userinfo.to_owned(),
-    };
-    format!("{}{}{}", &url[..scheme_end], redacted, &rest[at..])
+    outbox_core::redact_url(url)
 }
 
 #[cfg(test)]

@@ -2,18 +2,19 @@
 #![cfg(feature = "http")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::*;
+
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use outbox_core::{
-    Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status, Transport,
-};
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_core::{Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, Status, Transport};
+use outbox_relay::{Destination, Relay, Route};
 use outbox_transport::http::{
     decode_header_value, envelope_header_name, verify_signature, HttpConfig, HttpTransport, SignatureError,
     WebhookSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER,
@@ -162,18 +163,6 @@ fn failure(o: &Outcome) -> (FailureKind, String, Option<Duration>) {
     match o {
         Outcome::Failed { kind, reason, retry_after } => (*kind, reason.clone(), *retry_after),
         Outcome::Delivered => panic!("expected a failure, got Delivered"),
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -396,36 +385,6 @@ async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
 
 // ---------------------------------------------------------------------------------------------
 // Through the relay.
-
-fn relay_config(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
-    }
-}
-
-fn fast_retry(max_attempts: u32) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts,
-        initial: Duration::from_millis(50),
-        max_delay: Duration::from_millis(300),
-        multiplier: 2.0,
-        jitter: 0.0,
-    }
-}
-
-fn fast_breaker() -> BreakerConfig {
-    BreakerConfig {
-        failure_threshold: 2,
-        cooldown: Duration::from_millis(100),
-        max_cooldown: Duration::from_millis(500),
-    }
-}
 
 /// Requests per message id, checking each signature.
 fn by_id(rx: &Receiver) -> HashMap<String, Vec<Received>> {

@@ -4,16 +4,17 @@
 #![cfg(feature = "mqtt")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::*;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_core::{
-    header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
-};
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
-use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
+use outbox_store::Outbox;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
 use outbox_transport::TransportError;
@@ -162,20 +163,6 @@ fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool)
     e
 }
 
-fn kind(o: &Outcome) -> Option<FailureKind> {
-    match o {
-        Outcome::Failed { kind, .. } => Some(*kind),
-        Outcome::Delivered => None,
-    }
-}
-
-fn reason(o: &Outcome) -> &str {
-    match o {
-        Outcome::Failed { reason, .. } => reason,
-        Outcome::Delivered => "",
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -229,69 +216,6 @@ async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
     })
     .await
     .expect("test timed out");
-}
-
-fn relay_config(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
-    }
-}
-
-fn start_relay<DB: OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    transport: Arc<dyn Transport>,
-) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    Outbox<DB>: RelayStore,
-{
-    let retry = RetryPolicy {
-        max_attempts: 5,
-        initial: Duration::from_millis(50),
-        max_delay: Duration::from_millis(300),
-        multiplier: 2.0,
-        jitter: 0.0,
-    };
-    let breaker = BreakerConfig {
-        failure_threshold: 3,
-        cooldown: Duration::from_millis(200),
-        max_cooldown: Duration::from_secs(1),
-    };
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-        .config(relay_config(&unique("relay")))
-        .destination(Destination::new("mqtt", transport).retry(retry).breaker(breaker))
-        .route(Route::new("#", ["mqtt"]))
-        .build()
-        .unwrap();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(relay.run(stop.clone()));
-    (stop, handle)
-}
-
-async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
-    }
-    out
-}
-
-async fn wait_all_sent<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let st = statuses(outbox, ids).await;
-        if st.iter().all(|s| *s == Status::Sent) {
-            return;
-        }
-        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
-        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn message(topic: &str, i: usize) -> NewMessage {
@@ -350,7 +274,7 @@ async fn relay_end_to_end_publishes_committed_messages_once() {
         let outbox = Outbox::new(db.pool.clone());
         outbox.migrate().await.unwrap();
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
 
         let mut committed = HashMap::new();
         let mut tx = outbox.begin().await.unwrap();
@@ -394,7 +318,7 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
         })
         .await
         .unwrap();
-        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
 
         let mut committed = HashMap::new();
         let mut first = Vec::new();

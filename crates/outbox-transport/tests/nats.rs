@@ -4,6 +4,10 @@
 #![cfg(feature = "nats")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::*;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use futures::StreamExt;
 use outbox_core::{
     header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
 };
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_relay::{BreakerConfig, Destination, Relay, Route};
 use outbox_store::{Outbox, OutboxDatabase, RelayStore};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::nats::{NatsConfig, NatsTransport};
@@ -148,20 +152,6 @@ async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
     js.get_stream(stream).await.unwrap().info().await.unwrap().state.messages
 }
 
-fn kind(o: &Outcome) -> Option<FailureKind> {
-    match o {
-        Outcome::Failed { kind, .. } => Some(*kind),
-        Outcome::Delivered => None,
-    }
-}
-
-fn reason(o: &Outcome) -> &str {
-    match o {
-        Outcome::Failed { reason, .. } => reason,
-        Outcome::Delivered => "",
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_every_header_in_order_once() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -224,18 +214,6 @@ async fn direct_publish_delivers_every_header_in_order_once() {
     .expect("test timed out");
 }
 
-fn relay_config(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
-    }
-}
-
 fn fast_retry() -> RetryPolicy {
     RetryPolicy {
         max_attempts: 5,
@@ -270,27 +248,6 @@ where
     let stop = CancellationToken::new();
     let handle = tokio::spawn(relay.run(stop.clone()));
     (stop, handle)
-}
-
-async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
-    }
-    out
-}
-
-async fn wait_all_sent<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId], within: Duration) {
-    let deadline = Instant::now() + within;
-    loop {
-        let st = statuses(outbox, ids).await;
-        if st.iter().all(|s| *s == Status::Sent) {
-            return;
-        }
-        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
-        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn message(prefix_topic: &str, i: usize) -> NewMessage {

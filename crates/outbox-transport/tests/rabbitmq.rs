@@ -3,8 +3,11 @@
 #![cfg(feature = "rabbitmq")]
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+mod common;
+
+use common::*;
+
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,10 +19,9 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use outbox_core::{
-    header, Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status,
-    Transport,
+    header, Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, Status, Transport,
 };
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_relay::{Destination, Relay, Route};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::rabbitmq::{DeclareConfig, RabbitMqConfig, RabbitMqTransport};
 use outbox_transport::TransportError;
@@ -147,18 +149,6 @@ fn failure(o: &Outcome) -> (FailureKind, &str) {
     match o {
         Outcome::Failed { kind, reason, .. } => (*kind, reason.as_str()),
         Outcome::Delivered => panic!("expected a failure, got Delivered"),
-    }
-}
-
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -462,36 +452,6 @@ async fn invalid_configuration_names_the_key() {
 
 // ---------------------------------------------------------------------------------------------
 // Through the relay.
-
-fn relay_config(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
-    }
-}
-
-fn fast_retry(max_attempts: u32) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts,
-        initial: Duration::from_millis(50),
-        max_delay: Duration::from_millis(300),
-        multiplier: 2.0,
-        jitter: 0.0,
-    }
-}
-
-fn fast_breaker() -> BreakerConfig {
-    BreakerConfig {
-        failure_threshold: 2,
-        cooldown: Duration::from_millis(100),
-        max_cooldown: Duration::from_millis(500),
-    }
-}
 
 /// Deliveries seen by a background consumer task: message id -> payloads in arrival order, and
 /// the arrival order of ids per key.

@@ -1,0 +1,126 @@
+//! Helpers shared by the transport test suites (each suite compiles its own copy).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{FailureKind, MessageId, Outcome, RetryPolicy, Status, Transport};
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use tokio_util::sync::CancellationToken;
+
+/// How long `eventually` waits.
+pub(crate) const WAIT: Duration = Duration::from_secs(60);
+
+pub(crate) fn relay_config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+    }
+}
+
+pub(crate) async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        out.push(outbox.get(*id).await.unwrap().expect("message exists").status);
+    }
+    out
+}
+
+pub(crate) async fn wait_all_sent<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    ids: &[MessageId],
+    within: Duration,
+) {
+    let deadline = Instant::now() + within;
+    loop {
+        let st = statuses(outbox, ids).await;
+        if st.iter().all(|s| *s == Status::Sent) {
+            return;
+        }
+        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
+        assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub(crate) fn kind(o: &Outcome) -> Option<FailureKind> {
+    match o {
+        Outcome::Failed { kind, .. } => Some(*kind),
+        Outcome::Delivered => None,
+    }
+}
+
+pub(crate) fn reason(o: &Outcome) -> &str {
+    match o {
+        Outcome::Failed { reason, .. } => reason,
+        Outcome::Delivered => "",
+    }
+}
+
+pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + WAIT;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub(crate) fn fast_retry(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    }
+}
+
+pub(crate) fn fast_breaker() -> BreakerConfig {
+    BreakerConfig {
+        failure_threshold: 2,
+        cooldown: Duration::from_millis(100),
+        max_cooldown: Duration::from_millis(500),
+    }
+}
+
+pub(crate) fn start_relay<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    name: &str,
+    transport: Arc<dyn Transport>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let retry = RetryPolicy {
+        max_attempts: 5,
+        initial: Duration::from_millis(50),
+        max_delay: Duration::from_millis(300),
+        multiplier: 2.0,
+        jitter: 0.0,
+    };
+    let breaker = BreakerConfig {
+        failure_threshold: 3,
+        cooldown: Duration::from_millis(200),
+        max_cooldown: Duration::from_secs(1),
+    };
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(relay_config(&format!("relay-{}", std::process::id())))
+        .destination(Destination::new(name, transport).retry(retry).breaker(breaker))
+        .route(Route::new("#", [name]))
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    (stop, handle)
+}
