@@ -1,0 +1,118 @@
+//! MySQL 8.0.16+ and MariaDB 10.6+: a plain `INSERT`; a duplicate-key error (1062) on the
+//! primary key means "already processed". (`INSERT IGNORE` would also hide other errors, such
+//! as a too-long id or a failed check, so it is not used.) A duplicate-key error rolls back only
+//! that statement: the caller's transaction stays usable. A concurrent insert of the same key
+//! waits on the first transaction's row lock and then fails with 1062.
+
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
+use sqlx::{MySql, MySqlPool};
+
+use crate::error::db;
+use crate::inbox::InboxDatabase;
+use crate::migrate::{failed, plan, Migration, MigrationReport};
+
+/// The shipped migrations, from `migrations/mysql/`.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "outbox_inbox",
+    sql: include_str!("../migrations/mysql/0001_inbox.sql"),
+}];
+
+/// The claim statement (group, message id, topic); error 1062 on `PRIMARY` = duplicate.
+pub const CLAIM_SQL: &str = "INSERT INTO outbox_inbox (consumer_group, message_id, topic) VALUES (?, ?, ?)";
+
+const MIGRATION_LOCK: &str = "outbox_inbox_migrate";
+
+const PRUNE: &str = "DELETE FROM outbox_inbox \
+    WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?";
+
+/// True when `err` is MySQL's duplicate-key error (1062) on the inbox's primary key.
+fn is_duplicate(err: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(dbe) = err else { return false };
+    let Some(my) = dbe.try_downcast_ref::<MySqlDatabaseError>() else { return false };
+    // MariaDB: "... for key 'PRIMARY'"; MySQL 8: "... for key 'outbox_inbox.PRIMARY'".
+    my.number() == 1062 && my.message().contains("PRIMARY")
+}
+
+impl InboxDatabase for MySql {
+    async fn migrate(pool: &MySqlPool) -> Result<MigrationReport> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
+            .bind(MIGRATION_LOCK)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+        if locked != Some(1) {
+            return Err(Error::Database(
+                "could not take the migration lock `outbox_inbox_migrate` within 60 s (another migration is running)"
+                    .into(),
+            ));
+        }
+        let result = migrate_locked(&mut conn).await;
+        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *conn).await;
+        let report = result?;
+        released.map_err(db)?;
+        Ok(report)
+    }
+
+    async fn schema_version(pool: &MySqlPool) -> Result<i64> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        version_on(&mut conn).await
+    }
+
+    async fn claim<'a>(
+        conn: &'a mut MySqlConnection,
+        group: &'a str,
+        message_id: &'a str,
+        topic: Option<&'a str>,
+    ) -> Result<bool> {
+        match sqlx::query(CLAIM_SQL).bind(group).bind(message_id).bind(topic).execute(&mut *conn).await {
+            Ok(_) => Ok(true),
+            Err(e) if is_duplicate(&e) => Ok(false),
+            Err(e) => Err(db(e)),
+        }
+    }
+
+    async fn prune_batch(pool: &MySqlPool, older_than: Duration, batch: u32) -> Result<u64> {
+        let done = sqlx::query(PRUNE)
+            .bind(crate::micros(older_than)?)
+            .bind(batch)
+            .execute(pool)
+            .await
+            .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+}
+
+async fn migrate_locked(conn: &mut MySqlConnection) -> Result<MigrationReport> {
+    let from = version_on(conn).await?;
+    let mut applied = Vec::new();
+    for m in plan(from, MIGRATIONS)? {
+        // MySQL commits DDL implicitly; the version row is written last, so an interrupted
+        // migration is re-run (its statements are `IF NOT EXISTS`).
+        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| failed(m, e))?;
+        applied.push(m.version);
+    }
+    let to = applied.last().copied().unwrap_or(from);
+    Ok(MigrationReport { from, to, applied })
+}
+
+async fn version_on(conn: &mut MySqlConnection) -> Result<i64> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'outbox_inbox_schema_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM outbox_inbox_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)
+}

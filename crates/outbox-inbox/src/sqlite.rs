@@ -1,0 +1,92 @@
+//! SQLite 3.37+: `INSERT ... ON CONFLICT (consumer_group, message_id) DO NOTHING`. SQLite has
+//! one writer at a time, so concurrent consumers serialize on the database's write lock (make
+//! the inbox insert the first statement of the transaction, or begin it with `BEGIN
+//! IMMEDIATE`, so waiting uses the busy timeout instead of failing with `SQLITE_BUSY`).
+
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+use sqlx::sqlite::SqliteConnection;
+use sqlx::{Connection, Sqlite, SqlitePool};
+
+use crate::error::db;
+use crate::inbox::InboxDatabase;
+use crate::migrate::{failed, plan, Migration, MigrationReport};
+
+/// The shipped migrations, from `migrations/sqlite/`.
+pub const MIGRATIONS: &[Migration] = &[Migration {
+    version: 1,
+    description: "outbox_inbox",
+    sql: include_str!("../migrations/sqlite/0001_inbox.sql"),
+}];
+
+/// The claim statement (`?1` group, `?2` message id, `?3` topic); one row changed = new.
+pub const CLAIM_SQL: &str =
+    "INSERT INTO outbox_inbox (consumer_group, message_id, topic) VALUES (?1, ?2, ?3) \
+    ON CONFLICT (consumer_group, message_id) DO NOTHING";
+
+const PRUNE: &str = "DELETE FROM outbox_inbox WHERE rowid IN ( \
+    SELECT rowid FROM outbox_inbox \
+    WHERE processed_at < CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) - ?1 \
+    ORDER BY processed_at LIMIT ?2)";
+
+impl InboxDatabase for Sqlite {
+    async fn migrate(pool: &SqlitePool) -> Result<MigrationReport> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        // BEGIN IMMEDIATE takes the write lock at once: concurrent migrators serialize here.
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let from = version_on(&mut tx).await?;
+        let mut applied = Vec::new();
+        for m in plan(from, MIGRATIONS)? {
+            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| failed(m, e))?;
+            applied.push(m.version);
+        }
+        tx.commit().await.map_err(db)?;
+        let to = applied.last().copied().unwrap_or(from);
+        Ok(MigrationReport { from, to, applied })
+    }
+
+    async fn schema_version(pool: &SqlitePool) -> Result<i64> {
+        let mut conn = pool.acquire().await.map_err(db)?;
+        version_on(&mut conn).await
+    }
+
+    async fn claim<'a>(
+        conn: &'a mut SqliteConnection,
+        group: &'a str,
+        message_id: &'a str,
+        topic: Option<&'a str>,
+    ) -> Result<bool> {
+        let done = sqlx::query(CLAIM_SQL)
+            .bind(group)
+            .bind(message_id)
+            .bind(topic)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn prune_batch(pool: &SqlitePool, older_than: Duration, batch: u32) -> Result<u64> {
+        let ms = i64::try_from(older_than.as_millis())
+            .map_err(|_| Error::Config(format!("retention {older_than:?} is too long")))?;
+        let done = sqlx::query(PRUNE).bind(ms).bind(i64::from(batch)).execute(pool).await.map_err(db)?;
+        Ok(done.rows_affected())
+    }
+}
+
+async fn version_on(conn: &mut SqliteConnection) -> Result<i64> {
+    let exists: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_inbox_schema_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(db)?;
+    if exists == 0 {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_inbox_schema_migrations")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)
+}
