@@ -231,6 +231,9 @@ macro_rules! suite {
                     matches!(&typed, Error::Constraint { constraint, .. } if constraint == "outbox_message_attempts_not_negative"),
                     "{typed:?}"
                 );
+                // Give the connection back: `drop_db` closes the pool and waits for every
+                // checked-out connection.
+                drop(conn);
                 assert_eq!(count(&db.pool).await, 0, "nothing malformed got in");
                 // The minimal contract insert works.
                 sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('t', 'p')")

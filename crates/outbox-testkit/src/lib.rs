@@ -61,6 +61,14 @@ fn with_db(url: &str, db: &str) -> String {
     out
 }
 
+/// Closes a pool, but never waits more than 10 s for connections a test still holds (a leaked
+/// connection must fail loudly elsewhere, not hang the whole suite here).
+async fn close<DB: sqlx::Database>(pool: &Pool<DB>) {
+    if tokio::time::timeout(std::time::Duration::from_secs(10), pool.close()).await.is_err() {
+        eprintln!("outbox-testkit: a connection was still checked out when the test database was dropped");
+    }
+}
+
 pub async fn fresh_pg() -> TestDb<Postgres> {
     let admin_url = pg_url();
     let name = unique_name();
@@ -79,7 +87,7 @@ pub async fn fresh_pg() -> TestDb<Postgres> {
 
 impl TestDb<Postgres> {
     pub async fn drop_db(self) {
-        self.pool.close().await;
+        close(&self.pool).await;
         if let Ok(mut admin) = PgConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
                 .execute(&mut admin)
@@ -109,7 +117,7 @@ pub async fn fresh_mysql() -> TestDb<MySql> {
 
 impl TestDb<MySql> {
     pub async fn drop_db(self) {
-        self.pool.close().await;
+        close(&self.pool).await;
         if let Ok(mut admin) = MySqlConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name)).execute(&mut admin).await;
         }
@@ -133,7 +141,7 @@ pub async fn fresh_sqlite() -> TestDb<Sqlite> {
 
 impl TestDb<Sqlite> {
     pub async fn drop_db(self) {
-        self.pool.close().await;
+        close(&self.pool).await;
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{}", self.admin_url, suffix));
         }
