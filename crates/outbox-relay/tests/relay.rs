@@ -611,3 +611,54 @@ mod postgres_push {
         db.drop_db().await;
     }
 }
+
+/// The database going away while the relay runs: claims fail, the relay backs off and logs,
+/// and once the database is back everything committed meanwhile is published.
+mod database_outage {
+    use super::*;
+    use outbox_testkit::proxy::TcpProxy;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_relay_survives_losing_its_database_and_drains_afterwards() {
+        let db = outbox_testkit::fresh_pg().await;
+        let direct = Outbox::new(db.pool.clone());
+        direct.migrate().await.unwrap();
+        // The relay reaches PostgreSQL through a proxy the test can cut.
+        let proxy = TcpProxy::start("127.0.0.1:5432").await;
+        let via_proxy = db.url.replacen("127.0.0.1:5432", &proxy.addr().to_string(), 1);
+        let relay_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(Duration::from_secs(2))
+            .connect(&via_proxy)
+            .await
+            .unwrap();
+        let relay_outbox = Outbox::new(relay_pool);
+        let t = TestTransport::new();
+        let running = start(relay(&relay_outbox, "r1", &t, fast_retry(5)));
+
+        let first = direct.enqueue(&NewMessage::new("t", "before")).await.unwrap();
+        eventually("delivered before the outage", || async { t.delivered_count(first.id) == 1 }).await;
+
+        proxy.cut();
+        let mut during = Vec::new();
+        for i in 0..20 {
+            during.push(direct.enqueue(&NewMessage::new("t", format!("during {i}"))).await.unwrap().id);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(RelayStats::get(&running.stats.store_errors) > 0, "the relay noticed the outage");
+        assert!(during.iter().all(|id| t.delivered_count(*id) == 0));
+
+        proxy.restore();
+        eventually("everything committed during the outage is published", || async {
+            all_in(&direct, &during, Status::Sent).await
+        })
+        .await;
+        running.stop().await;
+        for id in &during {
+            assert_eq!(t.delivered_count(*id), 1);
+        }
+        relay_outbox.pool().close().await;
+        drop(proxy);
+        db.drop_db().await;
+    }
+}
