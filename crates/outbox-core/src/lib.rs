@@ -15,6 +15,7 @@
 //! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod ack;
 pub mod duration;
 mod error;
 mod message;

@@ -27,6 +27,12 @@ pub mod header {
     pub const CREATED_AT: &str = "outbox-created-at";
     /// W3C trace context, when the enqueue had one (copied from the message's headers).
     pub const TRACEPARENT: &str = "traceparent";
+    /// ACK mode: the token that confirms this delivery (see [`crate::ack`]).
+    pub const ACK_TOKEN: &str = "outbox-ack-token";
+    /// ACK mode: the destination to confirm.
+    pub const ACK_DESTINATION: &str = "outbox-ack-destination";
+    /// ACK mode: the store (database) the message came from.
+    pub const ACK_STORE: &str = "outbox-ack-store";
 }
 
 /// One message as a transport publishes it: the row plus the headers the relay adds.

@@ -20,6 +20,8 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+#[cfg(feature = "ack")]
+mod ack;
 mod error;
 mod inbox;
 mod message;
@@ -57,3 +59,6 @@ pub const SCHEMA_VERSION: i64 = 1;
 pub(crate) fn micros(d: std::time::Duration) -> Result<i64> {
     i64::try_from(d.as_micros()).map_err(|_| Error::Config(format!("retention {d:?} is too long")))
 }
+
+#[cfg(feature = "ack")]
+pub use ack::{AckClient, AckClientError, AckSent};

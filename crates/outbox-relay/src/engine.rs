@@ -59,6 +59,45 @@ fn default_owner() -> String {
     format!("{host}-{}-{:08x}", std::process::id(), rand::random::<u32>())
 }
 
+/// ACK mode for a destination: the consumer must confirm each delivery (HTTP `POST /v1/ack/...`
+/// with the token the envelope carries, or the inbox's auto-ACK) within `timeout`; otherwise
+/// the delivery counts as a failed attempt and is published again (same id), until the
+/// destination's `max_attempts`, then `failed`.
+#[derive(Clone)]
+pub struct AckConfig {
+    /// How long the consumer has to confirm.
+    pub timeout: Duration,
+    /// Key of the ACK tokens (shared with the ACK endpoint). Never logged.
+    pub secret: Arc<[u8]>,
+    /// The store name bound into the tokens (the daemon serves several databases).
+    pub store: String,
+    /// How long a token stays valid. Defaults to 7 days.
+    pub token_ttl: Duration,
+}
+
+impl std::fmt::Debug for AckConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckConfig")
+            .field("timeout", &self.timeout)
+            .field("secret", &"***")
+            .field("store", &self.store)
+            .field("token_ttl", &self.token_ttl)
+            .finish()
+    }
+}
+
+impl AckConfig {
+    /// ACK within `timeout`, tokens signed with `secret` for `store`.
+    pub fn new(timeout: Duration, secret: impl Into<Vec<u8>>, store: impl Into<String>) -> Self {
+        AckConfig {
+            timeout,
+            secret: Arc::from(secret.into().into_boxed_slice()),
+            store: store.into(),
+            token_ttl: Duration::from_secs(7 * 86_400),
+        }
+    }
+}
+
 /// A named destination: a transport, its retry policy and breaker settings.
 #[derive(Debug, Clone)]
 pub struct Destination {
@@ -73,6 +112,8 @@ pub struct Destination {
     /// Largest payload accepted, in bytes (the smaller of this and the transport's own limit
     /// applies). Defaults to none.
     pub max_payload_bytes: Option<usize>,
+    /// Require the consumer's ACK. Defaults to none (broker confirmation is enough).
+    pub ack: Option<AckConfig>,
 }
 
 impl Destination {
@@ -84,7 +125,15 @@ impl Destination {
             retry: RetryPolicy::default(),
             breaker: BreakerConfig::default(),
             max_payload_bytes: None,
+            ack: None,
         }
+    }
+
+    /// Requires the consumer's ACK.
+    #[must_use]
+    pub fn ack(mut self, ack: AckConfig) -> Self {
+        self.ack = Some(ack);
+        self
     }
 
     /// Sets the retry policy.
@@ -354,9 +403,24 @@ impl<S: RelayStore> Relay<S> {
         let mut idle_refreshed = Instant::now();
         let idle_ttl = cfg.idle_interval * 3;
         let mut store_backoff = Duration::from_millis(100);
+        let has_ack = inner.dests.iter().any(|d| d.d.ack.is_some());
+        let mut acks_checked = Instant::now();
 
         loop {
             while tasks.try_join_next().is_some() {}
+            // ACK mode: deliveries whose ACK is overdue go back to pending (at most every half
+            // scan period; one indexed query).
+            if has_ack && acks_checked.elapsed() >= cfg.idle_interval / 2 {
+                acks_checked = Instant::now();
+                match inner.store.expire_acks(cfg.batch_size).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        expired = n,
+                        "Deliveries without an ACK in time will be published again"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "Could not expire overdue ACKs"),
+                }
+            }
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
@@ -440,6 +504,13 @@ impl<S: RelayStore> Relay<S> {
     }
 }
 
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
 /// The state of each claimed message at one destination before publishing.
 enum Prior {
     Fixed(TargetResult),
@@ -449,9 +520,10 @@ enum Prior {
 async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
     let routes: Vec<Vec<usize>> = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
 
-    // Per-destination rows exist only for fan-out messages (or ones that had them before).
+    // Per-destination rows exist only for fan-out messages and ACK destinations.
+    let keeps_rows = |r: &Vec<usize>| r.len() > 1 || r.iter().any(|&d| inner.dests[d].d.ack.is_some());
     let fan_ids: Vec<MessageId> =
-        batch.iter().zip(&routes).filter(|(_, r)| r.len() > 1).map(|(m, _)| m.id).collect();
+        batch.iter().zip(&routes).filter(|(_, r)| keeps_rows(r)).map(|(m, _)| m.id).collect();
     let mut prior_rows: HashMap<(MessageId, String), DeliveryState> = HashMap::new();
     if !fan_ids.is_empty() {
         match inner.store.deliveries(&fan_ids).await {
@@ -478,7 +550,7 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         let mut row = Vec::with_capacity(routes[mi].len());
         for (ti, &di) in routes[mi].iter().enumerate() {
             let dest = &inner.dests[di];
-            let prior = if routes[mi].len() > 1 {
+            let prior = if keeps_rows(&routes[mi]) {
                 match prior_rows.get(&(m.id, dest.d.name.clone())) {
                     Some(r) if matches!(r.status, Status::Sent | Status::Acked) => {
                         Prior::Fixed(TargetResult::AlreadyDone)
@@ -497,6 +569,21 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
                 }
             } else {
                 Prior::Publish { attempts: m.attempts }
+            };
+            let per_message_max = m.max_attempts.and_then(|n| u32::try_from(n).ok());
+            let prior = match prior {
+                Prior::Publish { attempts }
+                    if dest.d.ack.is_some()
+                        && dest.d.retry.exhausted(u32::try_from(attempts).unwrap_or(0), per_message_max) =>
+                {
+                    Prior::Fixed(TargetResult::Failed {
+                        attempts: attempts.saturating_sub(1),
+                        kind: FailureKind::Permanent,
+                        reason: format!("no ACK from the consumer after {attempts} deliveries"),
+                        retry_after: None,
+                    })
+                }
+                other => other,
             };
             match prior {
                 Prior::Fixed(r) => row.push(Some(r)),
@@ -553,7 +640,17 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         let dest = &inner.dests[*di];
         let envelopes: Vec<Envelope> = items
             .iter()
-            .map(|(mi, _, attempts)| Envelope::new(&batch[*mi], u32::try_from(*attempts).unwrap_or(0) + 1))
+            .map(|(mi, _, attempts)| {
+                let mut e = Envelope::new(&batch[*mi], u32::try_from(*attempts).unwrap_or(0) + 1);
+                if let Some(ack) = &dest.d.ack {
+                    let expires = unix_now() + i64::try_from(ack.token_ttl.as_secs()).unwrap_or(i64::MAX / 2);
+                    let token = outbox_core::ack::sign(&ack.secret, &ack.store, e.id, &dest.d.name, expires);
+                    e.headers.insert(outbox_core::header::ACK_TOKEN.into(), token);
+                    e.headers.insert(outbox_core::header::ACK_DESTINATION.into(), dest.d.name.clone());
+                    e.headers.insert(outbox_core::header::ACK_STORE.into(), ack.store.clone());
+                }
+                e
+            })
             .collect();
         RelayStats::add(&inner.stats.published, envelopes.len());
         async move {
@@ -622,13 +719,14 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
                 .map(|(&di, r)| Target {
                     destination: &inner.dests[di].d.name,
                     policy: &inner.dests[di].d.retry,
+                    ack: inner.dests[di].d.ack.as_ref().map(|a| a.timeout),
                     result: r.clone().unwrap_or(TargetResult::Deferred {
                         attempts: m.attempts,
                         wait: Duration::from_millis(100),
                     }),
                 })
                 .collect();
-            let fan_out = routes[mi].len() > 1;
+            let fan_out = keeps_rows(&routes[mi]);
             settle::plan(m, &targets, fan_out, || rand::Rng::gen::<f64>(&mut rng))
         };
         if plan.sent {

@@ -26,6 +26,7 @@
 //! Guarantees and the tests that prove them: `docs/guarantees.md`.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod ack;
 mod alert;
 mod breaker;
 mod engine;
@@ -33,7 +34,8 @@ mod router;
 mod settle;
 pub mod testing;
 
+pub use ack::{acknowledge, AckError};
 pub use alert::{AlertHook, LogAlert};
 pub use breaker::BreakerConfig;
-pub use engine::{BuildError, Destination, Relay, RelayBuilder, RelayConfig, RelayStats};
+pub use engine::{AckConfig, BuildError, Destination, Relay, RelayBuilder, RelayConfig, RelayStats};
 pub use router::{matches as topic_matches, validate_pattern, Route};

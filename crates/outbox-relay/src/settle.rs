@@ -29,6 +29,8 @@ pub(crate) struct Target<'a> {
     pub(crate) destination: &'a str,
     pub(crate) policy: &'a RetryPolicy,
     pub(crate) result: TargetResult,
+    /// The destination requires the consumer's ACK within this long.
+    pub(crate) ack: Option<Duration>,
 }
 
 /// The rows to write for one message.
@@ -191,6 +193,10 @@ pub(crate) fn plan(
                 retry_in: s.retry_in,
                 last_error: s.error.clone(),
                 attempted: s.attempted,
+                ack_timeout: match t.result {
+                    TargetResult::Delivered { .. } => t.ack,
+                    _ => None,
+                },
             })
             .collect()
     } else {
@@ -284,7 +290,12 @@ mod tests {
     #[test]
     fn delivered_everywhere_is_sent_with_no_extra_rows() {
         let p = policy();
-        let t = [Target { destination: "a", policy: &p, result: TargetResult::Delivered { attempts: 0 } }];
+        let t = [Target {
+            destination: "a",
+            policy: &p,
+            ack: None,
+            result: TargetResult::Delivered { attempts: 0 },
+        }];
         let plan = plan(&msg(0, None), &t, false, || 0.5);
         assert!(plan.sent && plan.message.is_none() && plan.deliveries.is_empty());
     }
@@ -292,13 +303,15 @@ mod tests {
     #[test]
     fn retryable_backs_off_then_fails_when_exhausted() {
         let p = policy();
-        let t = [Target { destination: "a", policy: &p, result: failed(1, FailureKind::Retryable) }];
+        let t =
+            [Target { destination: "a", policy: &p, ack: None, result: failed(1, FailureKind::Retryable) }];
         let plan1 = plan(&msg(1, None), &t, false, || 0.5);
         let m = plan1.message.unwrap();
         assert_eq!((m.status, m.attempts, m.retry_in), (Status::Pending, 2, Duration::from_secs(2)));
         assert_eq!(m.last_error.as_deref(), Some("[a] boom"));
 
-        let t = [Target { destination: "a", policy: &p, result: failed(2, FailureKind::Retryable) }];
+        let t =
+            [Target { destination: "a", policy: &p, ack: None, result: failed(2, FailureKind::Retryable) }];
         let plan2 = plan(&msg(2, None), &t, false, || 0.5);
         let m = plan2.message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Failed, 3));
@@ -308,7 +321,8 @@ mod tests {
     #[test]
     fn per_message_max_attempts_overrides_the_policy() {
         let p = policy();
-        let t = [Target { destination: "a", policy: &p, result: failed(0, FailureKind::Retryable) }];
+        let t =
+            [Target { destination: "a", policy: &p, ack: None, result: failed(0, FailureKind::Retryable) }];
         let m = plan(&msg(0, Some(1)), &t, false, || 0.5).message.unwrap();
         assert_eq!(m.status, Status::Failed);
     }
@@ -316,12 +330,14 @@ mod tests {
     #[test]
     fn permanent_fails_at_once_and_unavailable_costs_no_attempt() {
         let p = policy();
-        let t = [Target { destination: "a", policy: &p, result: failed(0, FailureKind::Permanent) }];
+        let t =
+            [Target { destination: "a", policy: &p, ack: None, result: failed(0, FailureKind::Permanent) }];
         let pl = plan(&msg(0, None), &t, false, || 0.5);
         assert_eq!(pl.message.unwrap().status, Status::Failed);
         assert!(pl.failed.is_some());
 
-        let t = [Target { destination: "a", policy: &p, result: failed(2, FailureKind::Unavailable) }];
+        let t =
+            [Target { destination: "a", policy: &p, ack: None, result: failed(2, FailureKind::Unavailable) }];
         let m = plan(&msg(2, None), &t, false, || 0.5).message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Pending, 2), "still pending, attempts untouched");
     }
@@ -332,6 +348,7 @@ mod tests {
         let t = [Target {
             destination: "a",
             policy: &p,
+            ack: None,
             result: TargetResult::Failed {
                 attempts: 0,
                 kind: FailureKind::Retryable,
@@ -346,9 +363,14 @@ mod tests {
     fn fan_out_keeps_each_destination_and_the_failing_one_does_not_undo_the_others() {
         let p = policy();
         let t = [
-            Target { destination: "a", policy: &p, result: TargetResult::Delivered { attempts: 0 } },
-            Target { destination: "b", policy: &p, result: failed(0, FailureKind::Retryable) },
-            Target { destination: "c", policy: &p, result: TargetResult::AlreadyDone },
+            Target {
+                destination: "a",
+                policy: &p,
+                ack: None,
+                result: TargetResult::Delivered { attempts: 0 },
+            },
+            Target { destination: "b", policy: &p, ack: None, result: failed(0, FailureKind::Retryable) },
+            Target { destination: "c", policy: &p, ack: None, result: TargetResult::AlreadyDone },
         ];
         let pl = plan(&msg(0, None), &t, true, || 0.5);
         assert!(!pl.sent);
@@ -360,9 +382,14 @@ mod tests {
 
         // Next round: b delivers, a and c are done: the message is sent.
         let t = [
-            Target { destination: "a", policy: &p, result: TargetResult::AlreadyDone },
-            Target { destination: "b", policy: &p, result: TargetResult::Delivered { attempts: 1 } },
-            Target { destination: "c", policy: &p, result: TargetResult::AlreadyDone },
+            Target { destination: "a", policy: &p, ack: None, result: TargetResult::AlreadyDone },
+            Target {
+                destination: "b",
+                policy: &p,
+                ack: None,
+                result: TargetResult::Delivered { attempts: 1 },
+            },
+            Target { destination: "c", policy: &p, ack: None, result: TargetResult::AlreadyDone },
         ];
         assert!(plan(&msg(1, None), &t, true, || 0.5).sent);
     }
@@ -371,8 +398,13 @@ mod tests {
     fn fan_out_with_one_failed_for_good_ends_failed_once_the_others_are_done() {
         let p = policy();
         let t = [
-            Target { destination: "a", policy: &p, result: TargetResult::Delivered { attempts: 0 } },
-            Target { destination: "b", policy: &p, result: failed(0, FailureKind::Permanent) },
+            Target {
+                destination: "a",
+                policy: &p,
+                ack: None,
+                result: TargetResult::Delivered { attempts: 0 },
+            },
+            Target { destination: "b", policy: &p, ack: None, result: failed(0, FailureKind::Permanent) },
         ];
         let pl = plan(&msg(0, None), &t, true, || 0.5);
         assert_eq!(pl.message.unwrap().status, Status::Failed);
@@ -383,10 +415,16 @@ mod tests {
     fn waiting_destination_sets_the_next_due_time() {
         let p = policy();
         let t = [
-            Target { destination: "a", policy: &p, result: TargetResult::Delivered { attempts: 0 } },
+            Target {
+                destination: "a",
+                policy: &p,
+                ack: None,
+                result: TargetResult::Delivered { attempts: 0 },
+            },
             Target {
                 destination: "b",
                 policy: &p,
+                ack: None,
                 result: TargetResult::Waiting { attempts: 1, wait: Duration::from_secs(5) },
             },
         ];

@@ -662,3 +662,119 @@ mod database_outage {
         db.drop_db().await;
     }
 }
+
+/// ACK mode, per database: a consumer that never confirms gets the message again after the ACK
+/// timeout (same id) until max attempts, then it is `failed`; a consumer that confirms stops
+/// redelivery; a forged token changes nothing.
+mod ack_mode {
+    use super::*;
+    use outbox_relay::{acknowledge, AckConfig, AckError};
+    use outbox_store::AckOutcome;
+
+    const SECRET: &[u8] = b"ack-secret-for-tests-0123456789";
+
+    fn ack_relay<DB: OutboxDatabase>(outbox: &Outbox<DB>, t: &TestTransport) -> Relay<Outbox<DB>>
+    where
+        Outbox<DB>: RelayStore,
+    {
+        let mut cfg = config("r1");
+        cfg.idle_interval = Duration::from_millis(100);
+        Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(cfg)
+            .destination(
+                Destination::new("crm", Arc::new(t.clone())).retry(fast_retry(3)).ack(AckConfig::new(
+                    Duration::from_millis(400),
+                    SECRET.to_vec(),
+                    "shop",
+                )),
+            )
+            .route(Route::new("#", ["crm"]))
+            .build()
+            .unwrap()
+    }
+
+    pub(super) async fn never_acked_is_redelivered_then_failed<DB: OutboxDatabase>(outbox: Outbox<DB>)
+    where
+        Outbox<DB>: RelayStore,
+    {
+        let t = TestTransport::new();
+        let e = outbox.enqueue(&NewMessage::new("order.paid", "x")).await.unwrap();
+        let running = start(ack_relay(&outbox, &t));
+        eventually("failed after 3 unacknowledged deliveries", || async {
+            status(&outbox, e.id).await.status == Status::Failed
+        })
+        .await;
+        running.stop().await;
+        assert_eq!(t.delivered_count(e.id), 3, "redelivered after each ACK timeout, 3 attempts");
+        let attempts: Vec<String> =
+            t.delivered().iter().map(|env| env.headers[header::ATTEMPT].clone()).collect();
+        assert_eq!(attempts, ["1", "2", "3"]);
+        let m = status(&outbox, e.id).await;
+        assert!(m.last_error.unwrap().contains("no ACK"));
+    }
+
+    pub(super) async fn acked_stops_redelivery_and_forgeries_change_nothing<DB: OutboxDatabase>(
+        outbox: Outbox<DB>,
+    ) where
+        Outbox<DB>: RelayStore,
+    {
+        let t = TestTransport::new();
+        let e = outbox.enqueue(&NewMessage::new("order.paid", "x")).await.unwrap();
+        let running = start(ack_relay(&outbox, &t));
+        eventually("delivered", || async { t.delivered_count(e.id) == 1 }).await;
+        let env = t.delivered()[0].clone();
+        let token = env.headers[header::ACK_TOKEN].clone();
+        assert_eq!(env.headers[header::ACK_DESTINATION], "crm");
+
+        // A forged token, and a real token used for another message or destination: refused.
+        let forged = outbox_core::ack::sign(b"not-the-secret", "shop", e.id, "crm", 4_000_000_000);
+        for (tok, id, dest) in [
+            (forged.as_str(), e.id, "crm"),
+            (token.as_str(), MessageId(e.id.0 + 1), "crm"),
+            (token.as_str(), e.id, "erp"),
+            ("garbage", e.id, "crm"),
+        ] {
+            let r = acknowledge(&outbox, SECRET, "shop", id, dest, tok).await;
+            assert!(matches!(r, Err(AckError::Token(_))), "{r:?}");
+        }
+        let r = acknowledge(&outbox, SECRET, "shop", e.id, "crm", &token).await.unwrap();
+        assert_eq!(r, AckOutcome::Acked { message_done: true });
+        let again = acknowledge(&outbox, SECRET, "shop", e.id, "crm", &token).await.unwrap();
+        assert_eq!(again, AckOutcome::AlreadyAcked, "an ACK is idempotent");
+
+        tokio::time::sleep(Duration::from_millis(1200)).await; // three ACK timeouts
+        running.stop().await;
+        assert_eq!(t.delivered_count(e.id), 1, "no redelivery after the ACK");
+        assert_eq!(status(&outbox, e.id).await.status, Status::Acked);
+    }
+
+    macro_rules! dialect {
+        ($name:ident, $fresh:path) => {
+            mod $name {
+                use super::*;
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn never_acked_is_redelivered_then_failed() {
+                    let db = $fresh().await;
+                    let outbox = Outbox::new(db.pool.clone());
+                    outbox.migrate().await.unwrap();
+                    super::never_acked_is_redelivered_then_failed(outbox).await;
+                    db.drop_db().await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn acked_stops_redelivery_and_forgeries_change_nothing() {
+                    let db = $fresh().await;
+                    let outbox = Outbox::new(db.pool.clone());
+                    outbox.migrate().await.unwrap();
+                    super::acked_stops_redelivery_and_forgeries_change_nothing(outbox).await;
+                    db.drop_db().await;
+                }
+            }
+        };
+    }
+
+    dialect!(postgres, outbox_testkit::fresh_pg);
+    dialect!(mysql, outbox_testkit::fresh_mysql);
+    dialect!(sqlite, outbox_testkit::fresh_sqlite);
+}

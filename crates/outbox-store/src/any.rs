@@ -177,6 +177,18 @@ impl crate::relay::RelayStore for AnyOutbox {
         each!(self, o => o.set_idle(owner, idle, ttl).await)
     }
 
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        each!(self, o => o.expire_acks(limit).await)
+    }
+
+    async fn ack(
+        &self,
+        message_id: outbox_core::MessageId,
+        destination: &str,
+    ) -> Result<crate::relay::AckOutcome> {
+        each!(self, o => o.ack(message_id, destination).await)
+    }
+
     async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
         each!(self, o => o.listen(signal).await)
     }

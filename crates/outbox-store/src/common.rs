@@ -1,6 +1,8 @@
 //! Small helpers every dialect shares.
 
-use outbox_core::{Error, NewMessage, Result};
+use std::collections::BTreeMap;
+
+use outbox_core::{Error, NewMessage, Result, Status};
 
 /// `(biz_type, biz_key)` as optional string slices for binding.
 pub(crate) fn biz_parts(msg: &NewMessage) -> (Option<&str>, Option<&str>) {
@@ -20,4 +22,28 @@ pub(crate) fn max_attempts(msg: &NewMessage) -> Result<Option<i32>> {
             })
         })
         .transpose()
+}
+
+/// A delivery's `status` column.
+pub(crate) fn parse_status(s: &str) -> Result<Status> {
+    s.parse().map_err(|e: outbox_core::UnknownStatus| Error::MalformedRow {
+        table: "outbox_delivery",
+        id: String::new(),
+        reason: e.to_string(),
+    })
+}
+
+/// Per message, the expired delivery with the most attempts: (destination, its new attempts).
+pub(crate) fn expired_per_message(due: &[(i64, String, i32)]) -> BTreeMap<i64, (String, i32)> {
+    let mut out: BTreeMap<i64, (String, i32)> = BTreeMap::new();
+    for (id, dest, attempts) in due {
+        let new = attempts.saturating_add(1);
+        match out.get(id) {
+            Some((_, a)) if *a >= new => {}
+            _ => {
+                out.insert(*id, (dest.clone(), new));
+            }
+        }
+    }
+    out
 }

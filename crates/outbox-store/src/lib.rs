@@ -43,7 +43,9 @@ pub use any::{redact_url, AnyOutbox, Dialect};
 pub use migrate::{Migration, MigrationReport};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
-pub use relay::{DeliveryState, DeliveryWrite, MessageWrite, RelayStore, SettleReport, Settlement};
+pub use relay::{
+    AckOutcome, DeliveryState, DeliveryWrite, MessageWrite, RelayStore, SettleReport, Settlement,
+};
 pub use signal::CommitSignal;
 
 /// Highest schema version this build knows.

@@ -45,6 +45,29 @@ pub struct DeliveryWrite {
     pub last_error: Option<String>,
     /// An attempt was made now (sets `last_attempt_at`).
     pub attempted: bool,
+    /// For a `sent` delivery to a destination that requires the consumer's ACK: the ACK is due
+    /// within this long (sets `ack_deadline = now() + ack_timeout`). `None` clears the deadline.
+    pub ack_timeout: Option<Duration>,
+}
+
+/// What an ACK did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The delivery was awaiting its ACK and is now `acked`. `message_done` is true when this
+    /// was the message's last open delivery, so the message itself became `acked`.
+    Acked {
+        /// The message became `acked` too.
+        message_done: bool,
+    },
+    /// It was acked before: nothing changed (an ACK is idempotent).
+    AlreadyAcked,
+    /// The delivery exists but is not awaiting an ACK (still pending, failed, ...).
+    NotAwaiting {
+        /// Its current status.
+        status: Status,
+    },
+    /// No such delivery.
+    Unknown,
 }
 
 /// A new state for a leased message (anything other than plain "sent").
@@ -140,6 +163,26 @@ pub trait RelayStore: Clone + Send + Sync + 'static {
     /// Tells writers whether `owner` is idle, so that they push a wake-up (PostgreSQL `NOTIFY`
     /// only while some relay is idle). A no-op where the store has no push channel.
     fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// ACK mode: deliveries `sent` whose `ack_deadline` has passed go back to `pending`
+    /// (attempts + 1, due now) and so do their messages (from `sent`), so the next claim
+    /// publishes them again with the same id. At most `limit` deliveries per call. Returns how
+    /// many expired.
+    fn expire_acks(&self, limit: usize) -> impl Future<Output = Result<u64>> + Send {
+        let _ = limit;
+        async { Err(outbox_core::Error::Config("ACK mode is not supported by this store".into())) }
+    }
+
+    /// ACK mode: the consumer confirmed `message_id` at `destination` (the caller has verified
+    /// the token). Idempotent.
+    fn ack(
+        &self,
+        message_id: MessageId,
+        destination: &str,
+    ) -> impl Future<Output = Result<AckOutcome>> + Send {
+        let _ = (message_id, destination);
+        async { Err(outbox_core::Error::Config("ACK mode is not supported by this store".into())) }
+    }
 
     /// Starts forwarding the store's push notifications (PostgreSQL `LISTEN`) to `signal`.
     /// Returns `None` where the store has no push channel (polling and the in-process signal

@@ -39,6 +39,9 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         .map(|r| Route::new(r.topic.get_ref().clone(), r.destinations.iter().map(|d| d.get_ref().clone())))
         .collect();
 
+    let ack_secret: Option<std::sync::Arc<[u8]>> =
+        config.ack.secret.as_ref().map(|s| std::sync::Arc::from(s.as_bytes().to_vec().into_boxed_slice()));
+    let mut ack_stores = std::collections::HashMap::new();
     let mut relays = Vec::new();
     for s in &config.stores {
         let name = s.name.get_ref();
@@ -55,8 +58,17 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         let mut builder =
             Relay::builder(outbox.clone(), outbox.signal().clone()).config(config.relay_config(name));
         for d in &destinations {
-            builder = builder.destination(d.clone());
+            let mut d = d.clone();
+            if let (Some(ack), Some(secret)) =
+                (config.destinations.get(&d.name).and_then(|c| c.ack.as_ref()), &ack_secret)
+            {
+                let mut a = outbox_relay::AckConfig::new(ack.timeout, secret.to_vec(), name.clone());
+                a.token_ttl = config.ack.token_ttl;
+                d = d.ack(a);
+            }
+            builder = builder.destination(d);
         }
+        ack_stores.insert(name.clone(), outbox.clone());
         for r in &routes {
             builder = builder.route(r.clone());
         }
@@ -73,6 +85,24 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
                 stop.clone(),
             )));
         }
+    }
+    if let (true, Some(secret)) = (config.destinations.values().any(|d| d.ack.is_some()), ack_secret) {
+        let listener = tokio::net::TcpListener::bind(&config.ack.listen)
+            .await
+            .with_context(|| format!("cannot listen for ACKs on {}", config.ack.listen))?;
+        tracing::info!(listen = %config.ack.listen, "ACK endpoint ready");
+        let app = crate::ack_server::router(crate::ack_server::AckState {
+            stores: std::sync::Arc::new(ack_stores),
+            secret,
+        });
+        let stop_http = stop.clone();
+        relays.push(tokio::spawn(async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(async move { stop_http.cancelled().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "ACK endpoint stopped");
+            }
+        }));
     }
     for r in relays {
         r.await.context("a relay task panicked")?;

@@ -35,6 +35,42 @@ pub(crate) struct Config {
     /// Deleting finished messages.
     #[serde(default)]
     pub(crate) retention: RetentionConfig,
+    /// The ACK endpoint (ACK mode).
+    #[serde(default)]
+    pub(crate) ack: AckSection,
+}
+
+/// `[ack]`: the endpoint consumers confirm deliveries on, for destinations with `ack = {...}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct AckSection {
+    /// Address of the ACK endpoint. Defaults to `127.0.0.1:8099` (loopback).
+    pub(crate) listen: String,
+    /// Key of the ACK tokens, at least 16 bytes; required when a destination requires ACKs.
+    /// Set it with `OUTBOX__ACK__SECRET`.
+    pub(crate) secret: Option<String>,
+    /// How long a token stays valid. Defaults to 7 days.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) token_ttl: Duration,
+}
+
+impl Default for AckSection {
+    fn default() -> Self {
+        AckSection {
+            listen: "127.0.0.1:8099".into(),
+            secret: None,
+            token_ttl: Duration::from_secs(7 * 86_400),
+        }
+    }
+}
+
+/// `ack = { timeout = "30s" }` on a destination.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct DestinationAck {
+    /// How long the consumer has to confirm a delivery.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) timeout: Duration,
 }
 
 /// `[relay]`.
@@ -112,6 +148,9 @@ pub(crate) struct DestinationConfig {
     /// Largest payload in bytes. Defaults to the transport's own limit.
     #[serde(default)]
     pub(crate) max_payload_bytes: Option<usize>,
+    /// Require the consumer's ACK within `timeout` (ACK mode). Defaults to none.
+    #[serde(default)]
+    pub(crate) ack: Option<DestinationAck>,
 }
 
 /// `[[routes]]`.
@@ -228,6 +267,24 @@ impl Config {
                         if known.is_empty() { "none".to_owned() } else { known.join(", ") }
                     );
                 }
+            }
+        }
+        if self.destinations.values().any(|d| d.ack.is_some()) {
+            match &self.ack.secret {
+                None => bail!(
+                    "{source}: a destination requires ACKs, so ack.secret must be set (use OUTBOX__ACK__SECRET)"
+                ),
+                Some(s) if s.len() < 16 => bail!("{source}: ack.secret must be at least 16 bytes"),
+                Some(_) => {}
+            }
+            self.ack
+                .listen
+                .parse::<std::net::SocketAddr>()
+                .map_err(|e| anyhow::anyhow!("{source}: ack.listen {:?}: {e}", self.ack.listen))?;
+        }
+        for (name, d) in &self.destinations {
+            if d.ack.as_ref().is_some_and(|a| a.timeout.is_zero()) {
+                bail!("{source}: destinations.{name}.ack.timeout must be positive");
             }
         }
         let relay = self.relay_config("check");

@@ -9,16 +9,18 @@
 //! the statement's snapshot; a concurrent claimer's uncommitted lease on the head still shows the
 //! head as open, so the younger message waits either way.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{MessageId, OutboxMessage, Result};
+use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
+use crate::common::{expired_per_message, parse_status};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
 /// The channel the `outbox_message_notify` trigger notifies.
@@ -68,16 +70,42 @@ WHERE m.id = w.id AND m.id = ANY($8)";
 
 const WRITE_DELIVERIES: &str = "\
 INSERT INTO outbox_delivery AS d
-    (message_id, destination, status, attempts, next_attempt_at, last_attempt_at, last_error, updated_at)
+    (message_id, destination, status, attempts, next_attempt_at, last_attempt_at, last_error, ack_deadline,
+     updated_at)
 SELECT w.message_id, w.destination, w.status, w.attempts, now() + w.retry_ms * interval '1 millisecond',
-       CASE WHEN w.attempted THEN now() END, w.last_error, now()
-FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::int8[], $6::text[], $7::bool[])
-     AS w(message_id, destination, status, attempts, retry_ms, last_error, attempted)
+       CASE WHEN w.attempted THEN now() END, w.last_error, now() + w.ack_ms * interval '1 millisecond', now()
+FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::int8[], $6::text[], $7::bool[], $9::int8[])
+     AS w(message_id, destination, status, attempts, retry_ms, last_error, attempted, ack_ms)
 WHERE w.message_id = ANY($8)
 ON CONFLICT (message_id, destination) DO UPDATE
 SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
     last_attempt_at = COALESCE(EXCLUDED.last_attempt_at, d.last_attempt_at),
-    last_error = COALESCE(EXCLUDED.last_error, d.last_error), updated_at = now()";
+    last_error = COALESCE(EXCLUDED.last_error, d.last_error), ack_deadline = EXCLUDED.ack_deadline,
+    updated_at = now()";
+
+/// ACK mode: sent deliveries whose ACK deadline has passed. Rows another transaction holds (an
+/// ACK being recorded, another reaper) are skipped, never waited for.
+const DUE_ACKS: &str = "\
+SELECT message_id, destination, attempts FROM outbox_delivery
+WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= now()
+ORDER BY ack_deadline
+LIMIT $1
+FOR UPDATE SKIP LOCKED";
+
+const EXPIRE_DELIVERIES: &str = "\
+UPDATE outbox_delivery d
+SET status = 'pending', attempts = d.attempts + 1, next_attempt_at = now(), ack_deadline = NULL,
+    last_error = 'no ACK before the deadline', updated_at = now()
+FROM unnest($1::int8[], $2::text[]) AS w(message_id, destination)
+WHERE d.message_id = w.message_id AND d.destination = w.destination";
+
+const EXPIRE_MESSAGES: &str = "\
+UPDATE outbox_message m
+SET status = 'pending', next_attempt_at = now(), attempts = GREATEST(m.attempts, w.attempts),
+    last_error = '[' || w.destination || '] no ACK before the deadline',
+    lease_owner = NULL, lease_until = NULL, updated_at = now()
+FROM unnest($1::int8[], $2::text[], $3::int4[]) AS w(id, destination, attempts)
+WHERE m.id = w.id AND m.status IN ('sent', 'acked')";
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -169,6 +197,7 @@ impl RelayStore for Outbox<Postgres> {
                 .bind(d.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
                 .bind(d.iter().map(|w| w.attempted).collect::<Vec<_>>())
                 .bind(&owned)
+                .bind(d.iter().map(|w| w.ack_timeout.map(ms)).collect::<Vec<_>>())
                 .execute(&mut *tx)
                 .await
                 .map_err(db)?;
@@ -237,6 +266,120 @@ impl RelayStore for Outbox<Postgres> {
         };
         q.execute(self.pool()).await.map_err(db)?;
         Ok(())
+    }
+
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let due: Vec<(i64, String, i32)> = sqlx::query_as(DUE_ACKS)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        if due.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(0);
+        }
+        // Lock order is message then delivery everywhere else (settle, ack): take the messages
+        // with SKIP LOCKED so this never waits while holding delivery locks (no deadlock); a
+        // delivery whose message is busy is left for the next pass.
+        let mut ids: Vec<i64> = due.iter().map(|d| d.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let free: HashSet<i64> = sqlx::query_scalar(
+            "SELECT id FROM outbox_message WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED",
+        )
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?
+        .into_iter()
+        .collect();
+        let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
+        if due.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(0);
+        }
+        let done = sqlx::query(EXPIRE_DELIVERIES)
+            .bind(due.iter().map(|d| d.0).collect::<Vec<_>>())
+            .bind(due.iter().map(|d| d.1.clone()).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let per_message = expired_per_message(&due);
+        sqlx::query(EXPIRE_MESSAGES)
+            .bind(per_message.keys().copied().collect::<Vec<_>>())
+            .bind(per_message.values().map(|v| v.0.clone()).collect::<Vec<_>>())
+            .bind(per_message.values().map(|v| v.1).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        // The message first: two ACKs of the same message serialize here, so the last one sees
+        // the other's delivery acked and completes the message.
+        let msg: Option<String> =
+            sqlx::query_scalar("SELECT status FROM outbox_message WHERE id = $1 FOR UPDATE")
+                .bind(message_id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        let status: Option<String> = if msg.is_none() {
+            None
+        } else {
+            sqlx::query_scalar(
+                "SELECT status FROM outbox_delivery WHERE message_id = $1 AND destination = $2 FOR UPDATE",
+            )
+            .bind(message_id.0)
+            .bind(destination)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?
+        };
+        let outcome = match status.as_deref().map(parse_status).transpose()? {
+            None => AckOutcome::Unknown,
+            Some(Status::Acked) => AckOutcome::AlreadyAcked,
+            Some(Status::Sent) => {
+                sqlx::query(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = now(), ack_deadline = NULL, \
+                     updated_at = now() WHERE message_id = $1 AND destination = $2",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                let open: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = $1 \
+                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
+                )
+                .bind(message_id.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+                let message_done = open == 0
+                    && sqlx::query(
+                        "UPDATE outbox_message SET status = 'acked', updated_at = now() \
+                         WHERE id = $1 AND status = 'sent'",
+                    )
+                    .bind(message_id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected()
+                        == 1;
+                AckOutcome::Acked { message_done }
+            }
+            Some(status) => AckOutcome::NotAwaiting { status },
+        };
+        tx.commit().await.map_err(db)?;
+        Ok(outcome)
     }
 
     async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {

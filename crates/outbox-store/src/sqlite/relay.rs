@@ -5,14 +5,15 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{MessageId, OutboxMessage, Result};
+use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
+use crate::common::{expired_per_message, parse_status};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
 macro_rules! now_ms {
@@ -127,16 +128,19 @@ impl RelayStore for Outbox<Sqlite> {
         for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
             sqlx::query(concat!(
                 "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
-                 last_attempt_at, last_error, updated_at) VALUES (?1, ?2, ?3, ?4, ",
+                 last_attempt_at, last_error, ack_deadline, updated_at) VALUES (?1, ?2, ?3, ?4, ",
                 now_ms!(),
                 " + ?5, CASE WHEN ?6 THEN ",
                 now_ms!(),
                 " END, ?7, ",
                 now_ms!(),
+                " + ?8, ",
+                now_ms!(),
                 ") ON CONFLICT (message_id, destination) DO UPDATE SET status = excluded.status, \
                  attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at, \
                  last_attempt_at = COALESCE(excluded.last_attempt_at, last_attempt_at), \
-                 last_error = COALESCE(excluded.last_error, last_error), updated_at = excluded.updated_at"
+                 last_error = COALESCE(excluded.last_error, last_error), \
+                 ack_deadline = excluded.ack_deadline, updated_at = excluded.updated_at"
             ))
             .bind(d.message_id.0)
             .bind(&d.destination)
@@ -145,6 +149,8 @@ impl RelayStore for Outbox<Sqlite> {
             .bind(ms(d.retry_in))
             .bind(d.attempted)
             .bind(d.last_error.as_deref())
+            // NULL when the destination needs no ACK: the deadline is NULL too.
+            .bind(d.ack_timeout.map(ms))
             .execute(&mut *tx)
             .await
             .map_err(db)?;
@@ -229,6 +235,114 @@ impl RelayStore for Outbox<Sqlite> {
     async fn set_idle(&self, _owner: &str, _idle: bool, _ttl: Duration) -> Result<()> {
         // No push channel: an embedded relay is woken by the in-process commit signal.
         Ok(())
+    }
+
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        if limit == 0 {
+            return Ok(0);
+        }
+        // One writer at a time: BEGIN IMMEDIATE takes the write lock up front.
+        let mut conn = self.pool().acquire().await.map_err(db)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let due: Vec<(i64, String, i32)> = sqlx::query_as(concat!(
+            "SELECT message_id, destination, attempts FROM outbox_delivery \
+             WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= ",
+            now_ms!(),
+            " ORDER BY ack_deadline LIMIT ?1"
+        ))
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+        let mut expired = 0;
+        for (id, destination, _) in &due {
+            expired += sqlx::query(concat!(
+                "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, next_attempt_at = ",
+                now_ms!(),
+                ", ack_deadline = NULL, last_error = 'no ACK before the deadline', updated_at = ",
+                now_ms!(),
+                " WHERE message_id = ?1 AND destination = ?2"
+            ))
+            .bind(id)
+            .bind(destination)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?
+            .rows_affected();
+        }
+        for (id, (destination, attempts)) in expired_per_message(&due) {
+            sqlx::query(concat!(
+                "UPDATE outbox_message SET status = 'pending', next_attempt_at = ",
+                now_ms!(),
+                ", attempts = MAX(attempts, ?1), last_error = '[' || ?2 || '] no ACK before the deadline', \
+                 lease_owner = NULL, lease_until = NULL, updated_at = ",
+                now_ms!(),
+                " WHERE id = ?3 AND status IN ('sent', 'acked')"
+            ))
+            .bind(attempts)
+            .bind(destination)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(expired)
+    }
+
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        let mut conn = self.pool().acquire().await.map_err(db)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let status: Option<String> = sqlx::query_scalar(
+            "SELECT status FROM outbox_delivery WHERE message_id = ?1 AND destination = ?2",
+        )
+        .bind(message_id.0)
+        .bind(destination)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+        let outcome = match status.as_deref().map(parse_status).transpose()? {
+            None => AckOutcome::Unknown,
+            Some(Status::Acked) => AckOutcome::AlreadyAcked,
+            Some(Status::Sent) => {
+                sqlx::query(concat!(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = ",
+                    now_ms!(),
+                    ", ack_deadline = NULL, updated_at = ",
+                    now_ms!(),
+                    " WHERE message_id = ?1 AND destination = ?2"
+                ))
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                let open: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ?1 \
+                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
+                )
+                .bind(message_id.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+                let message_done = open == 0
+                    && sqlx::query(concat!(
+                        "UPDATE outbox_message SET status = 'acked', updated_at = ",
+                        now_ms!(),
+                        " WHERE id = ?1 AND status = 'sent'"
+                    ))
+                    .bind(message_id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected()
+                        == 1;
+                AckOutcome::Acked { message_done }
+            }
+            Some(status) => AckOutcome::NotAwaiting { status },
+        };
+        tx.commit().await.map_err(db)?;
+        Ok(outcome)
     }
 
     async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
