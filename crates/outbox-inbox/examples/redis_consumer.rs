@@ -3,7 +3,7 @@
 //! `cargo run --example redis_consumer -p outbox-inbox` with `DATABASE_URL` and `REDIS_URL` set.
 #![allow(missing_docs)]
 
-use outbox_inbox::{from_redis_stream, Inbox};
+use outbox_inbox::{from_redis_stream, AckClient, Inbox};
 use redis::streams::{StreamReadOptions, StreamReadReply};
 use redis::AsyncCommands;
 
@@ -14,6 +14,7 @@ async fn main() -> anyhow::Result<()> {
     inbox.migrate().await?;
     let redis = redis::Client::open(std::env::var("REDIS_URL")?)?;
     let mut conn = redis.get_multiplexed_async_connection().await?;
+    let acks = AckClient::new("http://127.0.0.1:8099"); // the relay's ACK endpoint (ACK mode)
     let (stream, group) = ("order.paid", "billing");
     // Create the consumer group once (BUSYGROUP when it exists already).
     let _: redis::RedisResult<()> = conn.xgroup_create_mkstream(stream, group, "0").await;
@@ -40,6 +41,7 @@ async fn main() -> anyhow::Result<()> {
             // Acknowledge only after the commit: a crash before it means a redelivery, which the
             // inbox turns into a Duplicate.
             let _: () = conn.xack(stream, group, &[&entry.id]).await?;
+            acks.ack(&msg).await?; // confirms to the relay when the destination requires ACKs
             println!("{id} {}", if outcome.is_duplicate() { "duplicate" } else { "processed" });
         }
     }
