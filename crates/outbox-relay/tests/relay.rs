@@ -722,6 +722,10 @@ mod ack_mode {
         let e = outbox.enqueue(&NewMessage::new("order.paid", "x")).await.unwrap();
         let running = start(ack_relay(&outbox, &t));
         eventually("delivered", || async { t.delivered_count(e.id) == 1 }).await;
+        eventually("recorded as sent, awaiting the ACK", || async {
+            status(&outbox, e.id).await.status == Status::Sent
+        })
+        .await;
         let env = t.delivered()[0].clone();
         let token = env.headers[header::ACK_TOKEN].clone();
         assert_eq!(env.headers[header::ACK_DESTINATION], "crm");

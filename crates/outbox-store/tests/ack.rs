@@ -56,6 +56,39 @@ macro_rules! suite {
                 id
             }
 
+            /// The consumer's ACK can arrive before the relay records the delivery (the message is
+            /// still `sending`): it is recorded, settling keeps it, and nothing expires later.
+            #[tokio::test]
+            async fn an_ack_that_overtakes_the_relays_bookkeeping_is_kept() {
+                let (db, outbox) = setup().await;
+                let id = outbox.enqueue(&NewMessage::new("order.paid", "{}")).await.unwrap().id;
+                assert_eq!(outbox.claim("r1", 10, LEASE).await.unwrap().len(), 1);
+                assert_eq!(outbox.ack(id, "crm").await.unwrap(), AckOutcome::Acked { message_done: false });
+                assert_eq!(outbox.ack(id, "crm").await.unwrap(), AckOutcome::AlreadyAcked);
+                let report = outbox
+                    .settle(
+                        "r1",
+                        &Settlement {
+                            sent: vec![id],
+                            messages: vec![],
+                            deliveries: vec![delivery(id, "crm", true)],
+                        },
+                    )
+                    .await
+                    .unwrap();
+                assert_eq!(report.settled, 1);
+                assert_eq!(
+                    delivery_of(&outbox, id, "crm").await.status,
+                    Status::Acked,
+                    "settling keeps the ACK"
+                );
+                tokio::time::sleep(ACK_TIMEOUT + Duration::from_millis(200)).await;
+                assert_eq!(outbox.expire_acks(100).await.unwrap(), 0, "an acked delivery never expires");
+                // Without a leased message, an ACK for a delivery that does not exist is unknown.
+                assert_eq!(outbox.ack(id, "erp").await.unwrap(), AckOutcome::Unknown);
+                db.drop_db().await;
+            }
+
             async fn delivery_of(
                 outbox: &Outbox<$db>,
                 id: MessageId,

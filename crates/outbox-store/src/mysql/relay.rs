@@ -157,11 +157,11 @@ impl RelayStore for Outbox<MySql> {
                  VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                          IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                          UTC_TIMESTAMP(6)) \
-                 ON DUPLICATE KEY UPDATE status = VALUES(status), attempts = VALUES(attempts), \
+                 ON DUPLICATE KEY UPDATE ack_deadline = IF(status = 'acked', NULL, VALUES(ack_deadline)), \
+                 status = IF(status = 'acked', status, VALUES(status)), attempts = VALUES(attempts), \
                  next_attempt_at = VALUES(next_attempt_at), \
                  last_attempt_at = COALESCE(VALUES(last_attempt_at), last_attempt_at), \
-                 last_error = COALESCE(VALUES(last_error), last_error), \
-                 ack_deadline = VALUES(ack_deadline), updated_at = UTC_TIMESTAMP(6)",
+                 last_error = COALESCE(VALUES(last_error), last_error), updated_at = UTC_TIMESTAMP(6)",
             )
             .bind(d.message_id.0)
             .bind(&d.destination)
@@ -341,11 +341,15 @@ impl RelayStore for Outbox<MySql> {
         let mut tx = begin_read_committed(self).await?;
         // The message first: two ACKs of the same message serialize here, so the last one sees
         // the other's delivery acked and completes the message.
-        let msg = sqlx::query("SELECT id FROM outbox_message WHERE id = ? FOR UPDATE")
+        let msg = sqlx::query("SELECT status FROM outbox_message WHERE id = ? FOR UPDATE")
             .bind(message_id.0)
             .fetch_optional(&mut *tx)
             .await
             .map_err(db)?;
+        let in_flight = match &msg {
+            Some(r) => text(r, "status")? == "sending",
+            None => false,
+        };
         let status = match msg {
             None => None,
             Some(_) => sqlx::query(
@@ -359,7 +363,33 @@ impl RelayStore for Outbox<MySql> {
             .map(|r| text(&r, "status"))
             .transpose()?,
         };
+        // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
+        // settling keeps it (see the PostgreSQL module).
         let outcome = match status.as_deref().map(parse_status).transpose()? {
+            None if in_flight => {
+                sqlx::query(
+                    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+                     VALUES (?, ?, 'acked', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
+            Some(Status::Pending | Status::Sending) if in_flight => {
+                sqlx::query(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
+                     updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
             None => AckOutcome::Unknown,
             Some(Status::Acked) => AckOutcome::AlreadyAcked,
             Some(Status::Sent) => {

@@ -78,9 +78,11 @@ FROM unnest($1::int8[], $2::text[], $3::text[], $4::int4[], $5::int8[], $6::text
      AS w(message_id, destination, status, attempts, retry_ms, last_error, attempted, ack_ms)
 WHERE w.message_id = ANY($8)
 ON CONFLICT (message_id, destination) DO UPDATE
-SET status = EXCLUDED.status, attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
+SET status = CASE WHEN d.status = 'acked' THEN d.status ELSE EXCLUDED.status END,
+    attempts = EXCLUDED.attempts, next_attempt_at = EXCLUDED.next_attempt_at,
     last_attempt_at = COALESCE(EXCLUDED.last_attempt_at, d.last_attempt_at),
-    last_error = COALESCE(EXCLUDED.last_error, d.last_error), ack_deadline = EXCLUDED.ack_deadline,
+    last_error = COALESCE(EXCLUDED.last_error, d.last_error),
+    ack_deadline = CASE WHEN d.status = 'acked' THEN NULL ELSE EXCLUDED.ack_deadline END,
     updated_at = now()";
 
 /// ACK mode: sent deliveries whose ACK deadline has passed. Rows another transaction holds (an
@@ -342,7 +344,35 @@ impl RelayStore for Outbox<Postgres> {
             .await
             .map_err(db)?
         };
+        // An ACK can overtake the relay's own bookkeeping: the consumer got the message while
+        // the relay had not yet recorded the delivery (message still `sending`). The token
+        // proves the delivery was issued, so record the ACK now; settling keeps it.
+        let in_flight = msg.as_deref() == Some("sending");
         let outcome = match status.as_deref().map(parse_status).transpose()? {
+            None if in_flight => {
+                sqlx::query(
+                    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+                     VALUES ($1, $2, 'acked', now(), now())",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
+            Some(Status::Pending | Status::Sending) if in_flight => {
+                sqlx::query(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = now(), ack_deadline = NULL, \
+                     updated_at = now() WHERE message_id = $1 AND destination = $2",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
             None => AckOutcome::Unknown,
             Some(Status::Acked) => AckOutcome::AlreadyAcked,
             Some(Status::Sent) => {

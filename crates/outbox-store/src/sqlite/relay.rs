@@ -136,11 +136,13 @@ impl RelayStore for Outbox<Sqlite> {
                 now_ms!(),
                 " + ?8, ",
                 now_ms!(),
-                ") ON CONFLICT (message_id, destination) DO UPDATE SET status = excluded.status, \
+                ") ON CONFLICT (message_id, destination) DO UPDATE SET \
+                 status = CASE WHEN status = 'acked' THEN status ELSE excluded.status END, \
                  attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at, \
                  last_attempt_at = COALESCE(excluded.last_attempt_at, last_attempt_at), \
                  last_error = COALESCE(excluded.last_error, last_error), \
-                 ack_deadline = excluded.ack_deadline, updated_at = excluded.updated_at"
+                 ack_deadline = CASE WHEN status = 'acked' THEN NULL ELSE excluded.ack_deadline END, \
+                 updated_at = excluded.updated_at"
             ))
             .bind(d.message_id.0)
             .bind(&d.destination)
@@ -293,6 +295,13 @@ impl RelayStore for Outbox<Sqlite> {
     async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
         let mut conn = self.pool().acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let msg_status: Option<String> =
+            sqlx::query_scalar("SELECT status FROM outbox_message WHERE id = ?1")
+                .bind(message_id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        let in_flight = msg_status.as_deref() == Some("sending");
         let status: Option<String> = sqlx::query_scalar(
             "SELECT status FROM outbox_delivery WHERE message_id = ?1 AND destination = ?2",
         )
@@ -301,7 +310,40 @@ impl RelayStore for Outbox<Sqlite> {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
+        // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
+        // settling keeps it (see the PostgreSQL module).
         let outcome = match status.as_deref().map(parse_status).transpose()? {
+            None if in_flight => {
+                sqlx::query(concat!(
+                    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+                     VALUES (?1, ?2, 'acked', ",
+                    now_ms!(),
+                    ", ",
+                    now_ms!(),
+                    ")"
+                ))
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
+            Some(Status::Pending | Status::Sending) if in_flight => {
+                sqlx::query(concat!(
+                    "UPDATE outbox_delivery SET status = 'acked', ack_deadline = NULL, acked_at = ",
+                    now_ms!(),
+                    ", updated_at = ",
+                    now_ms!(),
+                    " WHERE message_id = ?1 AND destination = ?2"
+                ))
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
             None => AckOutcome::Unknown,
             Some(Status::Acked) => AckOutcome::AlreadyAcked,
             Some(Status::Sent) => {
