@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use outbox_core::{Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, Status, Transport};
+use outbox_core::{Envelope, FailureKind, NewMessage, Outcome, Status, Transport};
 use outbox_relay::{Destination, Relay, Route};
 use outbox_transport::http::{
     decode_header_value, envelope_header_name, verify_signature, HttpConfig, HttpTransport, SignatureError,
@@ -133,32 +133,6 @@ fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
-fn message(id: i64, topic: &str, payload: &str) -> OutboxMessage {
-    let at = "2024-05-01T10:00:00.123456Z";
-    OutboxMessage {
-        id: MessageId(id),
-        biz_type: None,
-        biz_key: None,
-        topic: topic.into(),
-        key: None,
-        tag: None,
-        headers: BTreeMap::new(),
-        payload: payload.into(),
-        status: Status::Sending,
-        attempts: 0,
-        max_attempts: None,
-        next_attempt_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
-        last_attempt_at: None,
-        last_error: None,
-        lease_owner: None,
-        lease_until: None,
-        created_by: None,
-        updated_by: None,
-        created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
-        updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
-    }
-}
-
 fn failure(o: &Outcome) -> (FailureKind, String, Option<Duration>) {
     match o {
         Outcome::Failed { kind, reason, retry_after } => (*kind, reason.clone(), *retry_after),
@@ -178,14 +152,14 @@ async fn posts_signed_requests_with_every_header() {
         let rx = Receiver::start().await;
         let t = transport(format!("{}/hooks/{{topic}}?v=1", rx.url)).await;
 
-        let mut m1 = message(7, "order.paid", r#"{"order":42}"#);
+        let mut m1 = outbox_message(7, "order.paid", r#"{"order":42}"#);
         m1.biz_type = Some("order".into());
         m1.biz_key = Some("订单 42".into());
         m1.key = Some("order-42".into());
         m1.headers
             .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
         m1.headers.insert("source".into(), "check out\r\nX-Injected: 1".into());
-        let m2 = message(8, "audit/x y", "plain");
+        let m2 = outbox_message(8, "audit/x y", "plain");
         let batch = vec![Envelope::new(&m1, 1), Envelope::new(&m2, 4)];
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
 
@@ -243,7 +217,10 @@ async fn static_headers_content_type_and_unsigned_mode() {
         cfg.content_type = "text/plain; charset=utf-8".into();
         cfg.headers.insert("Authorization".into(), "Bearer abc.def".into());
         let t = HttpTransport::connect(cfg).await.unwrap();
-        assert_eq!(t.publish(&[Envelope::new(&message(1, "t", "hello"), 1)]).await, vec![Outcome::Delivered]);
+        assert_eq!(
+            t.publish(&[Envelope::new(&outbox_message(1, "t", "hello"), 1)]).await,
+            vec![Outcome::Delivered]
+        );
         let r = &rx.received()[0];
         assert_eq!(r.path, "/in");
         assert_eq!(r.header("authorization"), Some("Bearer abc.def"));
@@ -260,7 +237,7 @@ async fn answers_are_classified() {
     tokio::time::timeout(WAIT, async {
         let rx = Receiver::start().await;
         let t = transport(format!("{}/hook", rx.url)).await;
-        let one = [Envelope::new(&message(1, "t", "{}"), 1)];
+        let one = [Envelope::new(&outbox_message(1, "t", "{}"), 1)];
 
         rx.answer(Answer::Status {
             code: 400,
@@ -314,17 +291,17 @@ async fn answers_are_classified() {
         rx.answer(Answer::Ok);
 
         // Mixed batch: each envelope gets its own outcome, in order.
-        let mut bad = message(3, "t", "x");
+        let mut bad = outbox_message(3, "t", "x");
         bad.headers.insert("bad name".into(), "v".into());
         let mut cfg = HttpConfig::new(format!("{}/hook", rx.url), SECRET);
         cfg.max_payload_bytes = 100;
         let small = HttpTransport::connect(cfg).await.unwrap();
         let before = rx.count();
         let batch = [
-            Envelope::new(&message(1, "t", "ok"), 1),
-            Envelope::new(&message(2, "t", &"z".repeat(101)), 1),
+            Envelope::new(&outbox_message(1, "t", "ok"), 1),
+            Envelope::new(&outbox_message(2, "t", &"z".repeat(101)), 1),
             Envelope::new(&bad, 1),
-            Envelope::new(&message(4, "t", "ok"), 1),
+            Envelope::new(&outbox_message(4, "t", "ok"), 1),
         ];
         let out = small.publish(&batch).await;
         assert_eq!(out[0], Outcome::Delivered);
@@ -344,7 +321,7 @@ async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
     tokio::time::timeout(WAIT, async {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let t = transport(format!("http://user:pa55w0rd@127.0.0.1:{port}/hook")).await;
-        let out = t.publish(&[Envelope::new(&message(1, "t", "{}"), 1)]).await;
+        let out = t.publish(&[Envelope::new(&outbox_message(1, "t", "{}"), 1)]).await;
         let (kind, reason, _) = failure(&out[0]);
         assert_eq!(kind, FailureKind::Unavailable, "{reason}");
         assert!(reason.contains("cannot connect"), "{reason}");
@@ -354,7 +331,8 @@ async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
         assert!(!format!("{t:?}").contains("pa55w0rd") && !format!("{t:?}").contains(SECRET));
 
         let no_dns = transport("http://outbox-test-no-such-host.invalid/hook".into()).await;
-        let (kind, _, _) = failure(&no_dns.publish(&[Envelope::new(&message(1, "t", "{}"), 1)]).await[0]);
+        let (kind, _, _) =
+            failure(&no_dns.publish(&[Envelope::new(&outbox_message(1, "t", "{}"), 1)]).await[0]);
         assert_eq!(kind, FailureKind::Unavailable);
 
         let cases: Vec<(HttpConfig, &str)> = vec![

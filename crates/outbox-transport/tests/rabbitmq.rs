@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,9 +18,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
-use outbox_core::{
-    header, Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, Status, Transport,
-};
+use outbox_core::{header, Envelope, FailureKind, NewMessage, Outcome, Status, Transport};
 use outbox_relay::{Destination, Relay, Route};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::rabbitmq::{DeclareConfig, RabbitMqConfig, RabbitMqTransport};
@@ -55,32 +53,6 @@ fn declared(exchange: &str) -> RabbitMqConfig {
     RabbitMqConfig {
         declare: Some(DeclareConfig { kind: "topic".into(), durable: false, ..DeclareConfig::default() }),
         ..RabbitMqConfig::new(amqp_url(), exchange)
-    }
-}
-
-fn message(id: i64, topic: &str, payload: &str) -> OutboxMessage {
-    let at = "2024-05-01T10:00:00.123456Z";
-    OutboxMessage {
-        id: MessageId(id),
-        biz_type: None,
-        biz_key: None,
-        topic: topic.into(),
-        key: None,
-        tag: None,
-        headers: BTreeMap::new(),
-        payload: payload.into(),
-        status: Status::Sending,
-        attempts: 0,
-        max_attempts: None,
-        next_attempt_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
-        last_attempt_at: None,
-        last_error: None,
-        lease_owner: None,
-        lease_until: None,
-        created_by: None,
-        updated_by: None,
-        created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
-        updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
     }
 }
 
@@ -161,16 +133,16 @@ async fn publishes_a_batch_with_every_property_and_header() {
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "#").await;
 
-        let mut m1 = message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#);
+        let mut m1 = outbox_message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#);
         m1.biz_type = Some("order".into());
         m1.biz_key = Some("订单-42".into());
         m1.key = Some("order-42".into());
         m1.headers
             .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
         m1.headers.insert("source".into(), "checkout".into());
-        let mut m2 = message(102, "order.cancelled", "plain text, not JSON");
+        let mut m2 = outbox_message(102, "order.cancelled", "plain text, not JSON");
         m2.tag = Some("urgent".into());
-        let m3 = message(103, "audit.x", "[1,2,3]");
+        let m3 = outbox_message(103, "audit.x", "[1,2,3]");
         let batch = vec![Envelope::new(&m1, 1), Envelope::new(&m2, 3), Envelope::new(&m3, 1)];
 
         let outcomes = t.publish(&batch).await;
@@ -235,8 +207,8 @@ async fn fixed_routing_key_content_type_and_the_default_exchange() {
         };
         let t = RabbitMqTransport::connect(cfg).await.unwrap();
         let batch = vec![
-            Envelope::new(&message(1, "any.topic", "a"), 1),
-            Envelope::new(&message(2, "other", "b"), 1),
+            Envelope::new(&outbox_message(1, "any.topic", "a"), 1),
+            Envelope::new(&outbox_message(2, "other", "b"), 1),
         ];
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
         let got = c.take(2, Duration::from_secs(10)).await;
@@ -261,11 +233,11 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
         let mut c = Consumer::bind(&ex, "bound.#").await;
         let big = "x".repeat(2048);
         let batch = vec![
-            Envelope::new(&message(1, "bound.a", "one"), 1),
-            Envelope::new(&message(2, "unbound.x", "two"), 1),
-            Envelope::new(&message(3, "bound.b", &big), 1),
-            Envelope::new(&message(4, "bound.c", "four"), 1),
-            Envelope::new(&message(5, "unbound.y", "five"), 1),
+            Envelope::new(&outbox_message(1, "bound.a", "one"), 1),
+            Envelope::new(&outbox_message(2, "unbound.x", "two"), 1),
+            Envelope::new(&outbox_message(3, "bound.b", &big), 1),
+            Envelope::new(&outbox_message(4, "bound.c", "four"), 1),
+            Envelope::new(&outbox_message(5, "unbound.y", "five"), 1),
         ];
         let out = t.publish(&batch).await;
         assert_eq!(out.len(), 5);
@@ -289,7 +261,7 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
 
         // The channel is still good after returns.
         assert_eq!(
-            t.publish(&[Envelope::new(&message(6, "bound.d", "six"), 1)]).await,
+            t.publish(&[Envelope::new(&outbox_message(6, "bound.d", "six"), 1)]).await,
             vec![Outcome::Delivered]
         );
         assert_eq!(c.take(1, Duration::from_secs(5)).await.len(), 1);
@@ -307,15 +279,17 @@ async fn a_cancelled_publish_does_not_confuse_the_next_one() {
         let mut c = Consumer::bind(&ex, "bound.#").await;
         // The relay's publish timeout drops a publish midway (confirms and returns outstanding).
         let first: Vec<Envelope> = (0..200)
-            .map(|i| Envelope::new(&message(i, if i % 2 == 0 { "bound.a" } else { "unbound.a" }, "old"), 1))
+            .map(|i| {
+                Envelope::new(&outbox_message(i, if i % 2 == 0 { "bound.a" } else { "unbound.a" }, "old"), 1)
+            })
             .collect();
         let cancelled = tokio::time::timeout(Duration::from_millis(2), t.publish(&first)).await;
         assert!(cancelled.is_err(), "the publish was cancelled midway");
 
         let batch = vec![
-            Envelope::new(&message(1000, "bound.b", "new"), 1),
-            Envelope::new(&message(1001, "unbound.b", "new"), 1),
-            Envelope::new(&message(1002, "bound.c", "new"), 1),
+            Envelope::new(&outbox_message(1000, "bound.b", "new"), 1),
+            Envelope::new(&outbox_message(1001, "unbound.b", "new"), 1),
+            Envelope::new(&outbox_message(1002, "bound.c", "new"), 1),
         ];
         let out = t.publish(&batch).await;
         assert_eq!(out[0], Outcome::Delivered);
@@ -336,7 +310,10 @@ async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
         let ex = unique("ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         delete_exchange(&ex).await;
-        let batch = vec![Envelope::new(&message(1, "a", "1"), 1), Envelope::new(&message(2, "a", "2"), 1)];
+        let batch = vec![
+            Envelope::new(&outbox_message(1, "a", "1"), 1),
+            Envelope::new(&outbox_message(2, "a", "2"), 1),
+        ];
         let out = t.publish(&batch).await;
         for o in &out {
             let (kind, reason) = failure(o);

@@ -45,37 +45,6 @@ fn config(url: String, stream: &str) -> RedisConfig {
     RedisConfig { url, stream: stream.into(), timeout: Duration::from_millis(3000), ..RedisConfig::default() }
 }
 
-/// An envelope as the relay builds it.
-fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool) -> Envelope {
-    let mut e = Envelope {
-        id: MessageId(id),
-        topic: topic.into(),
-        key: key.map(Into::into),
-        tag: None,
-        payload: payload.into(),
-        headers: BTreeMap::new(),
-        attempt: 1,
-        created_at: "2024-05-01T10:00:00.123Z".parse().unwrap(),
-    };
-    let h = &mut e.headers;
-    h.insert(header::MESSAGE_ID.into(), id.to_string());
-    h.insert(header::TOPIC.into(), topic.into());
-    h.insert(header::ATTEMPT.into(), "1".into());
-    h.insert(header::CREATED_AT.into(), e.created_at.to_rfc3339());
-    h.insert(header::BIZ_TYPE.into(), "order".into());
-    h.insert(header::BIZ_KEY.into(), format!("biz-{id}"));
-    if let Some(k) = key {
-        h.insert(header::KEY.into(), k.into());
-    }
-    if trace {
-        h.insert(
-            header::TRACEPARENT.into(),
-            format!("00-0af7651916cd43dd8448eb211c80{id:04}-b7ad6b7169203331-01"),
-        );
-    }
-    e
-}
-
 /// One stream entry as a consumer reads it.
 #[derive(Debug, Clone)]
 struct Got {

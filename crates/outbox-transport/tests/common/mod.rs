@@ -5,7 +5,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_core::{FailureKind, MessageId, Outcome, RetryPolicy, Status, Transport};
+use std::collections::BTreeMap;
+
+use outbox_core::{
+    header, Envelope, FailureKind, MessageId, OutboxMessage, Outcome, RetryPolicy, Status, Transport,
+};
 use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
 use outbox_store::{Outbox, OutboxDatabase, RelayStore};
 use tokio_util::sync::CancellationToken;
@@ -123,4 +127,61 @@ where
     let stop = CancellationToken::new();
     let handle = tokio::spawn(relay.run(stop.clone()));
     (stop, handle)
+}
+
+/// An envelope as the relay builds it.
+pub(crate) fn envelope(id: i64, topic: &str, key: Option<&str>, payload: &str, trace: bool) -> Envelope {
+    let mut e = Envelope {
+        id: MessageId(id),
+        topic: topic.into(),
+        key: key.map(Into::into),
+        tag: None,
+        payload: payload.into(),
+        headers: BTreeMap::new(),
+        attempt: 1,
+        created_at: "2024-05-01T10:00:00.123Z".parse().unwrap(),
+    };
+    let h = &mut e.headers;
+    h.insert(header::MESSAGE_ID.into(), id.to_string());
+    h.insert(header::TOPIC.into(), topic.into());
+    h.insert(header::ATTEMPT.into(), "1".into());
+    h.insert(header::CREATED_AT.into(), e.created_at.to_rfc3339());
+    h.insert(header::BIZ_TYPE.into(), "order".into());
+    h.insert(header::BIZ_KEY.into(), format!("biz-{id}"));
+    if let Some(k) = key {
+        h.insert(header::KEY.into(), k.into());
+    }
+    if trace {
+        h.insert(
+            header::TRACEPARENT.into(),
+            format!("00-0af7651916cd43dd8448eb211c80{id:04}-b7ad6b7169203331-01"),
+        );
+    }
+    e
+}
+
+pub(crate) fn outbox_message(id: i64, topic: &str, payload: &str) -> OutboxMessage {
+    let at = "2024-05-01T10:00:00.123456Z";
+    OutboxMessage {
+        id: MessageId(id),
+        biz_type: None,
+        biz_key: None,
+        topic: topic.into(),
+        key: None,
+        tag: None,
+        headers: BTreeMap::new(),
+        payload: payload.into(),
+        status: Status::Sending,
+        attempts: 0,
+        max_attempts: None,
+        next_attempt_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        last_attempt_at: None,
+        last_error: None,
+        lease_owner: None,
+        lease_until: None,
+        created_by: None,
+        updated_by: None,
+        created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+        updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
+    }
 }
