@@ -335,15 +335,6 @@ pub(crate) fn refused(id: MessageId, from: Option<Status>, action: &'static str)
     }
 }
 
-/// Parses a `status` column read by the admin queries.
-pub(crate) fn parse_status(table: &'static str, id: String, value: &str) -> Result<Status> {
-    value.parse().map_err(|e: outbox_core::UnknownStatus| Error::MalformedRow {
-        table,
-        id,
-        reason: e.to_string(),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,13 +24,19 @@ pub(crate) fn max_attempts(msg: &NewMessage) -> Result<Option<i32>> {
         .transpose()
 }
 
-/// A delivery's `status` column.
-pub(crate) fn parse_status(s: &str) -> Result<Status> {
-    s.parse().map_err(|e: outbox_core::UnknownStatus| Error::MalformedRow {
-        table: "outbox_delivery",
-        id: String::new(),
+/// Parses a `status` column of `table` (row `id`), naming the row when a foreign writer put
+/// an unknown value there.
+pub(crate) fn parse_status(table: &'static str, id: String, value: &str) -> Result<Status> {
+    value.parse().map_err(|e: outbox_core::UnknownStatus| Error::MalformedRow {
+        table,
+        id,
         reason: e.to_string(),
     })
+}
+
+/// A delivery's `status` column.
+pub(crate) fn delivery_status(value: &str) -> Result<Status> {
+    parse_status("outbox_delivery", String::new(), value)
 }
 
 /// Per message, the expired delivery with the most attempts: (destination, its new attempts).

@@ -17,9 +17,10 @@ use sqlx::{QueryBuilder, Row, Transaction};
 
 use super::{decode_message, get, opt_text, text, MESSAGE_COLUMNS};
 use crate::admin::{
-    check_actor, check_age, check_batch, check_retry_filter, parse_status, refused, report, DeliveryRecord,
+    check_actor, check_age, check_batch, check_retry_filter, refused, report, DeliveryRecord,
     DestinationCount, ListFilter, MessageAdmin, MessageDetail, Progress, Stats, TopicCount,
 };
+use crate::common::parse_status;
 use crate::error::db;
 use crate::outbox::Outbox;
 

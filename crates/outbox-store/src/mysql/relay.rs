@@ -17,7 +17,7 @@ use sqlx::mysql::MySql;
 use sqlx::{MySqlConnection, QueryBuilder, Row};
 
 use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
-use crate::common::{expired_per_message, parse_status};
+use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
@@ -119,13 +119,7 @@ impl RelayStore for Outbox<MySql> {
                 Ok(DeliveryState {
                     message_id: MessageId(r.try_get("message_id").map_err(db)?),
                     destination: text(r, "destination")?,
-                    status: status.parse().map_err(|e: outbox_core::UnknownStatus| {
-                        outbox_core::Error::MalformedRow {
-                            table: "outbox_delivery",
-                            id: String::new(),
-                            reason: e.to_string(),
-                        }
-                    })?,
+                    status: crate::common::delivery_status(&status)?,
                     attempts: r.try_get("attempts").map_err(db)?,
                     wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
                     last_error: opt_text(r, "last_error")?,
@@ -365,7 +359,7 @@ impl RelayStore for Outbox<MySql> {
         };
         // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
         // settling keeps it (see the PostgreSQL module).
-        let outcome = match status.as_deref().map(parse_status).transpose()? {
+        let outcome = match status.as_deref().map(delivery_status).transpose()? {
             None if in_flight => {
                 sqlx::query(
                     "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \

@@ -17,7 +17,7 @@ use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
-use crate::common::{expired_per_message, parse_status};
+use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
@@ -151,13 +151,7 @@ impl RelayStore for Outbox<Postgres> {
                 Ok(DeliveryState {
                     message_id: MessageId(r.try_get("message_id").map_err(db)?),
                     destination: r.try_get("destination").map_err(db)?,
-                    status: status.parse().map_err(|e: outbox_core::UnknownStatus| {
-                        outbox_core::Error::MalformedRow {
-                            table: "outbox_delivery",
-                            id: String::new(),
-                            reason: e.to_string(),
-                        }
-                    })?,
+                    status: crate::common::delivery_status(&status)?,
                     attempts: r.try_get("attempts").map_err(db)?,
                     wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
                     last_error: r.try_get("last_error").map_err(db)?,
@@ -348,7 +342,7 @@ impl RelayStore for Outbox<Postgres> {
         // the relay had not yet recorded the delivery (message still `sending`). The token
         // proves the delivery was issued, so record the ACK now; settling keeps it.
         let in_flight = msg.as_deref() == Some("sending");
-        let outcome = match status.as_deref().map(parse_status).transpose()? {
+        let outcome = match status.as_deref().map(delivery_status).transpose()? {
             None if in_flight => {
                 sqlx::query(
                     "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \

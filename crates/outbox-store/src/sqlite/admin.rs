@@ -14,9 +14,10 @@ use sqlx::{Connection, QueryBuilder, Row};
 
 use super::{decode_message, from_millis, get, MESSAGE_COLUMNS};
 use crate::admin::{
-    check_actor, check_age, check_batch, check_retry_filter, parse_status, refused, report, DeliveryRecord,
+    check_actor, check_age, check_batch, check_retry_filter, refused, report, DeliveryRecord,
     DestinationCount, ListFilter, MessageAdmin, MessageDetail, Progress, Stats, TopicCount,
 };
+use crate::common::parse_status;
 use crate::error::db;
 use crate::outbox::Outbox;
 
