@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: starts the servers the tests need (PostgreSQL,
-# MariaDB, Redis, RabbitMQ, NATS JetStream, Mosquitto), installs what
+# MariaDB, Redis, RabbitMQ, NATS JetStream, Mosquitto), installs the Kafka and RocketMQ brokers the
+# transport tests start (scripts/brokers.sh), installs what
 # the foreign-language examples need, checks formatting and lints, and runs every test against
 # the real servers. `.ci/run` runs exactly this.
 set -euo pipefail
@@ -12,6 +13,8 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
 bash scripts/services.sh postgres mysql redis rabbitmq nats mqtt
 bash scripts/install-foreign-deps.sh
+# Kafka and RocketMQ brokers for the transport tests (installed once, cached outside the clone).
+source scripts/brokers.sh
 
 # Drop test databases a crashed earlier run may have left behind.
 psql -h 127.0.0.1 -U postgres -d postgres -Atqc \

@@ -177,7 +177,7 @@ fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let resolved: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(resolved["destinations"].as_array().unwrap().len(), 5, "every transport is in the example");
+    assert_eq!(resolved["destinations"].as_array().unwrap().len(), 7, "every transport is in the example");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("replace-me"), "secrets are not printed");
 
     let dir = temp_dir("check");

@@ -21,6 +21,9 @@ pub mod header {
     pub const TOPIC: &str = "outbox-topic";
     /// Ordering key.
     pub const KEY: &str = "outbox-key";
+    /// Tag, on brokers without a native tag (Kafka); RocketMQ carries it as the message's tag,
+    /// RabbitMQ as the `type` property.
+    pub const TAG: &str = "outbox-tag";
     /// Attempt number (1 for the first publication to this destination).
     pub const ATTEMPT: &str = "outbox-attempt";
     /// Enqueue time, RFC 3339.

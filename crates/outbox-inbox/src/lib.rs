@@ -47,7 +47,7 @@ pub use message::from_mqtt_envelope;
 pub use message::from_nats;
 #[cfg(feature = "redis")]
 pub use message::{from_redis_stream, from_redis_stream_with_prefix};
-pub use message::{HeaderError, InboxMessage};
+pub use message::{from_header_pairs, HeaderError, InboxMessage};
 pub use migrate::{Migration, MigrationReport};
 pub use outbox_core::{Error, MessageId, Result};
 

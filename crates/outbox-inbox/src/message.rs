@@ -261,9 +261,47 @@ where
     Ok(InboxMessage { id: checked_id(id)?, headers: out, payload: body.to_vec() })
 }
 
+/// Reads a message whose headers arrive as `(name, value)` pairs, as the Kafka and RocketMQ
+/// transports publish them: Kafka record headers
+/// (`msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())))` with
+/// rdkafka) or RocketMQ user properties (`msg_ext.properties()`). The id comes from the
+/// `outbox-message-id` header; `what` names the transport in errors. Needs no client crate.
+pub fn from_header_pairs<I, N, V>(what: &'static str, headers: I, payload: &[u8]) -> Result<InboxMessage, HeaderError>
+where
+    I: IntoIterator<Item = (N, V)>,
+    N: AsRef<str>,
+    V: AsRef<[u8]>,
+{
+    let mut out = Headers::new();
+    for (name, value) in headers {
+        let name = name.as_ref();
+        let value = std::str::from_utf8(value.as_ref())
+            .map_err(|_| HeaderError::Malformed(format!("header `{name}` is not UTF-8")))?;
+        out.insert(name.to_owned(), value.to_owned());
+    }
+    let id = out.get(header::MESSAGE_ID).cloned().ok_or(HeaderError::MissingId(what))?;
+    Ok(InboxMessage { id: checked_id(id)?, headers: out, payload: payload.to_vec() })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_pairs_of_kafka_and_rocketmq() {
+        let kafka: Vec<(&str, &[u8])> =
+            vec![("outbox-message-id", &b"42"[..]), ("outbox-topic", &b"order.paid"[..]), ("tenant", &b"t1"[..])];
+        let m = from_header_pairs("kafka", kafka, b"{}").unwrap();
+        assert_eq!((m.id.as_str(), m.topic(), m.header("tenant")), ("42", Some("order.paid"), Some("t1")));
+        let props = std::collections::HashMap::from([("outbox-message-id".to_owned(), "7".to_owned())]);
+        assert_eq!(from_header_pairs("rocketmq", &props, b"x").unwrap().id, "7");
+        let none: Vec<(&str, &str)> = vec![("other", "1")];
+        assert!(matches!(from_header_pairs("kafka", none, b""), Err(HeaderError::MissingId("kafka"))));
+        let bad: Vec<(&str, &[u8])> = vec![("outbox-message-id", &[0xff_u8][..])];
+        assert!(matches!(from_header_pairs("kafka", bad, b""), Err(HeaderError::Malformed(_))));
+        let empty: Vec<(&str, &str)> = vec![("outbox-message-id", " ")];
+        assert!(matches!(from_header_pairs("kafka", empty, b""), Err(HeaderError::InvalidId(_))));
+    }
 
     #[cfg(feature = "mqtt")]
     #[test]

@@ -19,6 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, MySql, Pool, Postgres, Sqlite};
 
+pub mod brokers;
 pub mod proxy;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

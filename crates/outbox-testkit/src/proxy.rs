@@ -21,7 +21,13 @@ pub struct TcpProxy {
 impl TcpProxy {
     /// Starts a proxy to `target` (e.g. `127.0.0.1:4222`) on a free local port.
     pub async fn start(target: &str) -> TcpProxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        Self::start_on(0, target).await
+    }
+
+    /// Starts a proxy to `target` on `127.0.0.1:<port>` (0: a free port), for a server that
+    /// must advertise the proxy's address to its clients (Kafka).
+    pub async fn start_on(port: u16, target: &str) -> TcpProxy {
+        let listener = TcpListener::bind(("127.0.0.1", port)).await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let up = Arc::new(AtomicBool::new(true));
         let (generation, _) = watch::channel(0u64);

@@ -8,12 +8,17 @@
 //! | [`redis`] | Redis Streams | `XADD` reply | `redis` |
 //! | [`mqtt`] | MQTT 3.1.1 broker | PUBACK (QoS 1) | `mqtt` |
 //! | [`http`] | HTTP webhook | a 2xx answer (HMAC-SHA256 signed request) | `http` |
+//! | [`kafka`] | Kafka | the delivery report of an idempotent producer (`acks=all`) | `kafka` |
+//! | [`rocketmq`] | RocketMQ (remoting protocol) | the broker's `SEND_OK` | `rocketmq` |
 //!
 //! Every module has the same files: `mod.rs` (docs and wiring), `config.rs` (a serde config with
 //! `deny_unknown_fields`, every field documented with its default, and `validate()`),
 //! `transport.rs` (the `Transport` implementation) and `outcome.rs` (maps the client's errors
 //! to [`outbox_core::Outcome`]: retryable, unavailable or permanent).
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+// The RocketMQ client's futures are deeply nested types: proving them `Send` needs more than
+// the default recursion limit.
+#![recursion_limit = "512"]
 
 mod error;
 
@@ -21,6 +26,8 @@ pub use error::{redact, Result, TransportError};
 
 #[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 #[cfg(feature = "mqtt")]
 pub mod mqtt;
 #[cfg(feature = "nats")]
@@ -29,6 +36,8 @@ pub mod nats;
 pub mod rabbitmq;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "rocketmq")]
+pub mod rocketmq;
 
 /// A transport chosen in the configuration file by `type`, with that transport's own keys
 /// (`[destinations.<name>.transport]`). Closed on purpose: the set of brokers lives here.
@@ -51,6 +60,12 @@ pub enum TransportConfig {
     /// HTTP webhook.
     #[cfg(feature = "http")]
     Http(http::HttpConfig),
+    /// Kafka.
+    #[cfg(feature = "kafka")]
+    Kafka(kafka::KafkaConfig),
+    /// RocketMQ.
+    #[cfg(feature = "rocketmq")]
+    Rocketmq(rocketmq::RocketMqConfig),
 }
 
 impl TransportConfig {
@@ -67,6 +82,10 @@ impl TransportConfig {
             TransportConfig::Mqtt(_) => "mqtt",
             #[cfg(feature = "http")]
             TransportConfig::Http(_) => "http",
+            #[cfg(feature = "kafka")]
+            TransportConfig::Kafka(_) => "kafka",
+            #[cfg(feature = "rocketmq")]
+            TransportConfig::Rocketmq(_) => "rocketmq",
             #[allow(unreachable_patterns)]
             _ => "unknown",
         }
@@ -85,6 +104,10 @@ impl TransportConfig {
             TransportConfig::Mqtt(c) => c.validate(),
             #[cfg(feature = "http")]
             TransportConfig::Http(c) => c.validate(),
+            #[cfg(feature = "kafka")]
+            TransportConfig::Kafka(c) => c.validate(),
+            #[cfg(feature = "rocketmq")]
+            TransportConfig::Rocketmq(c) => c.validate(),
             #[allow(unreachable_patterns)]
             _ => Ok(()),
         }
@@ -105,6 +128,12 @@ impl TransportConfig {
             TransportConfig::Mqtt(c) => std::sync::Arc::new(mqtt::MqttTransport::connect(c).await?),
             #[cfg(feature = "http")]
             TransportConfig::Http(c) => std::sync::Arc::new(http::HttpTransport::connect(c).await?),
+            #[cfg(feature = "kafka")]
+            TransportConfig::Kafka(c) => std::sync::Arc::new(kafka::KafkaTransport::connect(c).await?),
+            #[cfg(feature = "rocketmq")]
+            TransportConfig::Rocketmq(c) => {
+                std::sync::Arc::new(rocketmq::RocketMqTransport::connect(c).await?)
+            }
             #[allow(unreachable_patterns)]
             _ => {
                 return Err(TransportError::Config {

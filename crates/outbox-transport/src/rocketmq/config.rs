@@ -1,0 +1,230 @@
+//! Configuration of the RocketMQ transport.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::TransportError;
+
+const KIND: &str = "rocketmq";
+
+/// Settings of a [`RocketMqTransport`](super::RocketMqTransport). Every field has a default, so an
+/// empty table publishes through a local name server, each message to the topic named by its
+/// own topic, with its tag.
+///
+/// ```toml
+/// namesrv = "ns-1:9876;ns-2:9876"
+/// topic = "ORDER_EVENTS"           # one RocketMQ topic; consumers filter on the tag
+/// producer_group = "order-service-outbox"
+/// timeout = "5s"
+/// access_key = "relay"             # RocketMQ ACL, when the cluster enables it
+/// secret_key = "secret"            # redacted in every log and error
+/// ```
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RocketMqConfig {
+    /// Name server addresses, `host:port` separated by `;` (or `,`). Defaults to
+    /// `127.0.0.1:9876`.
+    pub namesrv: String,
+    /// A fixed RocketMQ topic for every message, whatever its outbox topic. Mutually exclusive
+    /// with `topic_prefix`. Defaults to none (the RocketMQ topic is the outbox topic, which must
+    /// then be a legal RocketMQ topic name: letters, digits, `_`, `-`, `%`, `|`).
+    pub topic: Option<String>,
+    /// Prefix of the RocketMQ topic derived from the outbox topic: `<topic_prefix>_<topic>`.
+    /// Defaults to none.
+    pub topic_prefix: Option<String>,
+    /// Producer group (shown in the broker's admin tools). Defaults to `outbox-relay`.
+    pub producer_group: String,
+    /// Longest time one send may take, until the broker's answer. Defaults to 5 s.
+    #[serde(with = "outbox_core::duration")]
+    pub timeout: Duration,
+    /// Largest message body in bytes; larger ones fail permanently without being sent. Keep it at
+    /// or below the broker's `maxMessageSize` (4 MiB by default). Defaults to 4,194,304.
+    pub max_message_bytes: usize,
+    /// Send keyed messages to the queue chosen by the key's hash (the Java client's
+    /// `SelectMessageQueueByHash`), so a key's messages stay in one queue and an orderly consumer
+    /// sees them in order. Defaults to `true`.
+    pub order_by_key: bool,
+    /// Access key of RocketMQ's ACL. Defaults to none (no ACL).
+    pub access_key: Option<String>,
+    /// Secret key of RocketMQ's ACL; redacted in logs and errors. Defaults to none.
+    pub secret_key: Option<String>,
+}
+
+impl Default for RocketMqConfig {
+    fn default() -> Self {
+        RocketMqConfig {
+            namesrv: "127.0.0.1:9876".into(),
+            topic: None,
+            topic_prefix: None,
+            producer_group: "outbox-relay".into(),
+            timeout: Duration::from_secs(5),
+            max_message_bytes: 4 * 1024 * 1024,
+            order_by_key: true,
+            access_key: None,
+            secret_key: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for RocketMqConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocketMqConfig")
+            .field("namesrv", &self.namesrv)
+            .field("topic", &self.topic)
+            .field("topic_prefix", &self.topic_prefix)
+            .field("producer_group", &self.producer_group)
+            .field("timeout", &self.timeout)
+            .field("max_message_bytes", &self.max_message_bytes)
+            .field("order_by_key", &self.order_by_key)
+            .field("access_key", &self.access_key)
+            .field("secret_key", &self.secret_key.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
+    TransportError::Config { transport: KIND, key, reason: reason.into() }
+}
+
+impl RocketMqConfig {
+    /// Checks every value; the error names the offending key.
+    pub fn validate(&self) -> Result<(), TransportError> {
+        let addrs = self.namesrv_list();
+        if addrs.is_empty() {
+            return Err(invalid("namesrv", "must list at least one host:port"));
+        }
+        for a in &addrs {
+            match a.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
+                Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
+                _ => return Err(invalid("namesrv", format!("{a:?} is not host:port"))),
+            }
+        }
+        if self.topic.is_some() && self.topic_prefix.is_some() {
+            return Err(invalid("topic", "set either `topic` or `topic_prefix`, not both"));
+        }
+        if let Some(t) = &self.topic {
+            check_topic(t).map_err(|r| invalid("topic", r))?;
+        }
+        if let Some(p) = &self.topic_prefix {
+            check_topic(p).map_err(|r| invalid("topic_prefix", r))?;
+        }
+        if self.producer_group.is_empty()
+            || self.producer_group.len() > 255
+            || self.producer_group.chars().any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
+        {
+            return Err(invalid(
+                "producer_group",
+                format!("{:?} must be 1 to 255 letters, digits, '_', '-', '%' or '|'", self.producer_group),
+            ));
+        }
+        if self.timeout < Duration::from_millis(1) || self.timeout > Duration::from_secs(600) {
+            return Err(invalid("timeout", format!("must be at least 1 ms and at most 10 min, got {:?}", self.timeout)));
+        }
+        if !(1..=u32::MAX as usize).contains(&self.max_message_bytes) {
+            return Err(invalid("max_message_bytes", "must be between 1 and 4294967295"));
+        }
+        match (&self.access_key, &self.secret_key) {
+            (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {}
+            (None, None) => {}
+            _ => return Err(invalid("access_key", "set both `access_key` and `secret_key` (non-empty), or neither")),
+        }
+        Ok(())
+    }
+
+    /// The name server addresses.
+    pub(crate) fn namesrv_list(&self) -> Vec<&str> {
+        self.namesrv.split([';', ',']).map(str::trim).filter(|a| !a.is_empty()).collect()
+    }
+
+    /// The RocketMQ topic a message with outbox `topic` is published to.
+    pub(crate) fn topic_for(&self, topic: &str) -> String {
+        match (&self.topic, &self.topic_prefix) {
+            (Some(t), _) => t.clone(),
+            (None, Some(p)) => format!("{p}_{topic}"),
+            (None, None) => topic.to_owned(),
+        }
+    }
+}
+
+/// Why `topic` is not a legal RocketMQ topic, if it is not: 1 to 127 characters of
+/// `[%|a-zA-Z0-9_-]` (the Java client's `Validators.checkTopic`).
+pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic.len() > 127 {
+        return Err(format!("{topic:?} must have 1 to 127 characters"));
+    }
+    if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|'))) {
+        return Err(format!(
+            "{topic:?} contains {c:?}; RocketMQ topics allow only ASCII letters, digits, '_', '-', '%' and '|' \
+             (route with a fixed `topic` and use the tag, or rename the outbox topic)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key_of(e: TransportError) -> &'static str {
+        match e {
+            TransportError::Config { key, .. } => key,
+            other => panic!("expected a config error, got {other}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid_and_unknown_keys_are_rejected() {
+        RocketMqConfig::default().validate().unwrap();
+        let c: RocketMqConfig =
+            serde_json::from_str(r#"{"namesrv":"a:9876;b:9876","topic_prefix":"OUTBOX"}"#).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.namesrv_list(), vec!["a:9876", "b:9876"]);
+        assert_eq!(c.topic_for("ORDER"), "OUTBOX_ORDER");
+        assert!(serde_json::from_str::<RocketMqConfig>(r#"{"namesrvv":"x:1"}"#).is_err());
+    }
+
+    #[test]
+    fn invalid_values_name_their_key() {
+        let bad = |f: fn(&mut RocketMqConfig)| {
+            let mut c = RocketMqConfig::default();
+            f(&mut c);
+            key_of(c.validate().unwrap_err())
+        };
+        assert_eq!(bad(|c| c.namesrv = " ; ".into()), "namesrv");
+        assert_eq!(bad(|c| c.namesrv = "host".into()), "namesrv");
+        assert_eq!(
+            bad(|c| {
+                c.topic = Some("A".into());
+                c.topic_prefix = Some("B".into());
+            }),
+            "topic"
+        );
+        assert_eq!(bad(|c| c.topic = Some("order.paid".into())), "topic");
+        assert_eq!(bad(|c| c.topic_prefix = Some(String::new())), "topic_prefix");
+        assert_eq!(bad(|c| c.producer_group = "a b".into()), "producer_group");
+        assert_eq!(bad(|c| c.timeout = Duration::ZERO), "timeout");
+        assert_eq!(bad(|c| c.max_message_bytes = 0), "max_message_bytes");
+        assert_eq!(bad(|c| c.access_key = Some("a".into())), "access_key");
+    }
+
+    #[test]
+    fn debug_redacts_the_secret_key() {
+        let c = RocketMqConfig {
+            access_key: Some("relay".into()),
+            secret_key: Some("hunter2".into()),
+            ..RocketMqConfig::default()
+        };
+        let s = format!("{c:?}");
+        assert!(!s.contains("hunter2") && s.contains("relay"), "{s}");
+    }
+
+    #[test]
+    fn topic_names() {
+        assert!(check_topic("ORDER_PAID").is_ok());
+        assert!(check_topic("%RETRY%group").is_ok());
+        assert!(check_topic("order.paid").is_err());
+        assert!(check_topic("").is_err());
+        assert!(check_topic(&"x".repeat(128)).is_err());
+    }
+}

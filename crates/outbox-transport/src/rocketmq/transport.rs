@@ -1,0 +1,252 @@
+//! The RocketMQ [`Transport`].
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use outbox_core::{Envelope, Outcome, Transport};
+use rocketmq_client_rust::{AclClientRPCHook, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, SessionCredentials};
+use rocketmq_model::common::message::message_queue::MessageQueue;
+use rocketmq_model::common::message::message_single::Message;
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+use super::config::{check_topic, RocketMqConfig};
+use super::outcome;
+use crate::TransportError;
+
+const KIND: &str = "rocketmq";
+
+/// Publishes to RocketMQ and reports a message delivered only when the broker answered
+/// `SEND_OK`. One producer (and the client's own small runtime) per transport.
+pub struct RocketMqTransport {
+    config: RocketMqConfig,
+    producer: DefaultMQProducer,
+    client: Arc<ClientRuntime>,
+    /// Owns the threads the client runs on; dropped last.
+    _owner: RuntimeOwner,
+}
+
+impl std::fmt::Debug for RocketMqTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RocketMqTransport").field("config", &self.config).finish()
+    }
+}
+
+/// Java's `String.hashCode`, so keys select the same queue as the Java client's
+/// `SelectMessageQueueByHash`.
+pub(crate) fn java_hash(s: &str) -> i32 {
+    s.encode_utf16().fold(0_i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)))
+}
+
+/// The queue for `key` among `queues`, as `SelectMessageQueueByHash` picks it.
+pub(crate) fn queue_for(key: &str, count: usize) -> usize {
+    if count == 0 {
+        return 0;
+    }
+    let n = i32::try_from(count).unwrap_or(i32::MAX);
+    (java_hash(key) % n).unsigned_abs() as usize
+}
+
+impl RocketMqTransport {
+    /// Validates `config`, starts the producer and checks that a name server answers. Fails
+    /// with [`TransportError::Config`] naming the key, or [`TransportError::Connect`] when the
+    /// client cannot start.
+    pub async fn connect(config: RocketMqConfig) -> Result<Self, TransportError> {
+        config.validate()?;
+        let address = config.namesrv.clone();
+        let fail = |reason: String| TransportError::Connect { transport: KIND, address: address.clone(), reason };
+        let owner = RuntimeOwner::plan(RuntimeConfig {
+            worker_threads: 1,
+            thread_name: "outbox-rocketmq".into(),
+            ..RuntimeConfig::default()
+        })
+        .map_err(|e| fail(format!("cannot plan the client runtime: {e}")))?
+        .build()
+        .map_err(|e| fail(format!("cannot start the client runtime: {e}")))?;
+        let client = ClientRuntime::try_new(
+            owner.root_context().component("outbox"),
+            ClientRuntimeConfig::default(),
+            rocketmq_observability::TelemetryHandle::noop(),
+        )
+        .map_err(|e| fail(format!("cannot create the client: {e}")))?;
+        let namesrv = config.namesrv_list().join(";");
+        let mut builder = DefaultMQProducer::builder(client.clone())
+            .producer_group(config.producer_group.as_str())
+            .name_server_addr(namesrv.as_str())
+            .send_msg_timeout(u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX))
+            .max_message_size(u32::try_from(config.max_message_bytes).unwrap_or(u32::MAX));
+        if let (Some(a), Some(s)) = (&config.access_key, &config.secret_key) {
+            builder = builder.rpc_hook(Arc::new(AclClientRPCHook::new(SessionCredentials::with_keys(
+                a.as_str(),
+                s.as_str(),
+            ))));
+        }
+        let mut producer = builder.build();
+        tokio::time::timeout(config.timeout, producer.start())
+            .await
+            .map_err(|_| fail(format!("the producer did not start within {:?}", config.timeout)))?
+            .map_err(|e| fail(format!("the producer did not start: {e}")))?;
+        let transport = RocketMqTransport { config, producer, client, _owner: owner };
+        if let Err(e) = transport.probe_namesrv().await {
+            return Err(fail(e));
+        }
+        Ok(transport)
+    }
+
+    /// Checks that some name server accepts a connection.
+    async fn probe_namesrv(&self) -> Result<(), String> {
+        let mut last = String::new();
+        for addr in self.config.namesrv_list() {
+            match tokio::time::timeout(self.config.timeout, tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => return Ok(()),
+                Ok(Err(e)) => last = format!("name server {addr}: {e}"),
+                Err(_) => last = format!("name server {addr}: no answer within {:?}", self.config.timeout),
+            }
+        }
+        Err(last)
+    }
+
+    fn message(&self, env: &Envelope, topic: &str) -> Result<Message, Outcome> {
+        if env.payload.len() > self.config.max_message_bytes {
+            return Err(outcome::oversized(env.payload.len(), self.config.max_message_bytes));
+        }
+        let mut keys = vec![env.id.to_string()];
+        keys.extend(env.key.iter().map(|k| k.replace(' ', "_")));
+        let mut b = Message::builder().topic(topic).body_slice(env.payload.as_bytes()).keys(keys);
+        if let Some(tag) = &env.tag {
+            if tag.contains('|') || tag.chars().any(char::is_control) {
+                return Err(Outcome::permanent(format!(
+                    "tag {tag:?} cannot be a RocketMQ tag ('|' separates tags in subscriptions)"
+                )));
+            }
+            b = b.tags(tag.as_str());
+        }
+        if let Some(k) = &env.key {
+            b = b.sharding_key(k.as_str());
+        }
+        for (name, value) in &env.headers {
+            // Properties travel as name\u{1}value\u{2}: those two characters cannot appear.
+            if [name, value].iter().any(|s| s.contains(['\u{1}', '\u{2}'])) {
+                return Err(Outcome::permanent(format!(
+                    "header {name:?} contains a \\u0001 or \\u0002 character, which RocketMQ properties cannot carry"
+                )));
+            }
+            b = b.raw_property(name.as_str(), value.as_str()).map_err(|e| {
+                Outcome::permanent(format!("header {name:?} cannot be a RocketMQ user property: {e}"))
+            })?;
+        }
+        b.build().map_err(|e| Outcome::permanent(format!("not a valid RocketMQ message: {e}")))
+    }
+
+    async fn send(&self, env: &Envelope) -> Outcome {
+        let topic = self.config.topic_for(&env.topic);
+        if let Err(r) = check_topic(&topic) {
+            return Outcome::permanent(format!("topic {:?} does not make a valid RocketMQ topic: {r}", env.topic));
+        }
+        let msg = match self.message(env, &topic) {
+            Ok(m) => m,
+            Err(o) => return o,
+        };
+        let timeout_ms = u64::try_from(self.config.timeout.as_millis()).unwrap_or(u64::MAX);
+        // The client bounds the send by its timeout; this bounds everything around it too.
+        let bound = self.config.timeout + Duration::from_secs(1);
+        let sent = match (&env.key, self.config.order_by_key) {
+            (Some(key), true) => {
+                let selector = |mqs: &[MessageQueue], _m: &Message, key: &String| {
+                    mqs.get(queue_for(key, mqs.len())).cloned()
+                };
+                tokio::time::timeout(
+                    bound,
+                    self.producer.send_with_selector_timeout(msg, selector, key.clone(), timeout_ms),
+                )
+                .await
+            }
+            _ => tokio::time::timeout(bound, self.producer.send_with_timeout(msg, timeout_ms)).await,
+        };
+        match sent {
+            Err(_) => outcome::deadline(self.config.timeout, &topic),
+            Ok(Err(e)) => outcome::error(&e, &topic),
+            Ok(Ok(Some(result))) => outcome::status(result.send_status, &topic),
+            Ok(Ok(None)) => Outcome::retryable(format!("RocketMQ returned no send result for topic {topic:?}")),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Transport for RocketMqTransport {
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
+        if self.client.is_shutdown() {
+            return vec![Outcome::unavailable("the RocketMQ client is shut down"); batch.len()];
+        }
+        // Sends run concurrently, except that messages with the same key go one after the
+        // other (and stop at the first that is not delivered), so a key keeps its order.
+        let mut chains: Vec<Vec<usize>> = Vec::new();
+        let mut by_key: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for (i, env) in batch.iter().enumerate() {
+            match env.key.as_deref() {
+                Some(k) => match by_key.get(k) {
+                    Some(&c) => chains[c].push(i),
+                    None => {
+                        by_key.insert(k, chains.len());
+                        chains.push(vec![i]);
+                    }
+                },
+                None => chains.push(vec![i]),
+            }
+        }
+        let results = futures::future::join_all(chains.into_iter().map(|chain| async move {
+            let mut out = Vec::with_capacity(chain.len());
+            let mut blocked: Option<String> = None;
+            for i in chain {
+                let o = match &blocked {
+                    Some(k) => Outcome::unavailable(format!(
+                        "not sent: an earlier message with key {k:?} in this batch was not published"
+                    )),
+                    None => self.send(&batch[i]).await,
+                };
+                if !matches!(o, Outcome::Delivered) && blocked.is_none() {
+                    blocked = batch[i].key.clone();
+                }
+                out.push((i, o));
+            }
+            out
+        }))
+        .await;
+        let mut out = vec![Outcome::retryable("no outcome recorded"); batch.len()];
+        for (i, o) in results.into_iter().flatten() {
+            out[i] = o;
+        }
+        out
+    }
+
+    fn max_payload_bytes(&self) -> Option<usize> {
+        Some(self.config.max_message_bytes)
+    }
+
+    async fn health(&self) -> Result<(), String> {
+        if self.client.is_shutdown() {
+            return Err("the RocketMQ client is shut down".into());
+        }
+        self.probe_namesrv().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_hash_matches_java() {
+        // Values of "...".hashCode() in Java.
+        assert_eq!(java_hash(""), 0);
+        assert_eq!(java_hash("a"), 97);
+        assert_eq!(java_hash("order-1"), -1_207_111_310);
+        assert_eq!(java_hash("订单"), 1_129_459);
+        assert_eq!(queue_for("a", 4), 1);
+        assert_eq!(queue_for("order-1", 8), 6);
+        assert_eq!(queue_for("x", 0), 0);
+    }
+}

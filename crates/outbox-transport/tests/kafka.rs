@@ -1,0 +1,416 @@
+//! The Kafka transport against a real Kafka-protocol broker (tansu, started per test on its own
+//! port by `outbox_testkit::brokers::Tansu`; `scripts/brokers.sh` installs it). Consumers are
+//! real librdkafka consumers.
+#![cfg(feature = "kafka")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+use common::*;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{header, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
+use outbox_store::Outbox;
+use outbox_testkit::brokers::Tansu;
+use outbox_testkit::proxy::TcpProxy;
+use outbox_transport::kafka::{KafkaConfig, KafkaTransport};
+use outbox_transport::TransportError;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(120);
+const PARTITIONS: i32 = 3;
+
+async fn create_topic(bootstrap: &str, topic: &str) {
+    let admin: AdminClient<DefaultClientContext> =
+        ClientConfig::new().set("bootstrap.servers", bootstrap).create().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = admin
+            .create_topics(
+                &[NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1))],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(10))),
+            )
+            .await;
+        match r {
+            Ok(results) if results.iter().all(|r| r.is_ok()) => return,
+            other => {
+                assert!(Instant::now() < deadline, "cannot create topic {topic}: {other:?}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// One record as a consumer sees it.
+#[derive(Debug, Clone)]
+struct Got {
+    partition: i32,
+    key: Option<String>,
+    payload: String,
+    headers: BTreeMap<String, String>,
+}
+
+impl Got {
+    fn id(&self) -> i64 {
+        self.headers[header::MESSAGE_ID].parse().unwrap()
+    }
+}
+
+/// A consumer assigned to every partition of `topic` from the beginning (no group protocol, so
+/// it reads at once and keeps reading across a broker restart: offsets out of range reset to
+/// the earliest).
+struct Reader {
+    consumer: BaseConsumer,
+    got: Vec<Got>,
+}
+
+impl Reader {
+    fn new(bootstrap: &str, topic: &str) -> Reader {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", bootstrap)
+            .set("group.id", format!("outbox-test-{}", std::process::id()))
+            .set("enable.auto.commit", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("session.timeout.ms", "6000")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition_offset(topic, p, Offset::Beginning).unwrap();
+        }
+        consumer.assign(&tpl).unwrap();
+        Reader { consumer, got: Vec::new() }
+    }
+
+    /// Reads until `done` holds for what was read, or panics after `within`.
+    async fn read_until(&mut self, within: Duration, done: impl Fn(&[Got]) -> bool) {
+        let deadline = Instant::now() + within;
+        while !done(&self.got) {
+            assert!(Instant::now() < deadline, "consumer timed out with {} records", self.got.len());
+            let polled = self.consumer.poll(Duration::from_millis(0));
+            match polled {
+                None => tokio::time::sleep(Duration::from_millis(20)).await,
+                Some(Err(e)) => {
+                    eprintln!("consumer: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Some(Ok(m)) => {
+                    let mut headers = BTreeMap::new();
+                    if let Some(h) = m.headers() {
+                        for h in h.iter() {
+                            headers.insert(
+                                h.key.to_owned(),
+                                String::from_utf8(h.value.unwrap_or_default().to_vec()).unwrap(),
+                            );
+                        }
+                    }
+                    self.got.push(Got {
+                        partition: m.partition(),
+                        key: m.key().map(|k| String::from_utf8(k.to_vec()).unwrap()),
+                        payload: String::from_utf8(m.payload().unwrap_or_default().to_vec()).unwrap(),
+                        headers,
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn distinct_ids(got: &[Got]) -> HashSet<i64> {
+    got.iter().map(Got::id).collect()
+}
+
+fn config(bootstrap: String) -> KafkaConfig {
+    // Below the relay's 5 s publish timeout, so the transport answers first.
+    KafkaConfig { brokers: bootstrap, timeout: Duration::from_secs(3), ..KafkaConfig::default() }
+}
+
+fn message(topic: &str, i: usize, keys: usize) -> NewMessage {
+    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % keys))
+        .tag(if i % 2 == 0 { "paid" } else { "refunded" })
+        .biz("order", i.to_string())
+        .header("tenant", "t1");
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+/// Per key, the messages are first received in commit (id) order, all on one partition.
+fn check_order(got: &[Got]) {
+    let mut seen = HashSet::new();
+    let mut last: HashMap<String, (i64, i32)> = HashMap::new();
+    for g in got {
+        let id = g.id();
+        if !seen.insert(id) {
+            continue; // a republished duplicate
+        }
+        let key = g.key.clone().expect("keyed");
+        if let Some((prev, partition)) = last.insert(key.clone(), (id, g.partition)) {
+            assert!(prev < id, "key {key}: message {id} arrived after {prev}");
+            assert_eq!(partition, g.partition, "key {key} changed partition");
+        }
+    }
+}
+
+async fn enqueue_all<DB: outbox_store::OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    topic: &str,
+    range: std::ops::Range<usize>,
+    keys: usize,
+    committed: &mut HashMap<MessageId, NewMessage>,
+) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    for chunk in range.collect::<Vec<_>>().chunks(10) {
+        let mut tx = outbox.begin().await.unwrap();
+        for &i in chunk {
+            let m = message(topic, i, keys);
+            let e = tx.enqueue(&m).await.unwrap();
+            ids.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tx.commit().await.unwrap();
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
+    let Some(broker) = Tansu::start() else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let topic = "orders";
+        create_topic(&broker.bootstrap(), topic).await;
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
+        assert_eq!(t.kind(), "kafka");
+        t.health().await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
+
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(&NewMessage::new(topic, "phantom").key("order-1")).await.unwrap();
+        tx.rollback().await.unwrap();
+        let mut committed = HashMap::new();
+        let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
+        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+
+        let mut reader = Reader::new(&broker.bootstrap(), topic);
+        reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= ids.len()).await;
+        for g in &reader.got {
+            assert_ne!(g.payload, "phantom", "a rolled-back message was published");
+            let m = &committed[&MessageId(g.id())];
+            assert_eq!(g.payload, m.payload);
+            assert_eq!(g.key, m.key, "the message key is the Kafka key");
+            assert_eq!(g.headers.get(header::TAG), m.tag.as_ref());
+            assert_eq!(g.headers[header::TOPIC], topic);
+            assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
+            assert_eq!(g.headers[header::BIZ_TYPE], "order");
+            assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+            assert_eq!(g.headers["tenant"], "t1");
+            assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
+            assert_eq!(g.headers[header::ATTEMPT], "1");
+            assert!(g.headers.contains_key(header::CREATED_AT));
+        }
+        assert_eq!(distinct_ids(&reader.got), ids.iter().map(|i| i.0).collect());
+        assert_eq!(reader.got.len(), ids.len(), "no duplicates without faults");
+        check_order(&reader.got);
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_key_order_holds_across_producer_rebuilds() {
+    let Some(broker) = Tansu::start() else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let topic = "rebuilds";
+        create_topic(&broker.bootstrap(), topic).await;
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = Arc::new(KafkaTransport::connect(config(broker.bootstrap())).await.unwrap());
+        let (stop, handle) = start_relay(&outbox, "kafka", t.clone());
+
+        // Rebuild the producer over and over while the messages are committed and relayed, as
+        // fatal errors would.
+        let rebuilding = CancellationToken::new();
+        let rebuilder = tokio::spawn({
+            let (t, stop) = (t.clone(), rebuilding.clone());
+            async move {
+                while !stop.is_cancelled() {
+                    t.rebuild_producer().await.unwrap();
+                    tokio::time::sleep(Duration::from_millis(25)).await;
+                }
+            }
+        });
+        let mut committed = HashMap::new();
+        let ids = enqueue_all(&outbox, topic, 0..300, 10, &mut committed).await;
+        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+        rebuilding.cancel();
+        rebuilder.await.unwrap();
+        assert!(t.rebuilds() >= 3, "only {} rebuilds", t.rebuilds());
+        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+
+        let mut reader = Reader::new(&broker.bootstrap(), topic);
+        reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= ids.len()).await;
+        assert_eq!(distinct_ids(&reader.got), ids.iter().map(|i| i.0).collect());
+        check_order(&reader.got);
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
+    let Some(mut broker) = Tansu::start() else { return };
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let topic = "restarts";
+        create_topic(&broker.bootstrap(), topic).await;
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
+        let mut reader = Reader::new(&broker.bootstrap(), topic);
+
+        let mut committed = HashMap::new();
+        let first = enqueue_all(&outbox, topic, 0..100, 10, &mut committed).await;
+        // Read some of the stream, then kill the broker mid-stream.
+        reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= 20).await;
+        broker.stop();
+        let second = enqueue_all(&outbox, topic, 100..200, 10, &mut committed).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
+        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+        // Its storage is in memory: the restarted broker needs the topic again, as a cluster
+        // with persistent storage would still have it. What the consumer read before the kill
+        // stays read; everything else must arrive after the restart.
+        broker.restart();
+        create_topic(&broker.bootstrap(), topic).await;
+        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+
+        let read_before: HashSet<i64> = distinct_ids(&reader.got);
+        let sent_after: HashSet<i64> = all.iter().map(|i| i.0).filter(|i| !read_before.contains(i)).collect();
+        // Messages the broker confirmed before the kill but the reader had not read yet were
+        // lost with the broker's memory: that is the test broker's storage, not the relay.
+        // Every message still pending at the kill must arrive.
+        reader
+            .read_until(Duration::from_secs(90), |g| {
+                let ids = distinct_ids(g);
+                second.iter().all(|i| ids.contains(&i.0))
+            })
+            .await;
+        let ids = distinct_ids(&reader.got);
+        assert!(second.iter().all(|i| ids.contains(&i.0)), "every message committed during the outage arrives");
+        assert!(sent_after.len() >= second.len());
+        for g in &reader.got {
+            assert_eq!(g.payload, committed[&MessageId(g.id())].payload);
+        }
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_connection_keeps_messages_pending_and_loses_nothing() {
+    // The broker advertises the proxy, so every connection of the transport goes through it.
+    let proxy_port = outbox_testkit::brokers::free_port();
+    let broker_port = outbox_testkit::brokers::free_port();
+    let Some(broker) = Tansu::start_advertising(broker_port, proxy_port) else { return };
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let proxy = TcpProxy::start_on(proxy_port, &broker.bootstrap()).await;
+        let topic = "cuts";
+        create_topic(&format!("127.0.0.1:{proxy_port}"), topic).await;
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = KafkaTransport::connect(config(format!("127.0.0.1:{proxy_port}"))).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let first = enqueue_all(&outbox, topic, 0..50, 5, &mut committed).await;
+        wait_all_sent(&outbox, &first, Duration::from_secs(60)).await;
+        proxy.cut();
+        let second = enqueue_all(&outbox, topic, 50..100, 5, &mut committed).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let st = statuses(&outbox, &second).await;
+        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
+        proxy.restore();
+        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
+        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+
+        let mut reader = Reader::new(&format!("127.0.0.1:{proxy_port}"), topic);
+        reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= all.len()).await;
+        assert_eq!(distinct_ids(&reader.got), all.iter().map(|i| i.0).collect());
+        check_order(&reader.got);
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_topics_and_oversized_messages_fail_permanently_and_hold_nothing_up() {
+    let Some(broker) = Tansu::start() else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        create_topic(&broker.bootstrap(), "known").await;
+        let t = KafkaTransport::connect(KafkaConfig { max_message_bytes: 4_000, ..config(broker.bootstrap()) })
+            .await
+            .unwrap();
+        assert_eq!(t.max_payload_bytes(), Some(4_000));
+        let batch = vec![
+            envelope(1, "missing-topic", Some("a"), "{}", false),
+            envelope(2, "known", Some("b"), &"x".repeat(5_000), false),
+            envelope(3, "known", Some("c"), "{}", false),
+            envelope(4, "not a topic!", None, "{}", false),
+            envelope(5, "known", Some("a"), "{}", false),
+        ];
+        let out = t.publish(&batch).await;
+        assert_eq!(kind(&out[0]), Some(FailureKind::Permanent), "{out:?}");
+        assert!(reason(&out[0]).contains("\"missing-topic\" does not exist"), "{}", reason(&out[0]));
+        assert_eq!(kind(&out[1]), Some(FailureKind::Permanent), "{out:?}");
+        assert!(reason(&out[1]).contains("max_message_bytes"), "{}", reason(&out[1]));
+        assert_eq!(out[2], Outcome::Delivered);
+        assert_eq!(kind(&out[3]), Some(FailureKind::Permanent), "{out:?}");
+        // Same key as the failed first message: held back so it cannot overtake it.
+        assert_eq!(kind(&out[4]), Some(FailureKind::Unavailable), "{out:?}");
+
+        // A fixed topic that does not exist is refused at connect; an unreachable cluster too.
+        let e = KafkaTransport::connect(KafkaConfig { topic: Some("nope".into()), ..config(broker.bootstrap()) })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Connect { .. }) && e.to_string().contains("nope"), "{e}");
+        let dead = format!("127.0.0.1:{}", outbox_testkit::brokers::free_port());
+        let e = KafkaTransport::connect(KafkaConfig { connect_timeout: Duration::from_secs(2), ..config(dead) })
+            .await
+            .unwrap_err();
+        assert!(matches!(e, TransportError::Connect { .. }), "{e}");
+    })
+    .await
+    .expect("test timed out");
+}

@@ -1,0 +1,284 @@
+//! The RocketMQ transport against a real RocketMQ-protocol name server and broker (rocketmq-rust,
+//! started per test on their own ports with file storage by `outbox_testkit::brokers::RocketMq`;
+//! `scripts/brokers.sh` installs them). Consumers are real push consumers of the same client.
+#![cfg(feature = "rocketmq")]
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+#![recursion_limit = "512"]
+
+mod common;
+
+use common::*;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::{header, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
+use outbox_store::Outbox;
+use outbox_testkit::brokers::RocketMq;
+use outbox_transport::rocketmq::{RocketMqConfig, RocketMqTransport};
+use rocketmq_client_rust::{
+    ClientResult, ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus,
+    DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
+};
+use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
+use rocketmq_model::common::message::message_ext::MessageExt;
+use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
+
+const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// One message as the consumer sees it.
+#[derive(Debug, Clone)]
+struct Got {
+    queue: i32,
+    tag: Option<String>,
+    keys: Vec<String>,
+    payload: String,
+    props: HashMap<String, String>,
+}
+
+impl Got {
+    fn id(&self) -> i64 {
+        self.props[header::MESSAGE_ID].parse().unwrap()
+    }
+}
+
+struct Listener(Arc<Mutex<Vec<Got>>>);
+
+impl MessageListenerConcurrently for Listener {
+    fn consume_message(
+        &self,
+        msgs: &[&MessageExt],
+        _ctx: &ConsumeConcurrentlyContext,
+    ) -> ClientResult<ConsumeConcurrentlyStatus> {
+        let mut got = self.0.lock().unwrap();
+        for m in msgs {
+            let inner = m.message_inner();
+            got.push(Got {
+                queue: m.queue_id(),
+                tag: inner.tags().map(str::to_owned),
+                keys: inner.keys().unwrap_or_default(),
+                payload: String::from_utf8_lossy(&m.body().unwrap_or_default()).into_owned(),
+                props: m.properties().iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            });
+        }
+        Ok(ConsumeConcurrentlyStatus::ConsumeSuccess)
+    }
+}
+
+/// A push consumer in a fresh group, from the first offset.
+struct Reader {
+    consumer: DefaultMQPushConsumer,
+    got: Arc<Mutex<Vec<Got>>>,
+    _owner: RuntimeOwner,
+}
+
+impl Reader {
+    async fn start(namesrv: &str, topic: &str) -> Reader {
+        let owner = RuntimeOwner::plan(RuntimeConfig { thread_name: "test-consumer".into(), ..Default::default() })
+            .unwrap()
+            .build()
+            .unwrap();
+        let rt = ClientRuntime::try_new(
+            owner.root_context().component("consumer"),
+            ClientRuntimeConfig::default(),
+            rocketmq_observability::TelemetryHandle::noop(),
+        )
+        .unwrap();
+        let got = Arc::new(Mutex::new(Vec::new()));
+        let mut consumer = DefaultMQPushConsumer::builder(rt)
+            .consumer_group(format!("cg_{}_{}", std::process::id(), outbox_testkit::brokers::free_port()))
+            .name_server_addr(namesrv)
+            .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
+            .build();
+        consumer.subscribe(topic, "*").await.unwrap();
+        consumer.register_message_listener_concurrently(Listener(got.clone()));
+        consumer.start().await.unwrap();
+        Reader { consumer, got, _owner: owner }
+    }
+
+    fn ids(&self) -> HashSet<i64> {
+        self.got.lock().unwrap().iter().map(Got::id).collect()
+    }
+
+    async fn wait_for(&self, ids: &[MessageId], within: Duration) {
+        let deadline = Instant::now() + within;
+        loop {
+            let seen = self.ids();
+            let missing = ids.iter().filter(|i| !seen.contains(&i.0)).count();
+            if missing == 0 {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{missing} of {} messages not consumed", ids.len());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn stop(mut self) {
+        self.consumer.shutdown().await;
+    }
+}
+
+fn config(namesrv: String) -> RocketMqConfig {
+    RocketMqConfig { namesrv, timeout: Duration::from_secs(3), ..RocketMqConfig::default() }
+}
+
+fn message(topic: &str, i: usize, keys: usize) -> NewMessage {
+    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % keys))
+        .tag(if i % 2 == 0 { "paid" } else { "refunded" })
+        .biz("order", i.to_string())
+        .header("tenant", "t1");
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+async fn enqueue_all<DB: outbox_store::OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    topic: &str,
+    range: std::ops::Range<usize>,
+    keys: usize,
+    committed: &mut HashMap<MessageId, NewMessage>,
+) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    for chunk in range.collect::<Vec<_>>().chunks(10) {
+        let mut tx = outbox.begin().await.unwrap();
+        for &i in chunk {
+            let m = message(topic, i, keys);
+            let e = tx.enqueue(&m).await.unwrap();
+            ids.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tx.commit().await.unwrap();
+    }
+    ids
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
+    let Some(broker) = RocketMq::start(true) else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let topic = "OutboxOrders";
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
+        assert_eq!(t.kind(), "rocketmq");
+        t.health().await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
+
+        let mut tx = outbox.begin().await.unwrap();
+        tx.enqueue(&NewMessage::new(topic, "phantom").key("order-1")).await.unwrap();
+        tx.rollback().await.unwrap();
+        let mut committed = HashMap::new();
+        let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
+        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+
+        let reader = Reader::start(&broker.namesrv(), topic).await;
+        reader.wait_for(&ids, Duration::from_secs(90)).await;
+        let got = reader.got.lock().unwrap().clone();
+        let mut queue_of_key: HashMap<String, i32> = HashMap::new();
+        for g in &got {
+            assert_ne!(g.payload, "phantom", "a rolled-back message was published");
+            let m = &committed[&MessageId(g.id())];
+            assert_eq!(g.payload, m.payload);
+            assert_eq!(g.tag, m.tag, "the message tag is the RocketMQ tag");
+            let key = m.key.clone().unwrap();
+            assert_eq!(g.keys, vec![g.id().to_string(), key.clone()], "keys: message id and key");
+            assert_eq!(g.props[header::TOPIC], topic);
+            assert_eq!(g.props[header::KEY], key);
+            assert_eq!(g.props[header::BIZ_TYPE], "order");
+            assert_eq!(Some(&g.props[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+            assert_eq!(g.props["tenant"], "t1");
+            assert_eq!(g.props.get(header::TRACEPARENT), m.headers.get("traceparent"));
+            assert!(g.props.contains_key(header::CREATED_AT) && g.props.contains_key(header::ATTEMPT));
+            let q = *queue_of_key.entry(key.clone()).or_insert(g.queue);
+            assert_eq!(q, g.queue, "key {key} is always sent to one queue");
+        }
+        assert_eq!(reader.ids(), ids.iter().map(|i| i.0).collect());
+        reader.stop().await;
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
+    let Some(mut broker) = RocketMq::start(true) else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let topic = "OutboxRestarts";
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
+
+        let mut committed = HashMap::new();
+        let first = enqueue_all(&outbox, topic, 0..60, 6, &mut committed).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
+            assert!(Instant::now() < deadline, "nothing published before the kill");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        broker.stop_broker();
+        let second = enqueue_all(&outbox, topic, 60..120, 6, &mut committed).await;
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
+        let st = statuses(&outbox, &second).await;
+        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while down: {st:?}");
+        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+        broker.start_broker();
+        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+
+        // The broker's store survived the kill: everything, from before and after, arrives.
+        let reader = Reader::start(&broker.namesrv(), topic).await;
+        reader.wait_for(&all, Duration::from_secs(90)).await;
+        for g in reader.got.lock().unwrap().iter() {
+            assert_eq!(g.payload, committed[&MessageId(g.id())].payload);
+        }
+        reader.stop().await;
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_topics_invalid_and_oversized_messages_fail_permanently() {
+    // Auto-create off, as in production.
+    let Some(broker) = RocketMq::start(false) else { return };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let t = RocketMqTransport::connect(RocketMqConfig { max_message_bytes: 4_000, ..config(broker.namesrv()) })
+            .await
+            .unwrap();
+        assert_eq!(t.max_payload_bytes(), Some(4_000));
+        let mut reserved = envelope(4, "Whatever", Some("d"), "{}", false);
+        reserved.headers.insert("KEYS".into(), "system property".into());
+        let batch = vec![
+            envelope(1, "NoSuchTopic", Some("a"), "{}", false),
+            envelope(2, "Whatever", Some("b"), &"x".repeat(5_000), false),
+            envelope(3, "order.paid", Some("c"), "{}", false),
+            reserved,
+        ];
+        let out = t.publish(&batch).await;
+        for (i, o) in out.iter().enumerate() {
+            assert_eq!(kind(o), Some(FailureKind::Permanent), "message {i}: {o:?}");
+        }
+        assert!(reason(&out[0]).contains("NoSuchTopic"), "{}", reason(&out[0]));
+        assert!(reason(&out[1]).contains("max_message_bytes"), "{}", reason(&out[1]));
+        assert!(reason(&out[2]).contains("order.paid"), "{}", reason(&out[2]));
+        assert!(reason(&out[3]).contains("KEYS"), "{}", reason(&out[3]));
+        assert!(!out.contains(&Outcome::Delivered));
+    })
+    .await
+    .expect("test timed out");
+}
