@@ -62,7 +62,7 @@ impl Snapshot {
                 let rb: Vec<(i64,)> = sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
                 s.rolled_back = rb.into_iter().map(|r| r.0).collect();
                 let ob: Vec<(i64, String, Option<String>)> =
-                    sqlx::query_as("SELECT id, status, last_error FROM outbox_message").fetch_all(&pool).await?;
+                    sqlx::query_as("SELECT id, CAST(status AS CHAR), CAST(last_error AS CHAR) FROM outbox_message").fetch_all(&pool).await?;
                 s.outbox = ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect();
                 s.raw = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
                 s.effect =

@@ -134,7 +134,7 @@ impl Names {
     }
     /// The NATS subject prefix (subject = prefix.topic).
     pub(crate) fn subject_prefix(&self) -> String {
-        "x".into()
+        format!("cx{}", self.run)
     }
     /// RabbitMQ queue or Redis stream key of a consumer group.
     pub(crate) fn queue(&self, group: &str) -> String {
@@ -253,7 +253,7 @@ pub(crate) async fn setup_broker(broker: Broker, names: &Names) -> anyhow::Resul
             let js = async_nats::jetstream::new(client);
             js.create_stream(async_nats::jetstream::stream::Config {
                 name: names.stream(),
-                subjects: vec![format!("{}.{}", names.subject_prefix(), names.topic())],
+                subjects: vec![format!("{}.>", names.subject_prefix())],
                 storage: async_nats::jetstream::stream::StorageType::File,
                 duplicate_window: Duration::from_secs(120),
                 ..Default::default()

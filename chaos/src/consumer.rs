@@ -95,7 +95,7 @@ impl Sink {
             }
             (Sink::Pg(pool, inbox), _) => {
                 let mut tx = pool.begin().await?;
-                inbox
+                let _first_or_duplicate = inbox
                     .process(&mut tx, group, msg, |conn| {
                         Box::pin(async move {
                             sqlx::query("INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES ($1, $2, $3, $4)")
@@ -113,7 +113,7 @@ impl Sink {
             }
             (Sink::My(pool, inbox), _) => {
                 let mut tx = pool.begin().await?;
-                inbox
+                let _first_or_duplicate = inbox
                     .process(&mut tx, group, msg, |conn| {
                         Box::pin(async move {
                             sqlx::query("INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES (?, ?, ?, ?)")

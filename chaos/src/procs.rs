@@ -8,6 +8,17 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
+/// How a SIGTERM ended.
+#[derive(Debug)]
+pub(crate) enum Stopped {
+    /// It had already exited (or never ran): nothing to judge.
+    NotRunning,
+    /// It exited with this status.
+    Exited(std::process::ExitStatus),
+    /// It did not exit in time and was SIGKILLed.
+    Hung,
+}
+
 /// One supervised process.
 pub(crate) struct Proc {
     /// Name in logs and the summary.
@@ -16,6 +27,7 @@ pub(crate) struct Proc {
     args: Vec<String>,
     log: PathBuf,
     child: Option<Child>,
+    started_at: Option<Instant>,
     /// Restart it when it is down and this instant has passed (`None`: keep it down).
     pub(crate) restart_at: Option<Instant>,
     /// How many times it was started.
@@ -27,7 +39,7 @@ pub(crate) struct Proc {
 impl Proc {
     /// A process that is not started yet.
     pub(crate) fn new(name: impl Into<String>, program: PathBuf, args: Vec<String>, log: PathBuf) -> Proc {
-        Proc { name: name.into(), program, args, log, child: None, restart_at: None, starts: 0, exits: 0 }
+        Proc { name: name.into(), program, args, log, child: None, started_at: None, restart_at: None, starts: 0, exits: 0 }
     }
 
     /// Starts it (appending to its log).
@@ -47,6 +59,7 @@ impl Proc {
             .spawn()
             .with_context(|| format!("starting {} ({})", self.name, self.program.display()))?;
         self.child = Some(child);
+        self.started_at = Some(Instant::now());
         self.starts += 1;
         self.restart_at = None;
         Ok(())
@@ -64,17 +77,25 @@ impl Proc {
         }
     }
 
-    /// SIGTERM, then wait up to `within`; returns the exit status (`None` when it had to be
-    /// SIGKILLed after the wait, or did not run).
-    pub(crate) async fn sigterm(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let mut c = self.child.take()?;
-        let pid = c.id()?;
+    /// Whether it has been running for at least `d` (its start-up is over).
+    pub(crate) fn up_for(&self, d: Duration) -> bool {
+        self.child.is_some() && self.started_at.is_some_and(|t| t.elapsed() >= d)
+    }
+
+    /// SIGTERM, then wait up to `within`.
+    pub(crate) async fn sigterm(&mut self, within: Duration) -> Stopped {
+        let Some(mut c) = self.child.take() else { return Stopped::NotRunning };
+        if let Ok(Some(_)) = c.try_wait() {
+            self.exits += 1;
+            return Stopped::NotRunning;
+        }
+        let Some(pid) = c.id() else { return Stopped::NotRunning };
         let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status().await;
         match tokio::time::timeout(within, c.wait()).await {
-            Ok(Ok(status)) => Some(status),
+            Ok(Ok(status)) => Stopped::Exited(status),
             _ => {
                 let _ = c.kill().await;
-                None
+                Stopped::Hung
             }
         }
     }

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::check::{Report, Snapshot};
 use crate::combo::{self, Broker, Combo, Dialect, Names, Servers};
-use crate::procs::Proc;
+use crate::procs::{Proc, Stopped};
 use crate::proxy::{FaultProxy, Mode};
 
 /// How long and how hard.
@@ -442,19 +442,23 @@ pub(crate) async fn run_combo(
             db_proxy.heal();
             broker_proxy.heal();
             fault_end = None;
-            let i = rng.gen_range(0..relays.len());
-            if relays[i].running() {
+            let up: Vec<usize> = (0..relays.len()).filter(|&i| relays[i].up_for(Duration::from_secs(1))).collect();
+            let i = if up.is_empty() { 0 } else { up[rng.gen_range(0..up.len())] };
+            if up.is_empty() {
+                next_graceful = Instant::now() + Duration::from_secs(1);
+            } else {
                 chaos.relay_sigterms += 1;
                 match relays[i].sigterm(Duration::from_secs(30)).await {
-                    Some(s) if s.success() => {}
+                    Stopped::Exited(s) if s.success() => {}
+                    Stopped::NotRunning => chaos.relay_sigterms -= 1,
                     other => {
                         chaos.bad_graceful_stops += 1;
                         eprintln!("   {} did not stop gracefully: {other:?}", relays[i].name);
                     }
                 }
+                relays[i].restart_at = Some(Instant::now() + Duration::from_millis(500));
+                next_graceful = Instant::now() + graceful_every;
             }
-            relays[i].restart_at = Some(Instant::now() + Duration::from_millis(500));
-            next_graceful = Instant::now() + graceful_every;
         }
         if next_db_restart.is_some_and(|t| now >= t) {
             chaos.db_restarts += 1;
@@ -515,10 +519,19 @@ pub(crate) async fn run_combo(
     }
     // Every relay stops gracefully now; each must exit 0.
     for r in relays.iter_mut() {
-        chaos.relay_exits += r.exits;
+        // Judge a graceful stop only once the relay's start-up is over.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !r.up_for(Duration::from_secs(1)) && Instant::now() < deadline {
+            if !r.running() && r.restart_at.is_none() {
+                r.restart_at = Some(Instant::now());
+            }
+            r.supervise(Duration::from_millis(300))?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         if r.running() {
             match r.sigterm(Duration::from_secs(30)).await {
-                Some(s) if s.success() => {}
+                Stopped::Exited(s) if s.success() => {}
+                Stopped::NotRunning => {}
                 other => {
                     chaos.bad_graceful_stops += 1;
                     eprintln!("   {} did not stop gracefully at the end: {other:?}", r.name);
@@ -530,6 +543,7 @@ pub(crate) async fn run_combo(
         c.sigkill().await;
     }
     for r in &relays {
+        chaos.relay_exits += r.exits;
         let text = std::fs::read_to_string(r.log()).unwrap_or_default();
         chaos.relay_panics += text.lines().filter(|l| l.contains("panicked")).count() as u32;
     }
