@@ -46,27 +46,38 @@ impl Snapshot {
             Dialect::Pg => {
                 let pool = sqlx::PgPool::connect(url).await?;
                 s.ledger = sqlx::query_as("SELECT msg_id, k, seq FROM chaos_ledger").fetch_all(&pool).await?;
-                let rb: Vec<(i64,)> = sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
+                let rb: Vec<(i64,)> =
+                    sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
                 s.rolled_back = rb.into_iter().map(|r| r.0).collect();
                 let ob: Vec<(i64, String, Option<String>)> =
-                    sqlx::query_as("SELECT id, status, last_error FROM outbox_message").fetch_all(&pool).await?;
+                    sqlx::query_as("SELECT id, status, last_error FROM outbox_message")
+                        .fetch_all(&pool)
+                        .await?;
                 s.outbox = ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect();
-                s.raw = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
-                s.effect =
-                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect").fetch_all(&pool).await?;
+                s.raw =
+                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
+                s.effect = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect")
+                    .fetch_all(&pool)
+                    .await?;
                 pool.close().await;
             }
             Dialect::My => {
                 let pool = sqlx::MySqlPool::connect(url).await?;
                 s.ledger = sqlx::query_as("SELECT msg_id, k, seq FROM chaos_ledger").fetch_all(&pool).await?;
-                let rb: Vec<(i64,)> = sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
+                let rb: Vec<(i64,)> =
+                    sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
                 s.rolled_back = rb.into_iter().map(|r| r.0).collect();
-                let ob: Vec<(i64, String, Option<String>)> =
-                    sqlx::query_as("SELECT id, CAST(status AS CHAR), CAST(last_error AS CHAR) FROM outbox_message").fetch_all(&pool).await?;
+                let ob: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+                    "SELECT id, CAST(status AS CHAR), CAST(last_error AS CHAR) FROM outbox_message",
+                )
+                .fetch_all(&pool)
+                .await?;
                 s.outbox = ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect();
-                s.raw = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
-                s.effect =
-                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect").fetch_all(&pool).await?;
+                s.raw =
+                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
+                s.effect = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect")
+                    .fetch_all(&pool)
+                    .await?;
                 pool.close().await;
             }
         }
@@ -148,7 +159,8 @@ fn order_violations(recs: &[Rec], use_pos: bool) -> usize {
 impl Report {
     /// Computes the report.
     pub(crate) fn of(s: &Snapshot, broker_positions: bool) -> Report {
-        let mut r = Report { committed: s.ledger.len(), rolled_back: s.rolled_back.len(), ..Default::default() };
+        let mut r =
+            Report { committed: s.ledger.len(), rolled_back: s.rolled_back.len(), ..Default::default() };
         let committed: HashSet<i64> = s.ledger.iter().map(|l| l.0).collect();
         let raw_ids: HashSet<i64> = s.raw.iter().map(|x| x.0).collect();
         let effect_ids: HashSet<i64> = s.effect.iter().map(|x| x.0).collect();
@@ -293,7 +305,8 @@ mod tests {
         s.outbox.insert(1, ("sent".into(), None));
         s.outbox.insert(2, ("sent".into(), None));
         s.outbox.insert(4, ("pending".into(), None));
-        s.raw = vec![(1, 0, 1, Some(1), 1), (1, 0, 1, Some(2), 2), (2, 0, 2, Some(3), 3), (3, 0, 9, Some(4), 4)];
+        s.raw =
+            vec![(1, 0, 1, Some(1), 1), (1, 0, 1, Some(2), 2), (2, 0, 2, Some(3), 3), (3, 0, 9, Some(4), 4)];
         s.effect = vec![(1, 0, 1, Some(1), 1), (2, 0, 2, Some(3), 2)];
         let r = Report::of(&s, true);
         assert_eq!((r.committed, r.sent, r.in_flight), (3, 2, 1));

@@ -75,7 +75,8 @@ pub(crate) struct Servers;
 impl Servers {
     /// The PostgreSQL admin URL (`OUTBOX_TEST_PG_URL`).
     pub(crate) fn pg() -> String {
-        std::env::var("OUTBOX_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+        std::env::var("OUTBOX_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
     }
     /// The MariaDB admin URL (`OUTBOX_TEST_MYSQL_URL`).
     pub(crate) fn my() -> String {

@@ -98,13 +98,15 @@ impl Sink {
                 let _first_or_duplicate = inbox
                     .process(&mut tx, group, msg, |conn| {
                         Box::pin(async move {
-                            sqlx::query("INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES ($1, $2, $3, $4)")
-                                .bind(id)
-                                .bind(k)
-                                .bind(seq)
-                                .bind(pos)
-                                .execute(&mut *conn)
-                                .await?;
+                            sqlx::query(
+                                "INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES ($1, $2, $3, $4)",
+                            )
+                            .bind(id)
+                            .bind(k)
+                            .bind(seq)
+                            .bind(pos)
+                            .execute(&mut *conn)
+                            .await?;
                             Ok::<_, anyhow::Error>(())
                         })
                     })

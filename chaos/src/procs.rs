@@ -39,7 +39,17 @@ pub(crate) struct Proc {
 impl Proc {
     /// A process that is not started yet.
     pub(crate) fn new(name: impl Into<String>, program: PathBuf, args: Vec<String>, log: PathBuf) -> Proc {
-        Proc { name: name.into(), program, args, log, child: None, started_at: None, restart_at: None, starts: 0, exits: 0 }
+        Proc {
+            name: name.into(),
+            program,
+            args,
+            log,
+            child: None,
+            started_at: None,
+            restart_at: None,
+            starts: 0,
+            exits: 0,
+        }
     }
 
     /// Starts it (appending to its log).

@@ -275,7 +275,8 @@ pub(crate) async fn run_combo(
     std::fs::create_dir_all(&dir)?;
     println!("== {combo}: run {run}, seed {seed}, {load:?} of load, logs in {}", dir.display());
 
-    let db_url = combo::create_database(combo.dialect, &names, KEYS).await.context("creating the database")?;
+    let db_url =
+        combo::create_database(combo.dialect, &names, KEYS).await.context("creating the database")?;
     combo::setup_broker(combo.broker, &names).await.context("setting up the broker")?;
 
     let (db_host, _) = match combo.dialect {
@@ -284,7 +285,8 @@ pub(crate) async fn run_combo(
     };
     let db_proxy = FaultProxy::start(&db_host).await?;
     let broker_proxy = FaultProxy::start(&Servers::broker_addr(combo.broker)).await?;
-    let proxied_db = combo::rewrite_url(&db_url, Some(&format!("127.0.0.1:{}", db_proxy.port())), &names.database())?.1;
+    let proxied_db =
+        combo::rewrite_url(&db_url, Some(&format!("127.0.0.1:{}", db_proxy.port())), &names.database())?.1;
     let proxied_broker = Servers::broker_url(combo.broker, &format!("127.0.0.1:{}", broker_proxy.port()));
     let direct_broker = Servers::broker_url(combo.broker, &Servers::broker_addr(combo.broker));
 
@@ -294,7 +296,12 @@ pub(crate) async fn run_combo(
         let cfg = dir.join(format!("relay-{i}.toml"));
         std::fs::write(&cfg, relay_toml(combo, &names, &proxied_db, &proxied_broker, i))?;
         let args = vec!["relay".into(), "--config".into(), cfg.display().to_string()];
-        relays.push(Proc::new(format!("relay-{i}"), outbox.to_path_buf(), args, dir.join(format!("relay-{i}.log"))));
+        relays.push(Proc::new(
+            format!("relay-{i}"),
+            outbox.to_path_buf(),
+            args,
+            dir.join(format!("relay-{i}.log")),
+        ));
     }
     let rate = match profile {
         Profile::Short => 30,
@@ -340,7 +347,12 @@ pub(crate) async fn run_combo(
             "--run".into(),
             run.clone(),
         ];
-        consumers.push(Proc::new(format!("consumer-{group}"), me.clone(), a, dir.join(format!("consumer-{group}.log"))));
+        consumers.push(Proc::new(
+            format!("consumer-{group}"),
+            me.clone(),
+            a,
+            dir.join(format!("consumer-{group}.log")),
+        ));
     }
     for p in consumers.iter_mut().chain(relays.iter_mut()).chain(writers.iter_mut()) {
         p.start()?;
@@ -442,7 +454,8 @@ pub(crate) async fn run_combo(
             db_proxy.heal();
             broker_proxy.heal();
             fault_end = None;
-            let up: Vec<usize> = (0..relays.len()).filter(|&i| relays[i].up_for(Duration::from_secs(1))).collect();
+            let up: Vec<usize> =
+                (0..relays.len()).filter(|&i| relays[i].up_for(Duration::from_secs(1))).collect();
             let i = if up.is_empty() { 0 } else { up[rng.gen_range(0..up.len())] };
             if up.is_empty() {
                 next_graceful = Instant::now() + Duration::from_secs(1);
@@ -550,7 +563,8 @@ pub(crate) async fn run_combo(
 
     let snapshot = Snapshot::load(combo.dialect, &db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
-    let passed = drained && report.violations().is_empty() && chaos.bad_graceful_stops == 0 && chaos.relay_panics == 0;
+    let passed =
+        drained && report.violations().is_empty() && chaos.bad_graceful_stops == 0 && chaos.relay_panics == 0;
     if passed && !args.keep {
         combo::teardown_broker(combo.broker, &names).await.ok();
         combo::drop_database(combo.dialect, &names).await.ok();

@@ -87,7 +87,9 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
                     .await?;
                 let body = payload(k, seq, &args.name);
                 let id: i64 = match args.mode {
-                    Mode::Lib => tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0,
+                    Mode::Lib => {
+                        tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0
+                    }
                     Mode::Sql => {
                         sqlx::query_scalar(
                             "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
@@ -109,7 +111,10 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
                     .await?;
                 if rollback {
                     tx.rollback().await?;
-                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES ($1)").bind(id).execute(&pool).await?;
+                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES ($1)")
+                        .bind(id)
+                        .execute(&pool)
+                        .await?;
                 } else {
                     tx.commit().await?;
                 }
@@ -140,19 +145,19 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
                     .await?;
                 let body = payload(k, seq, &args.name);
                 let id: i64 = match args.mode {
-                    Mode::Lib => tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0,
-                    Mode::Sql => {
-                        sqlx::query(
-                            "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
-                             VALUES (?, ?, ?, 'chaos-sql')",
-                        )
-                        .bind(&args.topic)
-                        .bind(body)
-                        .bind(format!("k{k}"))
-                        .execute(&mut *tx)
-                        .await?
-                        .last_insert_id() as i64
+                    Mode::Lib => {
+                        tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0
                     }
+                    Mode::Sql => sqlx::query(
+                        "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
+                             VALUES (?, ?, ?, 'chaos-sql')",
+                    )
+                    .bind(&args.topic)
+                    .bind(body)
+                    .bind(format!("k{k}"))
+                    .execute(&mut *tx)
+                    .await?
+                    .last_insert_id() as i64,
                 };
                 sqlx::query("INSERT INTO chaos_ledger (msg_id, k, seq, writer) VALUES (?, ?, ?, ?)")
                     .bind(id)
@@ -163,7 +168,10 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
                     .await?;
                 if rollback {
                     tx.rollback().await?;
-                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES (?)").bind(id).execute(&pool).await?;
+                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES (?)")
+                        .bind(id)
+                        .execute(&pool)
+                        .await?;
                 } else {
                     tx.commit().await?;
                 }

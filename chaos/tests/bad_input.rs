@@ -108,7 +108,11 @@ async fn postgres_rejects_malformed_foreign_rows_at_insert_naming_the_rule() {
     cases.push((&long, "character varying(255)"));
     for (i, (row, expected)) in cases.iter().enumerate() {
         let mut tx = db.pool.begin().await.unwrap();
-        sqlx::query("INSERT INTO shop_order (id) VALUES ($1)").bind(i as i64).execute(&mut *tx).await.unwrap();
+        sqlx::query("INSERT INTO shop_order (id) VALUES ($1)")
+            .bind(i as i64)
+            .execute(&mut *tx)
+            .await
+            .unwrap();
         let err = sqlx::query(&format!("INSERT INTO outbox_message {row}"))
             .execute(&mut *tx)
             .await
@@ -118,7 +122,8 @@ async fn postgres_rejects_malformed_foreign_rows_at_insert_naming_the_rule() {
         // The application's transaction fails fast: its business change goes with it.
         assert!(tx.commit().await.is_err() || true);
     }
-    let orders: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shop_order").fetch_one(&db.pool).await.unwrap();
+    let orders: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM shop_order").fetch_one(&db.pool).await.unwrap();
     let messages: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message").fetch_one(&db.pool).await.unwrap();
     assert_eq!((orders, messages), (0, 0), "a failed statement aborts the PostgreSQL transaction");
@@ -293,9 +298,14 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     let mut good = Vec::new();
     let mut bad = Vec::new();
     for i in 0..30 {
-        good.push(insert(&pool, "good.order", &format!("{{\"n\":{i}}}"), Some(&format!("k{}", i % 3)), "{}").await);
+        good.push(
+            insert(&pool, "good.order", &format!("{{\"n\":{i}}}"), Some(&format!("k{}", i % 3)), "{}").await,
+        );
         match i {
-            5 => bad.push(("oversized", insert(&pool, "good.order", &"x".repeat(10_000), Some("big"), "{}").await)),
+            5 => bad.push((
+                "oversized",
+                insert(&pool, "good.order", &"x".repeat(10_000), Some("big"), "{}").await,
+            )),
             10 => bad.push(("no route", insert(&pool, "nowhere.order", "{}", None, "{}").await)),
             _ => {}
         }
@@ -328,9 +338,16 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     let id = confirm[0];
     let path = format!("/v1/ack/shop/{id}/confirmed");
     let secret = b"bad-input-test-secret-0123456789";
-    let forged = outbox_core::ack::sign(b"another-secret-another-secret", "shop", outbox_core::MessageId(id), "confirmed", 4_000_000_000);
+    let forged = outbox_core::ack::sign(
+        b"another-secret-another-secret",
+        "shop",
+        outbox_core::MessageId(id),
+        "confirmed",
+        4_000_000_000,
+    );
     let expired = outbox_core::ack::sign(secret, "shop", outbox_core::MessageId(id), "confirmed", 1);
-    let other_msg = outbox_core::ack::sign(secret, "shop", outbox_core::MessageId(id + 1), "confirmed", 4_000_000_000);
+    let other_msg =
+        outbox_core::ack::sign(secret, "shop", outbox_core::MessageId(id + 1), "confirmed", 4_000_000_000);
     let mut random = vec![0u8; 4096];
     for b in random.iter_mut() {
         *b = rand::random();
@@ -341,7 +358,8 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
         ("random body", request("POST", &path, &[], &random)),
         ("huge body", request("POST", &path, &[], &huge)),
         ("huge declared length", {
-            let mut r = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n").into_bytes();
+            let mut r = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000000\r\n\r\n")
+                .into_bytes();
             r.extend_from_slice(&random);
             r
         }),
@@ -361,8 +379,14 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
         ("token of the wrong type", request("POST", &path, &[], br#"{"token":42}"#)),
         ("non-integer id", request("POST", "/v1/ack/shop/abc/confirmed", &[("outbox-ack-token", "x")], b"")),
         ("id out of range", request("POST", "/v1/ack/shop/99999999999999999999/confirmed", &[], b"")),
-        ("unknown store", request("POST", &format!("/v1/ack/eu/{id}/confirmed"), &[("outbox-ack-token", &forged)], b"")),
-        ("unknown destination", request("POST", &format!("/v1/ack/shop/{id}/nope"), &[("outbox-ack-token", &forged)], b"")),
+        (
+            "unknown store",
+            request("POST", &format!("/v1/ack/eu/{id}/confirmed"), &[("outbox-ack-token", &forged)], b""),
+        ),
+        (
+            "unknown destination",
+            request("POST", &format!("/v1/ack/shop/{id}/nope"), &[("outbox-ack-token", &forged)], b""),
+        ),
     ];
     for (what, bytes) in &cases {
         let status = raw_http(port, bytes).await;
@@ -401,7 +425,10 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     }
     let (st, err) = status_of(&pool, bad[0].1).await;
     assert_eq!(st, "failed");
-    assert!(err.as_deref().unwrap_or("").contains("larger than the destination's limit of 4096 bytes"), "{err:?}");
+    assert!(
+        err.as_deref().unwrap_or("").contains("larger than the destination's limit of 4096 bytes"),
+        "{err:?}"
+    );
     let (st, err) = status_of(&pool, bad[1].1).await;
     assert_eq!(st, "failed");
     assert!(err.as_deref().unwrap_or("").contains("no route for topic \"nowhere.order\""), "{err:?}");
@@ -422,14 +449,21 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let token = loop {
         let r: redis::streams::StreamRangeReply = conn.xrange_all(format!("{stream}-acked")).await.unwrap();
-        let found = r.ids.iter().map(|e| outbox_inbox::from_redis_stream(e).unwrap()).find(|m| m.id == id.to_string());
+        let found = r
+            .ids
+            .iter()
+            .map(|e| outbox_inbox::from_redis_stream(e).unwrap())
+            .find(|m| m.id == id.to_string());
         if let Some(m) = found {
             break m.header("outbox-ack-token").unwrap().to_owned();
         }
         assert!(Instant::now() < deadline, "the ACK-mode message was not published");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(raw_http(port, &request("POST", &path, &[("outbox-ack-token", &token)], b"")).await, Some(200));
+    assert_eq!(
+        raw_http(port, &request("POST", &path, &[("outbox-ack-token", &token)], b"")).await,
+        Some(200)
+    );
     let deadline = Instant::now() + Duration::from_secs(10);
     while status_of(&pool, id).await.0 != "acked" {
         assert!(Instant::now() < deadline, "not acked: {:?}", status_of(&pool, id).await);
@@ -449,7 +483,8 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(status.success(), "{status}: {text}");
     assert!(!text.contains("panicked"), "{text}");
-    let _: () = redis::cmd("DEL").arg(&stream).arg(format!("{stream}-acked")).query_async(&mut conn).await.unwrap();
+    let _: () =
+        redis::cmd("DEL").arg(&stream).arg(format!("{stream}-acked")).query_async(&mut conn).await.unwrap();
     db.drop_db().await;
     std::fs::remove_dir_all(dir).ok();
 }
@@ -480,16 +515,39 @@ destinations = ["bus"]
 fn configuration_errors_exit_non_zero_naming_the_key() {
     let dir = temp_dir("config");
     let cases: Vec<(String, &str, &[&str])> = vec![
-        (GOOD_CONFIG.replace("batch_size = 100", "batch_size = 100\nbatchsize = 5"), "unknown key", &["batchsize", "line 4"]),
+        (
+            GOOD_CONFIG.replace("batch_size = 100", "batch_size = 100\nbatchsize = 5"),
+            "unknown key",
+            &["batchsize", "line 4"],
+        ),
         (GOOD_CONFIG.replace("lease = \"30s\"", "lease = \"soon\""), "bad duration", &["lease", "line 4"]),
-        (GOOD_CONFIG.replace("batch_size = 100", "batch_size = \"many\""), "wrong type", &["batch_size", "line 3"]),
+        (
+            GOOD_CONFIG.replace("batch_size = 100", "batch_size = \"many\""),
+            "wrong type",
+            &["batch_size", "line 3"],
+        ),
         (GOOD_CONFIG.replace("batch_size = 100", "batch_size = 0"), "zero batch", &["relay.batch_size"]),
-        (GOOD_CONFIG.replace("lease = \"30s\"", "lease = \"1s\"\npublish_timeout = \"5s\""), "timeout over lease", &["relay.publish_timeout"]),
-        (GOOD_CONFIG.replace("[\"bus\"]", "[\"kafka\"]"), "unknown destination", &["routes[0].destinations", "kafka"]),
+        (
+            GOOD_CONFIG.replace("lease = \"30s\"", "lease = \"1s\"\npublish_timeout = \"5s\""),
+            "timeout over lease",
+            &["relay.publish_timeout"],
+        ),
+        (
+            GOOD_CONFIG.replace("[\"bus\"]", "[\"kafka\"]"),
+            "unknown destination",
+            &["routes[0].destinations", "kafka"],
+        ),
         (GOOD_CONFIG.replace("order.#", "order.#.x"), "bad pattern", &["routes[0].topic"]),
         (GOOD_CONFIG.replace("sqlite:shop.db", "oracle://u:pw@h/x"), "bad store url", &["stores[0].url"]),
         (GOOD_CONFIG.replace("type = \"redis\"", "type = \"kafka9\""), "unknown transport", &["kafka9"]),
-        (GOOD_CONFIG.replace("[destinations.bus.transport]", "[destinations.bus]\nack = { timeout = \"1m\" }\n[destinations.bus.transport]"), "ACK without secret", &["ack.secret"]),
+        (
+            GOOD_CONFIG.replace(
+                "[destinations.bus.transport]",
+                "[destinations.bus]\nack = { timeout = \"1m\" }\n[destinations.bus.transport]",
+            ),
+            "ACK without secret",
+            &["ack.secret"],
+        ),
         (GOOD_CONFIG.replace("[[routes]]", "[[routes"), "TOML syntax", &["outbox.toml", "line 15"]),
         (String::from_utf8_lossy(&[0xff, 0xfe, 0x00, 0x41]).into_owned(), "binary garbage", &["outbox.toml"]),
         (String::new(), "empty file", &["stores"]),
@@ -498,10 +556,8 @@ fn configuration_errors_exit_non_zero_naming_the_key() {
         let path = dir.join("outbox.toml");
         std::fs::write(&path, text).unwrap();
         for cmd in ["check", "relay"] {
-            let out = Command::new(outbox_bin())
-                .args([cmd, "--config", path.to_str().unwrap()])
-                .output()
-                .unwrap();
+            let out =
+                Command::new(outbox_bin()).args([cmd, "--config", path.to_str().unwrap()]).output().unwrap();
             let err = String::from_utf8_lossy(&out.stderr);
             assert!(!out.status.success(), "{cmd} accepted {what}");
             for n in *needles {
