@@ -260,7 +260,7 @@ pub(crate) async fn run_combo(
     let run = format!("{}{}", std::process::id(), rng.gen_range(1000..9999));
     let names = Names { run: run.clone() };
     let load = Duration::from_secs(args.duration.unwrap_or(match profile {
-        Profile::Short => 50,
+        Profile::Short => 45,
         Profile::Long => 1800,
     }));
     let drain_timeout = match profile {
@@ -304,7 +304,7 @@ pub(crate) async fn run_combo(
         ));
     }
     let rate = match profile {
-        Profile::Short => 30,
+        Profile::Short => 20,
         Profile::Long => 20,
     };
     let mut writers = Vec::new();
@@ -390,7 +390,7 @@ pub(crate) async fn run_combo(
             }
             relays[i].restart_at = Some(Instant::now() + Duration::from_millis(rng.gen_range(0..1500)));
             let gap = match profile {
-                Profile::Short => rng.gen_range(400..1500),
+                Profile::Short => rng.gen_range(800..2500),
                 Profile::Long => rng.gen_range(400..1600),
             };
             next_kill = Instant::now() + Duration::from_millis(gap);
