@@ -3,7 +3,8 @@
 //!
 //! Definitions (at-least-once delivery):
 //! - **committed**: a message id in `chaos_ledger` (written in the message's own transaction);
-//! - **lost**: committed, not `failed`, and never received by the group;
+//! - **lost**: committed, settled (`sent`/`acked`) or without its outbox row, and never
+//!   received by the group (`failed` is not lost; still open is *in flight*);
 //! - **phantom**: received, but not committed (its id is in no ledger row; the ids of the
 //!   deliberately rolled-back transactions are in `chaos_rolledback`);
 //! - **order violation** (per key): a message received for the first time after a message of
@@ -167,6 +168,7 @@ impl Report {
         let mut per_key: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
         for &(id, k, seq) in &s.ledger {
             per_key.entry(k).or_default().push(seq);
+            let mut open = false;
             let failed = match s.outbox.get(&id) {
                 None => {
                     r.missing_rows += 1;
@@ -186,14 +188,16 @@ impl Report {
                     }
                     _ => {
                         r.in_flight += 1;
+                        open = true;
                         false
                     }
                 },
             };
-            if !failed && !raw_ids.contains(&id) {
+            // Still open after the drain is counted as in flight, not as lost.
+            if !failed && !open && !raw_ids.contains(&id) {
                 r.lost_raw += 1;
             }
-            if !failed && !effect_ids.contains(&id) {
+            if !failed && !open && !effect_ids.contains(&id) {
                 r.lost_inbox += 1;
             }
         }
@@ -310,7 +314,7 @@ mod tests {
         s.effect = vec![(1, 0, 1, Some(1), 1), (2, 0, 2, Some(3), 2)];
         let r = Report::of(&s, true);
         assert_eq!((r.committed, r.sent, r.in_flight), (3, 2, 1));
-        assert_eq!((r.lost_raw, r.lost_inbox), (1, 1));
+        assert_eq!((r.lost_raw, r.lost_inbox), (0, 0), "message 4 is in flight, not lost");
         assert_eq!((r.phantom, r.phantom_rolled_back), (1, 1));
         assert_eq!((r.dup_before_inbox, r.dup_after_inbox), (1, 0));
         assert!(!r.violations().is_empty());

@@ -37,6 +37,15 @@ struct Cli {
 enum Command {
     /// Run the suite and check every guarantee; exits non-zero on any violation.
     Run(run::RunArgs),
+    /// Run only the checker on a database a run kept (`--keep`, or after a failure).
+    Check {
+        /// Direct URL of the run's database.
+        #[arg(long)]
+        db_url: String,
+        /// Order by the broker's positions (NATS, Redis) rather than the receive order (RabbitMQ).
+        #[arg(long)]
+        receive_order: bool,
+    },
     /// (role) A business writer; started by `run`.
     Writer(writer::WriterArgs),
     /// (role) A consumer; started by `run`.
@@ -55,6 +64,19 @@ fn main() -> ExitCode {
     let result = rt.block_on(async move {
         match cli.command {
             Command::Run(args) => orchestrate(args).await,
+            Command::Check { db_url, receive_order } => {
+                let dialect =
+                    if db_url.starts_with("postgres") { combo::Dialect::Pg } else { combo::Dialect::My };
+                let snapshot = check::Snapshot::load(dialect, &db_url).await?;
+                let report = check::Report::of(&snapshot, !receive_order);
+                print!("{}", report.table());
+                let v = report.violations();
+                println!(
+                    "{}",
+                    if v.is_empty() { "PASS".to_owned() } else { format!("FAIL: {}", v.join("; ")) }
+                );
+                Ok(v.is_empty())
+            }
             Command::Writer(args) => writer::run(args).await.map(|()| true),
             Command::Consumer(args) => consumer::run(args).await.map(|()| true),
         }

@@ -552,6 +552,22 @@ pub(crate) async fn run_combo(
             }
         }
     }
+    // The relays' last settles may have sent a few more: let the consumers catch up (bounded).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        for c in consumers.iter_mut() {
+            if !c.running() && c.restart_at.is_none() {
+                c.restart_at = Some(Instant::now());
+            }
+            c.supervise(Duration::from_millis(300))?;
+        }
+        if let Ok((_, sent, raw, eff)) = drain_state(combo.dialect, &db_url).await {
+            if raw >= sent && eff >= sent {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     for c in consumers.iter_mut() {
         c.sigkill().await;
     }
