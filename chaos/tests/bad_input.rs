@@ -206,13 +206,27 @@ finished_after = "0s"
     path
 }
 
-fn spawn_relay(config: &Path, log: &Path) -> Child {
-    Command::new(outbox_bin())
-        .args(["relay", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start outbox relay")
+/// The relay process, SIGKILLed if the test fails before stopping it.
+struct Relay(Child);
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn_relay(config: &Path, log: &Path) -> Relay {
+    Relay(
+        Command::new(outbox_bin())
+            .args(["relay", "--config", config.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .expect("start outbox relay"),
+    )
 }
 
 /// Sends raw bytes to the ACK endpoint; returns the HTTP status, or `None` when the server
@@ -272,9 +286,9 @@ async fn insert(pool: &sqlx::PgPool, topic: &str, payload: &str, key: Option<&st
     .unwrap()
 }
 
-fn assert_alive(relay: &mut Child, log: &Path, after: &str) {
+fn assert_alive(relay: &mut Relay, log: &Path, after: &str) {
     assert!(
-        relay.try_wait().unwrap().is_none(),
+        relay.0.try_wait().unwrap().is_none(),
         "the relay died after {after}: {}",
         std::fs::read_to_string(log).unwrap_or_default()
     );
@@ -472,10 +486,10 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     }
     assert_alive(&mut relay, &log, "the whole test");
 
-    Command::new("kill").args(["-TERM", &relay.id().to_string()]).status().unwrap();
+    Command::new("kill").args(["-TERM", &relay.0.id().to_string()]).status().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        if let Some(s) = relay.try_wait().unwrap() {
+        if let Some(s) = relay.0.try_wait().unwrap() {
             break s;
         }
         assert!(Instant::now() < deadline, "no graceful exit");
