@@ -29,3 +29,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
+echo "== chaos suite, short profile (pg-nats, pg-rabbitmq, mariadb-redis; docs/guarantees.md)"
+cargo run --quiet -p outbox-chaos -- run --profile short

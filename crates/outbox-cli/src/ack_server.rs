@@ -4,12 +4,14 @@
 //! Answers: 200 `{"status":"acked","message_done":bool}` or `{"status":"already_acked"}`;
 //! 400 malformed request; 403 token refused (the reason is logged, not returned); 404 unknown
 //! store or delivery; 409 the delivery is not awaiting an ACK; 413 body over 4 KiB; 500 store
-//! error. Bound to loopback by default; every ACK needs a valid token whatever the address.
+//! error; 408 when the body does not arrive within 10 s. A declared `Content-Length` over the
+//! limit is refused before any body is read. Bound to loopback by default; every ACK needs a
+//! valid token whatever the address.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::body::Bytes;
+use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,6 +21,11 @@ use outbox_core::MessageId;
 use outbox_relay::{acknowledge, AckError};
 use outbox_store::{AckOutcome, AnyOutbox};
 use serde_json::json;
+
+/// Largest ACK request body (a JSON `{"token": "..."}`).
+const MAX_BODY: usize = 4096;
+/// Longest time a client may take to send the body.
+const BODY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What the endpoint needs: the stores by name and the token secret.
 #[derive(Clone)]
@@ -31,7 +38,7 @@ pub(crate) struct AckState {
 pub(crate) fn router(state: AckState) -> Router {
     Router::new()
         .route("/v1/ack/{store}/{message_id}/{destination}", post(ack))
-        .layer(DefaultBodyLimit::max(4096))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 
@@ -43,8 +50,18 @@ async fn ack(
     State(state): State<AckState>,
     Path((store, message_id, destination)): Path<(String, String, String)>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> Response {
+    // A huge declared length is refused at once, not after waiting for a body that never comes.
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok());
+    if declared.is_some_and(|v| v.trim().parse::<u64>().map_or(true, |n| n > MAX_BODY as u64)) {
+        return error(StatusCode::PAYLOAD_TOO_LARGE, "body over 4 KiB");
+    }
+    let body = match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return error(StatusCode::PAYLOAD_TOO_LARGE, "body over 4 KiB"),
+        Err(_) => return error(StatusCode::REQUEST_TIMEOUT, "the request body did not arrive in time"),
+    };
     let Ok(id) = message_id.parse::<i64>() else {
         return error(StatusCode::BAD_REQUEST, "message id must be an integer");
     };
@@ -185,6 +202,16 @@ mod tests {
         );
         let huge = "x".repeat(100_000);
         assert_eq!(post(&app, &uri, None, &huge).await.0, StatusCode::PAYLOAD_TOO_LARGE);
+        // A declared length over the limit is refused without waiting for the body.
+        let lying = Request::builder()
+            .method("POST")
+            .uri(&uri)
+            .header("content-length", "100000000000")
+            .body(Body::from("{"))
+            .unwrap();
+        let resp =
+            tokio::time::timeout(Duration::from_secs(5), app.clone().oneshot(lying)).await.unwrap().unwrap();
+        assert_eq!(resp.status(), StatusCode::PAYLOAD_TOO_LARGE);
         let get =
             app.clone().oneshot(Request::builder().uri(&uri).body(Body::empty()).unwrap()).await.unwrap();
         assert_eq!(get.status(), StatusCode::METHOD_NOT_ALLOWED);

@@ -403,6 +403,84 @@ destinations = ["hook"]
         assert_eq!(c.relay.batch_size, 50);
     }
 
+    mod prop {
+        //! Property tests of the parser: whatever the file or the environment holds, parsing
+        //! never panics, every error names the file (or the environment variable), and what
+        //! parses is valid.
+        use proptest::prelude::*;
+
+        use super::super::*;
+        use super::GOOD;
+
+        fn check_parsed(r: anyhow::Result<Config>) -> Result<(), TestCaseError> {
+            match r {
+                Ok(c) => {
+                    prop_assert!(!c.stores.is_empty());
+                    prop_assert!(c.relay.batch_size >= 1 && c.relay.batch_size <= 10_000);
+                    prop_assert!(c.relay.publish_timeout < c.relay.lease);
+                    for r in &c.routes {
+                        for d in &r.destinations {
+                            prop_assert!(c.destinations.contains_key(d.get_ref()));
+                        }
+                    }
+                }
+                // Errors name the file, or the environment variable that caused them.
+                Err(e) => {
+                    let e = format!("{e:#}");
+                    prop_assert!(
+                        e.contains("outbox.toml") || e.contains("environment variable OUTBOX__"),
+                        "{e}"
+                    );
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(1000))]
+
+            #[test]
+            fn arbitrary_text_never_panics(text in ".{0,400}") {
+                check_parsed(Config::parse(&text, std::iter::empty(), "outbox.toml"))?;
+            }
+
+            #[test]
+            fn a_good_file_with_one_line_replaced_never_panics(
+                line in 0usize..20,
+                replacement in prop_oneof![
+                    ".{0,60}",
+                    "[a-z_]{1,12} = (\"[a-z0-9.#*]{0,10}\"|-?[0-9]{1,12}|true|\\[\\]|\\{\\})",
+                    Just("[[stores]]".to_owned()),
+                    Just("[destinations.hook.transport]".to_owned()),
+                    Just("lease = \"1ms\"".to_owned()),
+                    Just("batch_size = 0".to_owned()),
+                    Just("topic = \"\"".to_owned()),
+                ],
+            ) {
+                let mut lines: Vec<&str> = GOOD.lines().collect();
+                let i = line.min(lines.len() - 1);
+                lines[i] = &replacement;
+                let text = lines.join("\n");
+                check_parsed(Config::parse(&text, std::iter::empty(), "outbox.toml"))?;
+            }
+
+            #[test]
+            fn arbitrary_environment_overrides_never_panic(
+                key in prop_oneof![
+                    "OUTBOX__[A-Z_]{1,20}",
+                    "OUTBOX__(RELAY|STORES|DESTINATIONS|ROUTES)__[A-Z0-9_]{0,12}(__[A-Z0-9_]{0,12}){0,3}",
+                    Just("OUTBOX__".to_owned()),
+                    Just("OUTBOX____".to_owned()),
+                    Just("OUTBOX__STORES__99__URL".to_owned()),
+                ],
+                value in ".{0,40}",
+            ) {
+                let vars = vec![(key, value)];
+                check_parsed(Config::parse(GOOD, vars.into_iter(), "outbox.toml"))?;
+            }
+        }
+    }
+
     #[test]
     fn line_numbers() {
         assert_eq!(line_of("a\nb\nc", 0), 1);

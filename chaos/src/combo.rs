@@ -1,0 +1,329 @@
+//! The database + broker pairs the suite runs, and what each needs set up: the chaos tables, the
+//! outbox and inbox schemas, the broker's stream, queues or consumer groups.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use sqlx::{ConnectOptions, Connection};
+
+/// Which database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialect {
+    /// PostgreSQL.
+    Pg,
+    /// MariaDB / MySQL.
+    My,
+}
+
+/// Which broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Broker {
+    /// NATS JetStream.
+    Nats,
+    /// RabbitMQ (AMQP 0-9-1).
+    Rabbit,
+    /// Redis Streams.
+    Redis,
+}
+
+/// A database + broker pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Combo {
+    /// The database.
+    pub(crate) dialect: Dialect,
+    /// The broker.
+    pub(crate) broker: Broker,
+}
+
+impl FromStr for Combo {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> anyhow::Result<Combo> {
+        let (dialect, broker) = match s {
+            "pg-nats" => (Dialect::Pg, Broker::Nats),
+            "pg-rabbitmq" => (Dialect::Pg, Broker::Rabbit),
+            "pg-redis" => (Dialect::Pg, Broker::Redis),
+            "mariadb-redis" => (Dialect::My, Broker::Redis),
+            "mariadb-nats" => (Dialect::My, Broker::Nats),
+            "mariadb-rabbitmq" => (Dialect::My, Broker::Rabbit),
+            other => bail!(
+                "unknown combo {other:?}: pg-nats, pg-rabbitmq, pg-redis, mariadb-redis, mariadb-nats, mariadb-rabbitmq"
+            ),
+        };
+        Ok(Combo { dialect, broker })
+    }
+}
+
+impl std::fmt::Display for Combo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let d = match self.dialect {
+            Dialect::Pg => "pg",
+            Dialect::My => "mariadb",
+        };
+        let b = match self.broker {
+            Broker::Nats => "nats",
+            Broker::Rabbit => "rabbitmq",
+            Broker::Redis => "redis",
+        };
+        write!(f, "{d}-{b}")
+    }
+}
+
+/// Server addresses (environment variables with the local defaults).
+pub(crate) struct Servers;
+
+impl Servers {
+    /// The PostgreSQL admin URL (`OUTBOX_TEST_PG_URL`).
+    pub(crate) fn pg() -> String {
+        std::env::var("OUTBOX_TEST_PG_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    }
+    /// The MariaDB admin URL (`OUTBOX_TEST_MYSQL_URL`).
+    pub(crate) fn my() -> String {
+        std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    }
+    /// `host:port` of the broker.
+    pub(crate) fn broker_addr(b: Broker) -> String {
+        let (var, default) = match b {
+            Broker::Nats => ("OUTBOX_TEST_NATS_ADDR", "127.0.0.1:4222"),
+            Broker::Rabbit => ("OUTBOX_TEST_RABBITMQ_ADDR", "127.0.0.1:5672"),
+            Broker::Redis => ("OUTBOX_TEST_REDIS_ADDR", "127.0.0.1:6379"),
+        };
+        std::env::var(var).unwrap_or_else(|_| default.into())
+    }
+    /// A client URL of the broker at `addr`.
+    pub(crate) fn broker_url(b: Broker, addr: &str) -> String {
+        match b {
+            Broker::Nats => format!("nats://{addr}"),
+            Broker::Rabbit => format!("amqp://guest:guest@{addr}/%2f"),
+            Broker::Redis => format!("redis://{addr}"),
+        }
+    }
+}
+
+/// `scheme://user@host:port/db` → (`host:port`, URL with `host:port` replaced and db `name`).
+pub(crate) fn rewrite_url(url: &str, host_port: Option<&str>, db: &str) -> anyhow::Result<(String, String)> {
+    let (scheme, rest) = url.split_once("://").context("database URL without scheme")?;
+    let (auth_host, _) = rest.split_once('/').unwrap_or((rest, ""));
+    let (auth, host) = match auth_host.rsplit_once('@') {
+        Some((a, h)) => (format!("{a}@"), h.to_owned()),
+        None => (String::new(), auth_host.to_owned()),
+    };
+    let new_host = host_port.map_or(host.clone(), str::to_owned);
+    Ok((host, format!("{scheme}://{auth}{new_host}/{db}")))
+}
+
+/// Names of everything one run creates.
+#[derive(Debug, Clone)]
+pub(crate) struct Names {
+    /// Short unique id of the run (lower-case alphanumeric).
+    pub(crate) run: String,
+}
+
+impl Names {
+    /// The database (prefixed `outbox_t_` so `scripts/test.sh` removes it after a crash).
+    pub(crate) fn database(&self) -> String {
+        format!("outbox_t_chaos_{}", self.run)
+    }
+    /// The topic every writer enqueues to.
+    pub(crate) fn topic(&self) -> String {
+        format!("chaos.{}.order", self.run)
+    }
+    /// The JetStream stream.
+    pub(crate) fn stream(&self) -> String {
+        format!("CHAOS_{}", self.run.to_uppercase())
+    }
+    /// The NATS subject prefix (subject = prefix.topic).
+    pub(crate) fn subject_prefix(&self) -> String {
+        format!("cx{}", self.run)
+    }
+    /// RabbitMQ queue or Redis stream key of a consumer group.
+    pub(crate) fn queue(&self, group: &str) -> String {
+        format!("chaos.{}.{group}", self.run)
+    }
+    /// The Redis stream.
+    pub(crate) fn redis_stream(&self) -> String {
+        format!("chaos:{}", self.run)
+    }
+}
+
+/// The harness's own tables. `chaos_biz` holds one row per key (writers lock it, so per-key
+/// sequences follow commit order); `chaos_ledger` is written in the same transaction as the
+/// message; `chaos_rolledback` after a deliberate rollback, outside it; `chaos_raw` gets every
+/// delivery of the raw group; `chaos_effect` the business effect of the inbox group.
+const PG_TABLES: &[&str] = &[
+    "CREATE TABLE chaos_biz (k INTEGER PRIMARY KEY, seq BIGINT NOT NULL DEFAULT 0)",
+    "CREATE TABLE chaos_ledger (msg_id BIGINT PRIMARY KEY, k INTEGER NOT NULL, seq BIGINT NOT NULL, \
+     writer TEXT NOT NULL, committed_at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    "CREATE TABLE chaos_rolledback (msg_id BIGINT PRIMARY KEY)",
+    "CREATE TABLE chaos_raw (n BIGSERIAL PRIMARY KEY, msg_id BIGINT NOT NULL, k INTEGER NOT NULL, \
+     seq BIGINT NOT NULL, pos BIGINT, at TIMESTAMPTZ NOT NULL DEFAULT now())",
+    "CREATE TABLE chaos_effect (n BIGSERIAL PRIMARY KEY, msg_id BIGINT NOT NULL, k INTEGER NOT NULL, \
+     seq BIGINT NOT NULL, pos BIGINT, at TIMESTAMPTZ NOT NULL DEFAULT now())",
+];
+
+const MY_TABLES: &[&str] = &[
+    "CREATE TABLE chaos_biz (k INT PRIMARY KEY, seq BIGINT NOT NULL DEFAULT 0) ENGINE=InnoDB",
+    "CREATE TABLE chaos_ledger (msg_id BIGINT PRIMARY KEY, k INT NOT NULL, seq BIGINT NOT NULL, \
+     writer VARCHAR(32) NOT NULL, committed_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+    "CREATE TABLE chaos_rolledback (msg_id BIGINT PRIMARY KEY) ENGINE=InnoDB",
+    "CREATE TABLE chaos_raw (n BIGINT AUTO_INCREMENT PRIMARY KEY, msg_id BIGINT NOT NULL, k INT NOT NULL, \
+     seq BIGINT NOT NULL, pos BIGINT NULL, at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+    "CREATE TABLE chaos_effect (n BIGINT AUTO_INCREMENT PRIMARY KEY, msg_id BIGINT NOT NULL, k INT NOT NULL, \
+     seq BIGINT NOT NULL, pos BIGINT NULL, at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
+];
+
+/// Creates the run's database with the outbox, inbox and chaos tables and `keys` business rows;
+/// returns its direct URL.
+pub(crate) async fn create_database(dialect: Dialect, names: &Names, keys: u32) -> anyhow::Result<String> {
+    let db = names.database();
+    let url = match dialect {
+        Dialect::Pg => {
+            let admin = Servers::pg();
+            let mut c = sqlx::postgres::PgConnectOptions::from_str(&admin)?
+                .connect()
+                .await
+                .with_context(|| format!("PostgreSQL at {admin} is not reachable"))?;
+            sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut c).await?;
+            c.close().await?;
+            rewrite_url(&admin, None, &db)?.1
+        }
+        Dialect::My => {
+            let admin = Servers::my();
+            let mut c = sqlx::mysql::MySqlConnectOptions::from_str(&admin)?
+                .connect()
+                .await
+                .with_context(|| format!("MariaDB at {admin} is not reachable"))?;
+            sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut c).await?;
+            c.close().await?;
+            rewrite_url(&admin, None, &db)?.1
+        }
+    };
+    let outbox = outbox_store::AnyOutbox::connect(&url, 2).await?;
+    outbox.migrate().await?;
+    match dialect {
+        Dialect::Pg => {
+            let pool = sqlx::PgPool::connect(&url).await?;
+            outbox_inbox::Inbox::new(pool.clone()).migrate().await?;
+            for t in PG_TABLES {
+                sqlx::query(t).execute(&pool).await?;
+            }
+            for k in 0..keys {
+                sqlx::query("INSERT INTO chaos_biz (k) VALUES ($1)").bind(k as i32).execute(&pool).await?;
+            }
+            pool.close().await;
+        }
+        Dialect::My => {
+            let pool = sqlx::MySqlPool::connect(&url).await?;
+            outbox_inbox::Inbox::new(pool.clone()).migrate().await?;
+            for t in MY_TABLES {
+                sqlx::query(t).execute(&pool).await?;
+            }
+            for k in 0..keys {
+                sqlx::query("INSERT INTO chaos_biz (k) VALUES (?)").bind(k as i32).execute(&pool).await?;
+            }
+            pool.close().await;
+        }
+    }
+    Ok(url)
+}
+
+/// Drops the run's database.
+pub(crate) async fn drop_database(dialect: Dialect, names: &Names) -> anyhow::Result<()> {
+    let db = names.database();
+    match dialect {
+        Dialect::Pg => {
+            let mut c = sqlx::postgres::PgConnectOptions::from_str(&Servers::pg())?.connect().await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut c).await?;
+        }
+        Dialect::My => {
+            let mut c = sqlx::mysql::MySqlConnectOptions::from_str(&Servers::my())?.connect().await?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {db}")).execute(&mut c).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates the broker side: the JetStream stream, the RabbitMQ queues bound to the topic, or the
+/// Redis stream with both consumer groups.
+pub(crate) async fn setup_broker(broker: Broker, names: &Names) -> anyhow::Result<()> {
+    let url = Servers::broker_url(broker, &Servers::broker_addr(broker));
+    match broker {
+        Broker::Nats => {
+            let client = async_nats::connect(&url).await.context("connecting to NATS")?;
+            let js = async_nats::jetstream::new(client);
+            js.create_stream(async_nats::jetstream::stream::Config {
+                name: names.stream(),
+                subjects: vec![format!("{}.>", names.subject_prefix())],
+                storage: async_nats::jetstream::stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the JetStream stream: {e}"))?;
+        }
+        Broker::Rabbit => {
+            use lapin::options::{QueueBindOptions, QueueDeclareOptions};
+            let conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await?;
+            let ch = conn.create_channel().await?;
+            for g in ["raw", "inbox"] {
+                let q = names.queue(g);
+                ch.queue_declare(
+                    &q,
+                    QueueDeclareOptions { durable: true, ..Default::default() },
+                    lapin::types::FieldTable::default(),
+                )
+                .await?;
+                ch.queue_bind(
+                    &q,
+                    "amq.topic",
+                    &names.topic(),
+                    QueueBindOptions::default(),
+                    lapin::types::FieldTable::default(),
+                )
+                .await?;
+            }
+            conn.close(200, "ok").await?;
+        }
+        Broker::Redis => {
+            let client = redis::Client::open(url)?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            for g in ["raw", "inbox"] {
+                let _: () = redis::cmd("XGROUP")
+                    .arg("CREATE")
+                    .arg(names.redis_stream())
+                    .arg(g)
+                    .arg("0")
+                    .arg("MKSTREAM")
+                    .query_async(&mut c)
+                    .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes what [`setup_broker`] created.
+pub(crate) async fn teardown_broker(broker: Broker, names: &Names) -> anyhow::Result<()> {
+    let url = Servers::broker_url(broker, &Servers::broker_addr(broker));
+    match broker {
+        Broker::Nats => {
+            let js = async_nats::jetstream::new(async_nats::connect(&url).await?);
+            js.delete_stream(names.stream()).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        Broker::Rabbit => {
+            let conn = lapin::Connection::connect(&url, lapin::ConnectionProperties::default()).await?;
+            let ch = conn.create_channel().await?;
+            for g in ["raw", "inbox"] {
+                ch.queue_delete(&names.queue(g), Default::default()).await?;
+            }
+            conn.close(200, "ok").await?;
+        }
+        Broker::Redis => {
+            let client = redis::Client::open(url)?;
+            let mut c = client.get_multiplexed_async_connection().await?;
+            let _: () = redis::cmd("DEL").arg(names.redis_stream()).query_async(&mut c).await?;
+        }
+    }
+    Ok(())
+}
