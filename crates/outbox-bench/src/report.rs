@@ -212,7 +212,8 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         let _ = writeln!(
             md,
             "## Latency\n\nOffered {} msg/s (open loop), achieved {:.0}/s; {} sent, {} received, {} left behind, \
-             {} duplicates; fast-path share {:.1}%; peak RSS {:.0} MiB.\n",
+             {} duplicates; fast-path share {:.1}%; {:.2} relay claims and {} database transactions per message; \
+             peak RSS {:.0} MiB.\n",
             l.offered_per_s,
             l.achieved_per_s,
             l.sent,
@@ -220,6 +221,8 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             l.left_behind,
             l.duplicates,
             l.fast_path_share * 100.0,
+            l.claims_per_msg,
+            l.db_xacts_per_msg.map_or("-".into(), |x| format!("{x:.2}")),
             l.peak_rss_mib
         );
         md.push_str(lat_head);

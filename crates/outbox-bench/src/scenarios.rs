@@ -81,6 +81,11 @@ pub struct LatencyResult {
     pub transaction: Summary,
     /// Share of messages claimed on a wake-up rather than by the timed scan.
     pub fast_path_share: f64,
+    /// Relay claim queries per message.
+    pub claims_per_msg: f64,
+    /// Database transactions per message counted by the server, the business transaction
+    /// included (PostgreSQL only; less sensitive to a noisy machine than the latencies).
+    pub db_xacts_per_msg: Option<f64>,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
 }
@@ -364,6 +369,9 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         // Let the relay settle into its idle state.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let claimed0 = RelayStats::get(&relay.stats.claimed);
+        let claims0 = RelayStats::get(&relay.stats.claims);
+        let xacts0 =
+            if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
         let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
 
         let total = (u64::from(cfg.rate) * cfg.latency_duration.as_secs().max(1)) as usize;
@@ -405,7 +413,14 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         seen.collect(&mut arrivals, commits.len(), Duration::from_secs(30)).await;
         let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
         let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
+        let claims = RelayStats::get(&relay.stats.claims) - claims0;
+        let xacts1 = if xacts0.is_some() { db.server_queries().await? } else { None };
         relay.stop().await;
+        let per_msg = |x: u64| x as f64 / (commits.len().max(1)) as f64;
+        let db_xacts_per_msg = match (xacts0, xacts1) {
+            (Some(a), Some(b)) => Some(per_msg(b.saturating_sub(a).saturating_sub(2))),
+            _ => None,
+        };
 
         let (mut c2c, mut s2c, mut txd) = (Recorder::new(), Recorder::new(), Recorder::new());
         let mut left = 0_u64;
@@ -433,6 +448,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             scheduled_to_consumer: s2c.summary(),
             transaction: txd.summary(),
             fast_path_share: if claimed == 0 { 0.0 } else { 1.0 - on_scan as f64 / claimed as f64 },
+            claims_per_msg: per_msg(claims),
+            db_xacts_per_msg,
             peak_rss_mib: sys::peak_rss_mib(),
         })
     }
