@@ -411,10 +411,6 @@ impl<S: RelayStore> Relay<S> {
         let mut acks_checked = Instant::now();
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
-        // Until when an empty claim waits for an in-process wake-up before the relay declares
-        // itself idle (see `idle_grace`).
-        let mut grace_until: Option<Instant> = None;
-        let grace = idle_grace(cfg.idle_interval);
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -455,20 +451,6 @@ impl<S: RelayStore> Relay<S> {
                 Ok(batch) if batch.is_empty() => {
                     drop(permit);
                     store_backoff = Duration::from_millis(100);
-                    // Busy a moment ago: under a steady load the next commit (or the settle of
-                    // a batch in flight, which unblocks its keys) wakes us within the grace, so
-                    // wait for it instead of paying for the idle declaration and a second
-                    // claim on every gap between two messages.
-                    let until = *grace_until.get_or_insert_with(|| Instant::now() + grace);
-                    let now = Instant::now();
-                    if !idle && now < until {
-                        tokio::select! {
-                            _ = shutdown.cancelled() => break,
-                            _ = inner.signal.notified() => {}
-                            _ = tokio::time::sleep(until - now) => {}
-                        }
-                        continue;
-                    }
                     if !idle {
                         // Declare idle, then claim once more: a row committed between the empty
                         // claim and the declaration did not notify.
@@ -492,7 +474,6 @@ impl<S: RelayStore> Relay<S> {
                 }
                 Ok(batch) => {
                     store_backoff = Duration::from_millis(100);
-                    grace_until = None;
                     if idle {
                         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
                         idle = false;
@@ -532,14 +513,6 @@ impl<S: RelayStore> Relay<S> {
         }
         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
     }
-}
-
-/// How long a relay that just ran out of work waits for an in-process wake-up before it
-/// declares itself idle (one write, and writers in other processes start paying for `NOTIFY`):
-/// a twentieth of the scan period, at most 50 ms. A row written by another process meanwhile
-/// is claimed when the grace ends, so it waits at most this long more than it would otherwise.
-fn idle_grace(idle_interval: Duration) -> Duration {
-    (idle_interval / 20).min(Duration::from_millis(50))
 }
 
 fn unix_now() -> i64 {
@@ -823,17 +796,5 @@ async fn process<S: RelayStore>(inner: &Inner<S>, batch: Vec<OutboxMessage>) {
         failed.attempts = attempts;
         failed.last_error = Some(reason.clone());
         inner.alert.message_failed(&failed, &reason).await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_idle_grace_is_short_and_bounded() {
-        assert_eq!(idle_grace(Duration::from_secs(1)), Duration::from_millis(50));
-        assert_eq!(idle_grace(Duration::from_millis(100)), Duration::from_millis(5));
-        assert_eq!(idle_grace(Duration::from_secs(60)), Duration::from_millis(50));
     }
 }
