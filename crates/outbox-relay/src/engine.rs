@@ -411,11 +411,6 @@ impl<S: RelayStore> Relay<S> {
         let mut acks_checked = Instant::now();
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
-        // Claims consider only a window of the oldest due rows, except a full claim at least
-        // once per scan period (see `RelayStore::claim_window`): when every key of the window is
-        // busy, a full claim would read the whole backlog only to come back empty.
-        let window = cfg.batch_size.saturating_mul(CLAIM_WINDOW_BATCHES);
-        let mut full_claim_at: Option<Instant> = None;
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -438,14 +433,7 @@ impl<S: RelayStore> Relay<S> {
             };
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = async {
-                    if full_claim_at.is_some_and(|t| t.elapsed() < cfg.idle_interval) {
-                        inner.store.claim_window(&cfg.owner, cfg.batch_size, cfg.lease, window).await
-                    } else {
-                        full_claim_at = Some(Instant::now());
-                        inner.store.claim(&cfg.owner, cfg.batch_size, cfg.lease).await
-                    }
-                } => r,
+                r = inner.store.claim(&cfg.owner, cfg.batch_size, cfg.lease) => r,
             };
             RelayStats::add(&inner.stats.claims, 1);
             let scanned = std::mem::take(&mut on_scan);
@@ -526,10 +514,6 @@ impl<S: RelayStore> Relay<S> {
         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
     }
 }
-
-/// The window of a windowed claim, in batches: the claim checks at most this many batches'
-/// worth of the oldest due rows.
-const CLAIM_WINDOW_BATCHES: usize = 4;
 
 fn unix_now() -> i64 {
     std::time::SystemTime::now()

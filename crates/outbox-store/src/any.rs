@@ -152,16 +152,6 @@ impl crate::relay::RelayStore for AnyOutbox {
         each!(self, o => o.claim(owner, limit, lease).await)
     }
 
-    async fn claim_window(
-        &self,
-        owner: &str,
-        limit: usize,
-        lease: std::time::Duration,
-        window: usize,
-    ) -> Result<Vec<outbox_core::OutboxMessage>> {
-        each!(self, o => o.claim_window(owner, limit, lease, window).await)
-    }
-
     async fn deliveries(&self, ids: &[outbox_core::MessageId]) -> Result<Vec<crate::relay::DeliveryState>> {
         each!(self, o => o.deliveries(ids).await)
     }

@@ -139,23 +139,6 @@ pub trait RelayStore: Clone + Send + Sync + 'static {
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<OutboxMessage>>> + Send;
 
-    /// Like [`claim`](Self::claim), but considers only the `window` oldest due messages as
-    /// candidates, so one claim costs at most `window` per-key order checks even when most due
-    /// messages wait behind an older message with their key (every key busy: a full claim
-    /// would read the whole backlog to return nothing). It may therefore return fewer messages
-    /// than a full claim; the relay runs a full claim at least once per scan period, so a
-    /// message beyond the window waits at most that long. Defaults to a full claim.
-    fn claim_window(
-        &self,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-        window: usize,
-    ) -> impl Future<Output = Result<Vec<OutboxMessage>>> + Send {
-        let _ = window;
-        self.claim(owner, limit, lease)
-    }
-
     /// The per-destination rows of these messages.
     fn deliveries(&self, ids: &[MessageId]) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send;
 

@@ -48,36 +48,6 @@ RETURNING m.id, m.biz_type, m.biz_key, m.topic, m.msg_key, m.tag, m.headers::tex
           m.status, m.attempts, m.max_attempts, m.next_attempt_at, m.last_attempt_at, m.last_error,
           m.lease_owner, m.lease_until, m.created_by, m.updated_by, m.created_at, m.updated_at";
 
-/// [`CLAIM`] restricted to the `$4` oldest due rows (see `RelayStore::claim_window`): the window
-/// is one short range of the due index, and only its rows get the per-key order check.
-const CLAIM_WINDOW: &str = "\
-WITH win AS (
-    SELECT id FROM outbox_message
-    WHERE status IN ('pending', 'sending') AND next_attempt_at <= now()
-    ORDER BY next_attempt_at, id
-    LIMIT $4
-), cand AS (
-    SELECT m.id FROM outbox_message m
-    WHERE m.id IN (SELECT id FROM win)
-      AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()
-      AND (m.msg_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM outbox_message o
-            WHERE o.msg_key = m.msg_key AND o.id < m.id
-              AND o.status IN ('pending', 'sending', 'failed')))
-    ORDER BY m.next_attempt_at, m.id
-    LIMIT $2
-    FOR UPDATE OF m SKIP LOCKED
-)
-UPDATE outbox_message m
-SET status = 'sending', lease_owner = $1,
-    lease_until = now() + $3 * interval '1 millisecond',
-    next_attempt_at = now() + $3 * interval '1 millisecond',
-    updated_at = now(), updated_by = $1
-FROM cand WHERE m.id = cand.id
-RETURNING m.id, m.biz_type, m.biz_key, m.topic, m.msg_key, m.tag, m.headers::text AS headers, m.payload,
-          m.status, m.attempts, m.max_attempts, m.next_attempt_at, m.last_attempt_at, m.last_error,
-          m.lease_owner, m.lease_until, m.created_by, m.updated_by, m.created_at, m.updated_at";
-
 const MARK_SENT: &str = "\
 UPDATE outbox_message
 SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = now(),
@@ -153,26 +123,6 @@ impl RelayStore for Outbox<Postgres> {
             .bind(owner)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(ms(lease))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        let mut out = rows.iter().map(decode_message).collect::<Result<Vec<_>>>()?;
-        out.sort_by_key(|m| m.id);
-        Ok(out)
-    }
-
-    async fn claim_window(
-        &self,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-        window: usize,
-    ) -> Result<Vec<OutboxMessage>> {
-        let rows = sqlx::query(CLAIM_WINDOW)
-            .bind(owner)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(ms(lease))
-            .bind(i64::try_from(window).unwrap_or(i64::MAX))
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
