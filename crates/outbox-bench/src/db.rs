@@ -277,7 +277,8 @@ impl BenchDb {
                     // No UPDATE ... RETURNING in MariaDB: lock and read, then mark, in one
                     // transaction.
                     let mut tx = o.pool().begin().await?;
-                    let rows: Vec<(i64, String)> = sqlx::query_as(
+                    // The payload column has a binary collation: read it as bytes.
+                    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
                         "SELECT id, payload FROM outbox_message \
                          WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) \
                          ORDER BY status, next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
@@ -370,9 +371,13 @@ impl BenchDb {
                 Some(u64::try_from(n).unwrap_or(0))
             }
             AnyOutbox::MySql(o) => {
-                let row: (String, String) =
-                    sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Questions'").fetch_one(o.pool()).await?;
-                Some(row.1.parse().unwrap_or(0))
+                let v: Option<String> = sqlx::query_scalar(
+                    "SELECT CAST(VARIABLE_VALUE AS CHAR) FROM information_schema.GLOBAL_STATUS \
+                     WHERE VARIABLE_NAME = 'QUESTIONS'",
+                )
+                .fetch_optional(o.pool())
+                .await?;
+                v.and_then(|v| v.parse().ok())
             }
             _ => None,
         })
