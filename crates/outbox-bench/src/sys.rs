@@ -73,11 +73,14 @@ mod tests {
 
     #[test]
     fn cpu_time_grows_with_work() {
+        // Busy until the clock ticks (10 ms granularity; a loaded machine may take a while).
         let before = cpu_time();
-        let mut x = 0_u64;
         let start = std::time::Instant::now();
-        while start.elapsed() < Duration::from_millis(60) {
-            x = x.wrapping_mul(31).wrapping_add(7);
+        let mut x = 0_u64;
+        while cpu_time() <= before && start.elapsed() < Duration::from_secs(20) {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
         }
         assert!(x != 1);
         assert!(cpu_time() > before);
