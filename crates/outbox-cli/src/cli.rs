@@ -127,6 +127,21 @@ pub(crate) enum Command {
     ///   outbox purge --sent-before 12h --batch 5000 --json
     #[command(verbatim_doc_comment)]
     Purge(PurgeArgs),
+    /// Measure the outbox against real servers: raw limits first, then drain, latency, enqueue
+    /// overhead, scale and idle cost, each as a ratio to those limits.
+    ///
+    /// Each scenario creates and drops its own database on the server of --store (SQLite: a
+    /// temporary file) and its own stream / queue on the broker. Prints a table and writes
+    /// results.json, report.md and SVG charts into --out. Speed never fails the command; a
+    /// message not delivered (or delivered twice by two relays) does.
+    ///
+    /// Examples:
+    ///   outbox bench --store postgres://postgres@127.0.0.1/test --transport nats
+    ///   outbox bench --store mysql://root@127.0.0.1/test --transport redis --scenario raw,drain --n 20000
+    ///   outbox bench --store sqlite: --transport null --scenario drain,latency --out bench-results/sqlite
+    ///   outbox bench --scenario scale --sent-rows 10000,1000000,10000000
+    #[command(verbatim_doc_comment)]
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -327,6 +342,78 @@ pub(crate) struct CheckArgs {
     #[arg(long, short, env = "OUTBOX_CONFIG", default_value = "outbox.toml")]
     pub(crate) config: PathBuf,
     /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Broker of `outbox bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum BenchTransport {
+    /// NATS JetStream.
+    Nats,
+    /// Redis Streams.
+    Redis,
+    /// RabbitMQ.
+    Rabbitmq,
+    /// No broker: isolates the relay's own cost.
+    Null,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct BenchArgs {
+    /// Database server (a database is created and dropped per scenario), or `sqlite:`.
+    #[arg(long, env = "OUTBOX_BENCH_STORE", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    pub(crate) store: String,
+    /// Broker the relay publishes to.
+    #[arg(long, value_enum, default_value_t = BenchTransport::Nats)]
+    pub(crate) transport: BenchTransport,
+    /// Scenarios, comma-separated: raw, drain, latency, enqueue, scale, idle.
+    #[arg(long, value_delimiter = ',', default_value = "raw,drain,latency,enqueue,scale,idle")]
+    pub(crate) scenario: Vec<String>,
+    /// Backlog size of the raw loops and the drains.
+    #[arg(long, default_value_t = 100_000)]
+    pub(crate) n: usize,
+    /// Offered load of the latency scenario, business transactions per second (open loop).
+    #[arg(long, default_value_t = 1_000)]
+    pub(crate) rate: u32,
+    /// Duration of the latency scenario, seconds.
+    #[arg(long, default_value_t = 10)]
+    pub(crate) latency_secs: u64,
+    /// Transactions per client and mode in the enqueue scenario.
+    #[arg(long, default_value_t = 2_000)]
+    pub(crate) enqueue_txs: usize,
+    /// Relay counts of the scale drains, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    pub(crate) relays: Vec<usize>,
+    /// Sent rows already in the table for the claim-latency measurement, comma-separated
+    /// (10^7 takes minutes to generate; opt in).
+    #[arg(long, value_delimiter = ',', default_value = "10000,100000")]
+    pub(crate) sent_rows: Vec<u64>,
+    /// Duration of the idle measurement, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub(crate) idle_secs: u64,
+    /// Relay batch size.
+    #[arg(long, default_value_t = 500)]
+    pub(crate) batch_size: usize,
+    /// Relay batches in flight.
+    #[arg(long, default_value_t = 2)]
+    pub(crate) in_flight: usize,
+    /// NATS URL.
+    #[arg(long, env = "OUTBOX_BENCH_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub(crate) nats_url: String,
+    /// Redis URL.
+    #[arg(long, env = "OUTBOX_BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub(crate) redis_url: String,
+    /// AMQP URL.
+    #[arg(long, env = "OUTBOX_BENCH_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub(crate) amqp_url: String,
+    /// A label copied into the report (e.g. before, after).
+    #[arg(long, default_value = "")]
+    pub(crate) label: String,
+    /// Directory for results.json, report.md and the charts.
+    #[arg(long, default_value = "bench-results")]
+    pub(crate) out: PathBuf,
+    /// Print the JSON result instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
 }

@@ -149,6 +149,8 @@ where
     tx.commit().await.unwrap();
     eventually("the committed message is delivered", || async { t.delivered_count(e.id) == 1 }).await;
     assert!(committed_at.elapsed() < Duration::from_secs(10), "fast path, not the 60 s scan");
+    assert_eq!(RelayStats::get(&running.stats.claimed_on_scan), 0, "claimed on the wake-up, not by the scan");
+    assert!(RelayStats::get(&running.stats.claimed) >= 1);
     eventually("marked sent", || async { status(&outbox, e.id).await.status == Status::Sent }).await;
 
     let env = &t.delivered()[0];
@@ -538,6 +540,47 @@ macro_rules! dialect {
     };
 }
 
+/// A message committed without the after-commit signal (a plain sqlx commit) where the store has
+/// no push channel is found by the timed scan, and counted as such.
+async fn an_unsignalled_message_is_claimed_by_the_scan<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+    DB::Connection: outbox_store::OutboxConnection,
+{
+    use outbox_store::OutboxConnection;
+    let t = TestTransport::new();
+    let running = start(relay(&outbox, "r1", &t, fast_retry(5))); // idle_interval 100 ms
+    tokio::time::sleep(Duration::from_millis(300)).await; // idle
+    let mut tx = outbox.pool().begin().await.unwrap();
+    let e = (*tx).enqueue(&NewMessage::new("order.paid", "{}")).await.unwrap();
+    tx.commit().await.unwrap(); // plain commit: no signal
+    eventually("the scan delivers it", || async { t.delivered_count(e.id) == 1 }).await;
+    assert_eq!(RelayStats::get(&running.stats.claimed_on_scan), 1);
+    running.stop().await;
+}
+
+mod scan_counter {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sqlite() {
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
+        db.drop_db().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql() {
+        let db = outbox_testkit::fresh_mysql().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
+        db.drop_db().await;
+    }
+}
+
 dialect!(postgres, outbox_testkit::fresh_pg);
 dialect!(mysql, outbox_testkit::fresh_mysql);
 dialect!(sqlite, outbox_testkit::fresh_sqlite);
@@ -776,6 +819,47 @@ mod ack_mode {
                 }
             }
         };
+    }
+
+    /// A message committed without the after-commit signal (a plain sqlx commit) where the store has
+    /// no push channel is found by the timed scan, and counted as such.
+    async fn an_unsignalled_message_is_claimed_by_the_scan<DB: OutboxDatabase>(outbox: Outbox<DB>)
+    where
+        Outbox<DB>: RelayStore,
+        DB::Connection: outbox_store::OutboxConnection,
+    {
+        use outbox_store::OutboxConnection;
+        let t = TestTransport::new();
+        let running = start(relay(&outbox, "r1", &t, fast_retry(5))); // idle_interval 100 ms
+        tokio::time::sleep(Duration::from_millis(300)).await; // idle
+        let mut tx = outbox.pool().begin().await.unwrap();
+        let e = (*tx).enqueue(&NewMessage::new("order.paid", "{}")).await.unwrap();
+        tx.commit().await.unwrap(); // plain commit: no signal
+        eventually("the scan delivers it", || async { t.delivered_count(e.id) == 1 }).await;
+        assert_eq!(RelayStats::get(&running.stats.claimed_on_scan), 1);
+        running.stop().await;
+    }
+
+    mod scan_counter {
+        use super::*;
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn sqlite() {
+            let db = outbox_testkit::fresh_sqlite().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
+            db.drop_db().await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn mysql() {
+            let db = outbox_testkit::fresh_mysql().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
+            db.drop_db().await;
+        }
     }
 
     dialect!(postgres, outbox_testkit::fresh_pg);

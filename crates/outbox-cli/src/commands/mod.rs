@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+mod bench;
 mod cancel;
 mod check;
 mod demo;
@@ -27,5 +28,6 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Retry(args) => retry::run(args).await,
         Command::Cancel(args) => cancel::run(args).await,
         Command::Purge(args) => purge::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
     }
 }

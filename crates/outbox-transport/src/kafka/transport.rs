@@ -352,10 +352,28 @@ impl Transport for KafkaTransport {
         }))
         .await;
         let mut rebuild = producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"));
+        let (mut delivered, mut timed_out) = (0, 0);
         for (i, o, why) in reports {
+            match &o {
+                Outcome::Delivered => delivered += 1,
+                Outcome::Failed { reason, .. } if reason.contains("timed out") || reason.contains("within") => {
+                    timed_out += 1
+                }
+                Outcome::Failed { .. } => {}
+            }
             out[i] = Some(o);
             if rebuild.is_none() {
                 rebuild = why;
+            }
+        }
+        // Nothing delivered, everything timed out, yet the cluster answers: the producer's own
+        // state is stale (a broker that restarted and forgot its producer id keeps it waiting
+        // until the timeout, batch after batch). A new producer starts clean.
+        if rebuild.is_none() && delivered == 0 && timed_out > 0 {
+            let p = producer.clone();
+            let t = self.config.connect_timeout;
+            if let Ok(Ok(_)) = tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, t)).await {
+                rebuild = Some("no delivery report within the timeout while the cluster answers".into());
             }
         }
         if let Some(why) = rebuild {

@@ -1,0 +1,314 @@
+//! Writing a [`Report`]: `results.json`, `report.md` (tables) and SVG charts drawn with
+//! plotters, plus a plain-text table for the terminal.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::{Error, Report, Summary};
+
+/// Writes `results.json`, `report.md`, `throughput.svg` and `latency.svg` (the charts that have
+/// data) into `dir`, creating it. Returns the files written.
+pub fn write(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    std::fs::create_dir_all(dir)?;
+    let mut files = Vec::new();
+    let json = dir.join("results.json");
+    let text = serde_json::to_string_pretty(report).map_err(|e| Error::Io(std::io::Error::other(e)))?;
+    std::fs::write(&json, text)?;
+    files.push(json);
+    let mut charts = Vec::new();
+    let bars = throughput_bars(report);
+    if !bars.is_empty() {
+        let p = dir.join("throughput.svg");
+        bar_chart(&p, "Throughput, msgs/s (higher is better)", &bars)?;
+        charts.push(("Throughput", "throughput.svg"));
+        files.push(p);
+    }
+    let bars = latency_bars(report);
+    if !bars.is_empty() {
+        let p = dir.join("latency.svg");
+        bar_chart(&p, "Latency, ms (lower is better)", &bars)?;
+        charts.push(("Latency", "latency.svg"));
+        files.push(p);
+    }
+    let md = dir.join("report.md");
+    std::fs::write(&md, markdown(report, &charts))?;
+    files.push(md);
+    Ok(files)
+}
+
+fn throughput_bars(r: &Report) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    if let Some(raw) = &r.raw {
+        v.push(("raw DB claim+mark".to_owned(), raw.db_rows_per_s));
+        if let Some(b) = raw.broker_msgs_per_s {
+            v.push((format!("raw {} publish", r.config.transport.name()), b));
+        }
+    }
+    if let Some(d) = &r.drain {
+        v.push(("drain".to_owned(), d.msgs_per_s));
+    }
+    if let Some(s) = &r.scale {
+        for d in &s.drains {
+            v.push((format!("drain, {} relay(s)", d.relays), d.msgs_per_s));
+        }
+    }
+    v
+}
+
+fn latency_bars(r: &Report) -> Vec<(String, f64)> {
+    let mut v = Vec::new();
+    if let Some(l) = &r.latency {
+        let s = &l.commit_to_consumer;
+        v.extend([
+            ("commit→consumer p50".to_owned(), s.p50_ms),
+            ("p90".to_owned(), s.p90_ms),
+            ("p99".to_owned(), s.p99_ms),
+        ]);
+    }
+    if let Some(s) = &r.scale {
+        for c in &s.claims {
+            v.push((format!("claim p50, {} sent rows", human(c.sent_rows as f64)), c.claim.p50_ms));
+        }
+    }
+    v
+}
+
+fn chart_err(e: impl std::fmt::Display) -> Error {
+    Error::Chart(e.to_string())
+}
+
+/// A horizontal bar chart, one labelled bar per entry.
+fn bar_chart(path: &Path, title: &str, bars: &[(String, f64)]) -> Result<(), Error> {
+    let height = 80 + 40 * bars.len() as u32;
+    let root = SVGBackend::new(path, (900, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(chart_err)?;
+    let max = bars.iter().map(|b| b.1).fold(0.0_f64, f64::max).max(1e-9) * 1.35;
+    let n = bars.len() as f64;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(30)
+        .y_label_area_size(10)
+        .build_cartesian_2d(0.0..max, 0.0..n)
+        .map_err(chart_err)?;
+    chart.configure_mesh().disable_y_mesh().disable_y_axis().x_labels(6).draw().map_err(chart_err)?;
+    let palette = [RGBColor(52, 101, 164), RGBColor(78, 154, 6), RGBColor(204, 0, 0), RGBColor(117, 80, 123)];
+    for (i, (label, value)) in bars.iter().enumerate() {
+        let y0 = n - i as f64 - 0.85;
+        let y1 = n - i as f64 - 0.15;
+        let color = palette[i % palette.len()];
+        chart
+            .draw_series(std::iter::once(Rectangle::new([(0.0, y0), (*value, y1)], color.filled())))
+            .map_err(chart_err)?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                format!("{label}: {}", human(*value)),
+                (value + max * 0.01, (y0 + y1) / 2.0 + 0.2),
+                ("sans-serif", 14).into_font(),
+            )))
+            .map_err(chart_err)?;
+    }
+    root.present().map_err(chart_err)?;
+    Ok(())
+}
+
+/// `12345.6` → `12,346`; small values keep two decimals.
+pub(crate) fn human(x: f64) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    if x.abs() < 100.0 {
+        return format!("{x:.2}");
+    }
+    let s = format!("{:.0}", x);
+    let (sign, digits) = s.strip_prefix('-').map_or(("", s.as_str()), |d| ("-", d));
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{sign}{out}")
+}
+
+fn pct(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{:.0}%", r * 100.0))
+}
+
+fn summary_row(name: &str, s: &Summary) -> String {
+    format!(
+        "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |\n",
+        s.count, s.p50_ms, s.p90_ms, s.p99_ms, s.max_ms, s.mean_ms
+    )
+}
+
+/// The Markdown report (also what the command prints, minus the chart links).
+pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
+    let mut md = String::new();
+    let c = &r.config;
+    let _ = writeln!(
+        md,
+        "# outbox bench: {} + {}{}\n",
+        r.store_kind,
+        c.transport.name(),
+        if c.label.is_empty() { String::new() } else { format!(" ({})", c.label) }
+    );
+    let m = &r.machine;
+    let _ = writeln!(
+        md,
+        "Started {} and took {:.0} s. Machine: {} CPUs ({}), {:.1} GiB, Linux {}, load average {:.2} at start. \
+         Database: {}.\n",
+        r.started_at, r.duration_s, m.cpus, m.cpu_model, m.memory_gib, m.kernel, m.load_average, m.database_version
+    );
+    let _ = writeln!(
+        md,
+        "Backlog n = {}, batch size {}, {} batches in flight, offered load {} msg/s for {} s.\n",
+        c.n,
+        c.batch_size,
+        c.in_flight,
+        c.rate,
+        c.latency_duration.as_secs()
+    );
+    if let Some(raw) = &r.raw {
+        md.push_str("## Raw limits\n\n| limit | rate |\n| --- | ---: |\n");
+        let _ =
+            writeln!(md, "| database: batched claim-and-mark SQL, rows/s | {} |", human(raw.db_rows_per_s));
+        let _ = writeln!(
+            md,
+            "| broker: pipelined confirmed publish ({}), msgs/s | {} |",
+            c.transport.name(),
+            raw.broker_msgs_per_s.map_or("no limit (null)".into(), human)
+        );
+        let _ = writeln!(md, "| **min(raw DB, raw broker)** | **{}** |\n", human(raw.limit_per_s));
+    }
+    let drain_head =
+        "| relays | n | seconds | msgs/s | ratio to limit | claims | CPU s | peak RSS MiB | duplicates |\n\
+                      | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    let drain_row = |d: &crate::DrainResult| {
+        format!(
+            "| {} | {} | {:.2} | {} | {} | {} | {:.1} | {:.0} | {} |\n",
+            d.relays,
+            d.n,
+            d.seconds,
+            human(d.msgs_per_s),
+            pct(d.ratio_to_limit),
+            d.claims,
+            d.cpu_s,
+            d.peak_rss_mib,
+            d.duplicates
+        )
+    };
+    if let Some(d) = &r.drain {
+        md.push_str("## Drain\n\n");
+        md.push_str(drain_head);
+        md.push_str(&drain_row(d));
+        md.push('\n');
+    }
+    let lat_head = "| measure | count | p50 ms | p90 ms | p99 ms | max ms | mean ms |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+    if let Some(l) = &r.latency {
+        let _ = writeln!(
+            md,
+            "## Latency\n\nOffered {} msg/s (open loop), achieved {:.0}/s; {} sent, {} received, {} left behind, \
+             {} duplicates; fast-path share {:.1}%; {:.2} relay claims and {} database transactions per message; \
+             peak RSS {:.0} MiB.\n",
+            l.offered_per_s,
+            l.achieved_per_s,
+            l.sent,
+            l.received,
+            l.left_behind,
+            l.duplicates,
+            l.fast_path_share * 100.0,
+            l.claims_per_msg,
+            l.db_xacts_per_msg.map_or("-".into(), |x| format!("{x:.2}")),
+            l.peak_rss_mib
+        );
+        md.push_str(lat_head);
+        md.push_str(&summary_row("commit returned → consumer received", &l.commit_to_consumer));
+        md.push_str(&summary_row("scheduled start → consumer received", &l.scheduled_to_consumer));
+        md.push_str(&summary_row("business transaction", &l.transaction));
+        md.push('\n');
+    }
+    if let Some(e) = &r.enqueue {
+        md.push_str(
+            "## Enqueue overhead\n\n| clients | tx/s without | tx/s with | ratio | p50 without | p50 with | added p50 ms | \
+             p99 without | p99 with | added p99 ms |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        for row in &e.rows {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:+.2} | {:.2} | {:.2} | {:+.2} |",
+                row.clients,
+                human(row.rate_without),
+                human(row.rate_with),
+                row.ratio,
+                row.without.p50_ms,
+                row.with.p50_ms,
+                row.added_p50_ms,
+                row.without.p99_ms,
+                row.with.p99_ms,
+                row.added_p99_ms
+            );
+        }
+        md.push('\n');
+    }
+    if let Some(s) = &r.scale {
+        md.push_str("## Scale\n\n");
+        if !s.drains.is_empty() {
+            md.push_str(drain_head);
+            for d in &s.drains {
+                md.push_str(&drain_row(d));
+            }
+            md.push('\n');
+        }
+        if !s.claims.is_empty() {
+            md.push_str(
+                "| sent rows in table | generated in s | claims | claim p50 ms | p99 ms | max ms |\n| ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            );
+            for c in &s.claims {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.1} | {} | {:.2} | {:.2} | {:.2} |",
+                    human(c.sent_rows as f64),
+                    c.generate_s,
+                    c.claim.count,
+                    c.claim.p50_ms,
+                    c.claim.p99_ms,
+                    c.claim.max_ms
+                );
+            }
+            md.push('\n');
+        }
+    }
+    if let Some(i) = &r.idle {
+        let _ = writeln!(
+            md,
+            "## Idle\n\n| seconds | CPU s | CPU % of a core | server queries/s | relay claims/s |\n| ---: | ---: | ---: | ---: | ---: |\n\
+             | {:.1} | {:.3} | {:.2} | {} | {:.2} |\n",
+            i.seconds,
+            i.cpu_s,
+            i.cpu_percent,
+            i.server_queries_per_s.map_or("-".into(), |q| format!("{q:.2}")),
+            i.claims_per_s
+        );
+    }
+    for (name, file) in charts {
+        let _ = writeln!(md, "![{name}]({file})\n");
+    }
+    md
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn human_numbers() {
+        assert_eq!(human(12_345.6), "12,346");
+        assert_eq!(human(1_000_000.0), "1,000,000");
+        assert_eq!(human(3.14159), "3.14");
+        assert_eq!(human(-1234.0), "-1,234");
+    }
+}

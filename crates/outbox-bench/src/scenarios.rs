@@ -1,0 +1,606 @@
+//! The scenarios. Each one creates its own database and broker objects and removes them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::{MessageId, Transport};
+use outbox_relay::{Destination, Relay, RelayConfig, RelayStats, Route};
+use outbox_store::{AnyOutbox, RelayStore, Settlement};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::{Broker, Seen};
+use crate::db::{self, BenchDb};
+use crate::stats::{Recorder, Summary};
+use crate::sys;
+use crate::{BenchConfig, Error, Report, Result, Scenario};
+
+/// Connections of the main pool (business writers plus one relay).
+const POOL: u32 = 24;
+
+/// Raw limits of the machine, measured first.
+#[derive(Debug, Clone, Serialize)]
+pub struct RawResult {
+    /// Rows claimed and marked sent by the bare SQL loop.
+    pub db_rows: u64,
+    /// Their rate, rows/s.
+    pub db_rows_per_s: f64,
+    /// The broker's pipelined confirmed-publish rate, msgs/s (`None`: null transport, no limit).
+    pub broker_msgs_per_s: Option<f64>,
+    /// min(raw DB, raw broker): the reference of the drain ratios.
+    pub limit_per_s: f64,
+}
+
+/// One drain of a backlog.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainResult {
+    /// Relay instances.
+    pub relays: usize,
+    /// Backlog size.
+    pub n: u64,
+    /// Seconds from relay start to the last broker confirmation.
+    pub seconds: f64,
+    /// Messages per second.
+    pub msgs_per_s: f64,
+    /// `msgs_per_s / min(raw DB, raw broker)` when the raw limits ran.
+    pub ratio_to_limit: Option<f64>,
+    /// Distinct messages the consumer received.
+    pub consumer_received: u64,
+    /// Messages the consumer received more than once.
+    pub duplicates: u64,
+    /// Claim queries issued.
+    pub claims: u64,
+    /// CPU seconds of the bench process (relays, consumer, broker clients) during the drain.
+    pub cpu_s: f64,
+    /// Peak resident memory of the bench process during the scenario, MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Latency under an open-loop offered load.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyResult {
+    /// Offered rate, transactions/s.
+    pub offered_per_s: u32,
+    /// Achieved commit rate, transactions/s.
+    pub achieved_per_s: f64,
+    /// Business transactions committed.
+    pub sent: u64,
+    /// Distinct messages the consumer received.
+    pub received: u64,
+    /// Messages not received within 30 s after the load stopped ("left behind").
+    pub left_behind: u64,
+    /// Consumer received more than once.
+    pub duplicates: u64,
+    /// Commit returned to consumer received.
+    pub commit_to_consumer: Summary,
+    /// Scheduled start of the transaction to consumer received (includes the transaction itself
+    /// and any lag of the load generator: immune to coordinated omission).
+    pub scheduled_to_consumer: Summary,
+    /// Duration of the business transactions themselves.
+    pub transaction: Summary,
+    /// Share of messages claimed on a wake-up rather than by the timed scan.
+    pub fast_path_share: f64,
+    /// Relay claim queries per message.
+    pub claims_per_msg: f64,
+    /// Database transactions per message counted by the server, the business transaction
+    /// included (PostgreSQL only; less sensitive to a noisy machine than the latencies).
+    pub db_xacts_per_msg: Option<f64>,
+    /// Peak resident memory, MiB.
+    pub peak_rss_mib: f64,
+}
+
+/// Enqueue overhead for one client count.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnqueueRow {
+    /// Concurrent clients.
+    pub clients: usize,
+    /// Transactions without the enqueue.
+    pub without: Summary,
+    /// Transactions with the enqueue.
+    pub with: Summary,
+    /// Rate without, transactions/s.
+    pub rate_without: f64,
+    /// Rate with, transactions/s.
+    pub rate_with: f64,
+    /// `rate_with / rate_without` (target ≥ 0.95).
+    pub ratio: f64,
+    /// Added time per transaction at the median, ms.
+    pub added_p50_ms: f64,
+    /// Added time per transaction at the 99th percentile, ms.
+    pub added_p99_ms: f64,
+}
+
+/// Enqueue overhead.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnqueueResult {
+    /// One row per client count.
+    pub rows: Vec<EnqueueRow>,
+}
+
+/// Claim latency with `sent_rows` finished rows in the table.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClaimAtSize {
+    /// Sent rows already in the table.
+    pub sent_rows: u64,
+    /// Seconds it took to generate them.
+    pub generate_s: f64,
+    /// Claim latency (a claim of `batch_size` due rows among them).
+    pub claim: Summary,
+}
+
+/// Scale: several relays; large tables.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleResult {
+    /// One drain per relay count.
+    pub drains: Vec<DrainResult>,
+    /// Claim latency per table size.
+    pub claims: Vec<ClaimAtSize>,
+}
+
+/// Cost of an idle relay.
+#[derive(Debug, Clone, Serialize)]
+pub struct IdleResult {
+    /// Measured seconds.
+    pub seconds: f64,
+    /// CPU seconds of the bench process (the relay and its clients) meanwhile.
+    pub cpu_s: f64,
+    /// CPU use, percent of one core.
+    pub cpu_percent: f64,
+    /// Database transactions per second counted by the server (PostgreSQL: this database's
+    /// `xact_commit + xact_rollback`; MariaDB: global `Questions`, other clients included;
+    /// SQLite: none).
+    pub server_queries_per_s: Option<f64>,
+    /// Claim queries per second issued by the relay.
+    pub claims_per_s: f64,
+}
+
+struct Running {
+    stats: Arc<RelayStats>,
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.handle.await;
+    }
+}
+
+fn start_relay(
+    store: AnyOutbox,
+    transport: Arc<dyn Transport>,
+    cfg: &BenchConfig,
+    i: usize,
+) -> Result<Running> {
+    let config = RelayConfig {
+        owner: format!("bench-{}-{i}", std::process::id()),
+        batch_size: cfg.batch_size,
+        max_in_flight_batches: cfg.in_flight,
+        ..RelayConfig::default()
+    };
+    let signal = store.signal().clone();
+    let relay = Relay::builder(store, signal)
+        .config(config)
+        .destination(Destination::new("bench", transport))
+        .route(Route::new("#", ["bench"]))
+        .build()
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let stats = relay.stats();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    Ok(Running { stats, stop, handle })
+}
+
+fn ratio(x: f64, limit: Option<f64>) -> Option<f64> {
+    limit.filter(|l| *l > 0.0).map(|l| x / l)
+}
+
+fn check(scenario: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::Check { scenario, reason: reason() })
+    }
+}
+
+/// Runs every selected scenario, in the canonical order.
+pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
+    if cfg.n == 0 || cfg.rate == 0 || cfg.batch_size == 0 || cfg.in_flight == 0 {
+        return Err(Error::Config("n, rate, batch size and in-flight must be positive".into()));
+    }
+    let started = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339();
+    let probe = BenchDb::fresh(&cfg.store, 1).await?;
+    let version = probe.version().await?;
+    let store_kind = format!("{:?}", probe.dialect).to_lowercase();
+    probe.drop_db().await;
+    let machine = sys::machine(version);
+    let mut report = Report {
+        started_at,
+        duration_s: 0.0,
+        config: cfg.clone(),
+        store_kind,
+        machine,
+        raw: None,
+        drain: None,
+        latency: None,
+        enqueue: None,
+        scale: None,
+        idle: None,
+    };
+    for s in Scenario::ALL {
+        if !cfg.scenarios.contains(&s) {
+            continue;
+        }
+        tracing::info!(scenario = s.name(), "Running");
+        sys::reset_peak_rss();
+        let limit = report.raw.as_ref().map(|r| r.limit_per_s);
+        match s {
+            Scenario::Raw => report.raw = Some(raw(cfg).await?),
+            Scenario::Drain => report.drain = Some(drain(cfg, 1, limit).await?),
+            Scenario::Latency => report.latency = Some(latency(cfg).await?),
+            Scenario::Enqueue => report.enqueue = Some(enqueue(cfg).await?),
+            Scenario::Scale => report.scale = Some(scale(cfg, limit).await?),
+            Scenario::Idle => report.idle = Some(idle(cfg).await?),
+        }
+    }
+    report.duration_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+async fn raw(cfg: &BenchConfig) -> Result<RawResult> {
+    let n = cfg.n as u64;
+    let db = BenchDb::fresh(&cfg.store, 4).await?;
+    db.insert_rows(0, n, "pending").await?;
+    db.analyze().await?;
+    let start = Instant::now();
+    let rows = db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)).await;
+    let secs = start.elapsed().as_secs_f64();
+    db.drop_db().await;
+    let rows = rows?;
+    check("raw", rows == n, || format!("the claim loop processed {rows} rows of {n}"))?;
+    let db_rate = rows as f64 / secs.max(1e-9);
+
+    let broker = Broker::new(cfg);
+    let broker_rate = broker.raw_publish(cfg.n).await;
+    broker.cleanup().await;
+    let broker_rate = broker_rate?;
+    let limit = broker_rate.map_or(db_rate, |b| b.min(db_rate));
+    Ok(RawResult {
+        db_rows: rows,
+        db_rows_per_s: db_rate,
+        broker_msgs_per_s: broker_rate,
+        limit_per_s: limit,
+    })
+}
+
+/// Drains a backlog of `cfg.n` with `relays` relay instances (each with its own pool).
+async fn drain(cfg: &BenchConfig, relays: usize, limit: Option<f64>) -> Result<DrainResult> {
+    let db = BenchDb::fresh(&cfg.store, POOL).await?;
+    let result = drain_on(cfg, &db, relays, limit).await;
+    db.drop_db().await;
+    result
+}
+
+async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<f64>) -> Result<DrainResult> {
+    let n = cfg.n as u64;
+    db.insert_rows(0, n, "pending").await?;
+    db.analyze().await?;
+    let broker = Broker::new(cfg);
+    let result = async {
+        let transport = broker.transport().await?;
+        let mut arrivals = broker.consume().await?;
+        let mut stores = vec![db.outbox.clone()];
+        for _ in 1..relays {
+            stores.push(AnyOutbox::connect(&db.url, 8).await?);
+        }
+        let cpu0 = sys::cpu_time();
+        let start = Instant::now();
+        let running: Vec<Running> = stores
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| start_relay(s, transport.clone(), cfg, i))
+            .collect::<Result<_>>()?;
+        let delivered = |rs: &[Running]| rs.iter().map(|r| RelayStats::get(&r.stats.delivered)).sum::<u64>();
+        let deadline = Duration::from_secs(600 + n / 100);
+        while delivered(&running) < n && start.elapsed() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = sys::cpu_time().saturating_sub(cpu0).as_secs_f64();
+        let got = delivered(&running);
+        let claims: u64 = running.iter().map(|r| RelayStats::get(&r.stats.claims)).sum();
+        // Let the last settle land, then stop.
+        let settled = db::wait_until(Duration::from_secs(30), Duration::from_millis(20), || async {
+            Ok(db.count("sent").await? >= i64::try_from(n).unwrap_or(i64::MAX))
+        })
+        .await?;
+        for r in running {
+            r.stop().await;
+        }
+        let mut seen = Seen::default();
+        seen.collect(&mut arrivals, cfg.n, Duration::from_secs(30)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        seen.drain(&mut arrivals);
+        check("drain", got >= n, || format!("{got} of {n} messages delivered within {deadline:?}"))?;
+        check("drain", settled, || "not every message is marked sent".into())?;
+        let received = seen.first.len() as u64;
+        check("drain", received == n, || {
+            format!("the consumer received {received} distinct messages of {n}")
+        })?;
+        check("drain", relays == 1 || seen.duplicates == 0, || {
+            format!("{} messages were delivered twice by {relays} relays", seen.duplicates)
+        })?;
+        let rate = n as f64 / secs.max(1e-9);
+        Ok(DrainResult {
+            relays,
+            n,
+            seconds: secs,
+            msgs_per_s: rate,
+            ratio_to_limit: ratio(rate, limit),
+            consumer_received: received,
+            duplicates: seen.duplicates,
+            claims,
+            cpu_s: cpu,
+            peak_rss_mib: sys::peak_rss_mib(),
+        })
+    }
+    .await;
+    broker.cleanup().await;
+    result
+}
+
+async fn latency(cfg: &BenchConfig) -> Result<LatencyResult> {
+    let db = BenchDb::fresh(&cfg.store, POOL).await?;
+    let result = latency_on(cfg, &db).await;
+    db.drop_db().await;
+    result
+}
+
+async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
+    db.create_business_table().await?;
+    let broker = Broker::new(cfg);
+    let result = async {
+        let transport = broker.transport().await?;
+        let mut arrivals = broker.consume().await?;
+        let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
+        // Let the relay settle into its idle state.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let claimed0 = RelayStats::get(&relay.stats.claimed);
+        let claims0 = RelayStats::get(&relay.stats.claims);
+        let xacts0 =
+            if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
+        let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
+
+        let total = (u64::from(cfg.rate) * cfg.latency_duration.as_secs().max(1)) as usize;
+        let period = Duration::from_secs_f64(1.0 / f64::from(cfg.rate));
+        let (tx, mut rx) =
+            tokio::sync::mpsc::unbounded_channel::<Result<(MessageId, Instant, Instant, Instant)>>();
+        let start = tokio::time::Instant::now();
+        let errors = Arc::new(AtomicU64::new(0));
+        for i in 0..total {
+            // Open loop: each transaction starts at its scheduled time, whatever the others do.
+            let scheduled = start + period * u32::try_from(i).unwrap_or(u32::MAX);
+            tokio::time::sleep_until(scheduled).await;
+            let tx = tx.clone();
+            let outbox = db.outbox.clone();
+            tokio::spawn(async move {
+                let begun = Instant::now();
+                let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
+                let msg = db::message(i as u64);
+                let r = db::business_tx(&outbox, account, Some(&msg)).await.and_then(|(id, committed)| {
+                    id.map(|id| (id, scheduled.into_std(), begun, committed))
+                        .ok_or_else(|| Error::Config("enqueue returned no id".into()))
+                });
+                let _ = tx.send(r);
+            });
+        }
+        drop(tx);
+        let mut commits = Vec::with_capacity(total);
+        while let Some(r) = rx.recv().await {
+            match r {
+                Ok(c) => commits.push(c),
+                Err(e) => {
+                    errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "A business transaction failed");
+                }
+            }
+        }
+        let gen_secs = start.elapsed().as_secs_f64();
+        let mut seen = Seen::default();
+        seen.collect(&mut arrivals, commits.len(), Duration::from_secs(30)).await;
+        let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
+        let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
+        let claims = RelayStats::get(&relay.stats.claims) - claims0;
+        let xacts1 = if xacts0.is_some() { db.server_queries().await? } else { None };
+        relay.stop().await;
+        let per_msg = |x: u64| x as f64 / (commits.len().max(1)) as f64;
+        let db_xacts_per_msg = match (xacts0, xacts1) {
+            (Some(a), Some(b)) => Some(per_msg(b.saturating_sub(a).saturating_sub(2))),
+            _ => None,
+        };
+
+        let (mut c2c, mut s2c, mut txd) = (Recorder::new(), Recorder::new(), Recorder::new());
+        let mut left = 0_u64;
+        for (id, scheduled, begun, committed) in &commits {
+            txd.record(committed.saturating_duration_since(*begun));
+            match seen.first.get(&id.0) {
+                Some(at) => {
+                    c2c.record(at.saturating_duration_since(*committed));
+                    s2c.record(at.saturating_duration_since(*scheduled));
+                }
+                None => left += 1,
+            }
+        }
+        let failed = errors.load(Ordering::Relaxed);
+        check("latency", failed == 0, || format!("{failed} business transactions failed"))?;
+        check("latency", left == 0, || format!("{left} messages were not received within 30 s"))?;
+        Ok(LatencyResult {
+            offered_per_s: cfg.rate,
+            achieved_per_s: commits.len() as f64 / gen_secs.max(1e-9),
+            sent: commits.len() as u64,
+            received: seen.first.len() as u64,
+            left_behind: left,
+            duplicates: seen.duplicates,
+            commit_to_consumer: c2c.summary(),
+            scheduled_to_consumer: s2c.summary(),
+            transaction: txd.summary(),
+            fast_path_share: if claimed == 0 { 0.0 } else { 1.0 - on_scan as f64 / claimed as f64 },
+            claims_per_msg: per_msg(claims),
+            db_xacts_per_msg,
+            peak_rss_mib: sys::peak_rss_mib(),
+        })
+    }
+    .await;
+    broker.cleanup().await;
+    result
+}
+
+async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
+    let db = BenchDb::fresh(&cfg.store, POOL).await?;
+    let result = async {
+        db.create_business_table().await?;
+        let mut rows = Vec::new();
+        const ROUNDS: usize = 4;
+        for clients in [1_usize, 8] {
+            let per_round = cfg.enqueue_txs.div_ceil(ROUNDS).max(1);
+            let (mut without, mut with) = (Recorder::new(), Recorder::new());
+            let (mut t_without, mut t_with) = (0.0_f64, 0.0_f64);
+            let mut seq = 0_u64;
+            for round in 0..ROUNDS {
+                // Alternate the order so drift on a noisy machine hits both modes alike.
+                let order = if round % 2 == 0 { [false, true] } else { [true, false] };
+                for enqueue in order {
+                    let start = Instant::now();
+                    let mut tasks = tokio::task::JoinSet::new();
+                    for c in 0..clients {
+                        let outbox = db.outbox.clone();
+                        let base = seq + (c * per_round) as u64;
+                        tasks.spawn(async move {
+                            let mut r = Recorder::new();
+                            for k in 0..per_round {
+                                let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
+                                let msg = enqueue.then(|| db::message(base + k as u64));
+                                let t = Instant::now();
+                                db::business_tx(&outbox, account, msg.as_ref()).await?;
+                                r.record(t.elapsed());
+                            }
+                            Ok::<_, Error>(r)
+                        });
+                    }
+                    let target = if enqueue { &mut with } else { &mut without };
+                    while let Some(r) = tasks.join_next().await {
+                        let r = r.map_err(|e| Error::Config(format!("a client task failed: {e}")))??;
+                        target.add(&r);
+                    }
+                    let secs = start.elapsed().as_secs_f64();
+                    if enqueue {
+                        t_with += secs;
+                    } else {
+                        t_without += secs;
+                    }
+                    seq += (clients * per_round) as u64;
+                }
+            }
+            let count = (clients * per_round * ROUNDS) as f64;
+            let (w, wo) = (with.summary(), without.summary());
+            let (rate_with, rate_without) = (count / t_with.max(1e-9), count / t_without.max(1e-9));
+            rows.push(EnqueueRow {
+                clients,
+                without: wo,
+                with: w,
+                rate_without,
+                rate_with,
+                ratio: rate_with / rate_without.max(1e-9),
+                added_p50_ms: w.p50_ms - wo.p50_ms,
+                added_p99_ms: w.p99_ms - wo.p99_ms,
+            });
+        }
+        Ok(EnqueueResult { rows })
+    }
+    .await;
+    db.drop_db().await;
+    result
+}
+
+async fn scale(cfg: &BenchConfig, limit: Option<f64>) -> Result<ScaleResult> {
+    let mut drains = Vec::new();
+    for &r in &cfg.relays {
+        sys::reset_peak_rss();
+        drains.push(drain(cfg, r.max(1), limit).await?);
+    }
+    let mut claims = Vec::new();
+    for &size in &cfg.sent_rows {
+        claims.push(claim_at(cfg, size).await?);
+    }
+    Ok(ScaleResult { drains, claims })
+}
+
+async fn claim_at(cfg: &BenchConfig, size: u64) -> Result<ClaimAtSize> {
+    let db = BenchDb::fresh(&cfg.store, 4).await?;
+    let result = async {
+        let t = Instant::now();
+        db.insert_rows(0, size, "sent").await?;
+        let generate_s = t.elapsed().as_secs_f64();
+        let batch = cfg.batch_size as u64;
+        let pending = batch * 20;
+        db.insert_rows(size, pending, "pending").await?;
+        db.analyze().await?;
+        let owner = "bench-claim";
+        let mut rec = Recorder::new();
+        let mut claimed = 0_u64;
+        loop {
+            let t = Instant::now();
+            let got = db.outbox.claim(owner, cfg.batch_size, Duration::from_secs(30)).await?;
+            if got.is_empty() {
+                break;
+            }
+            rec.record(t.elapsed());
+            claimed += got.len() as u64;
+            let settlement = Settlement { sent: got.iter().map(|m| m.id).collect(), ..Settlement::default() };
+            db.outbox.settle(owner, &settlement).await?;
+        }
+        check("scale", claimed == pending, || format!("claimed {claimed} of {pending} pending rows"))?;
+        Ok(ClaimAtSize { sent_rows: size, generate_s, claim: rec.summary() })
+    }
+    .await;
+    db.drop_db().await;
+    result
+}
+
+async fn idle(cfg: &BenchConfig) -> Result<IdleResult> {
+    let db = BenchDb::fresh(&cfg.store, 4).await?;
+    let broker = Broker::new(cfg);
+    let result = async {
+        let transport = broker.transport().await?;
+        let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let (cpu0, q0, c0) =
+            (sys::cpu_time(), db.server_queries().await?, RelayStats::get(&relay.stats.claims));
+        let start = Instant::now();
+        tokio::time::sleep(cfg.idle_duration).await;
+        let secs = start.elapsed().as_secs_f64();
+        let cpu = sys::cpu_time().saturating_sub(cpu0).as_secs_f64();
+        let c1 = RelayStats::get(&relay.stats.claims);
+        let q1 = db.server_queries().await?;
+        relay.stop().await;
+        // Our own two sampling statements are not the relay's.
+        let queries = match (q0, q1) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a).saturating_sub(2) as f64 / secs),
+            _ => None,
+        };
+        Ok(IdleResult {
+            seconds: secs,
+            cpu_s: cpu,
+            cpu_percent: 100.0 * cpu / secs,
+            server_queries_per_s: queries,
+            claims_per_s: (c1 - c0) as f64 / secs,
+        })
+    }
+    .await;
+    broker.cleanup().await;
+    db.drop_db().await;
+    result
+}

@@ -1,0 +1,47 @@
+//! `outbox bench`: a thin wrapper over the `outbox-bench` crate.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use outbox_bench::{BenchConfig, Scenario, TransportKind};
+
+use crate::cli::{BenchArgs, BenchTransport};
+
+pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    let scenarios = args.scenario.iter().map(|s| Scenario::parse(s)).collect::<Result<Vec<_>, _>>()?;
+    let cfg = BenchConfig {
+        store: args.store,
+        transport: match args.transport {
+            BenchTransport::Nats => TransportKind::Nats,
+            BenchTransport::Redis => TransportKind::Redis,
+            BenchTransport::Rabbitmq => TransportKind::Rabbitmq,
+            BenchTransport::Null => TransportKind::Null,
+        },
+        nats_url: args.nats_url,
+        redis_url: args.redis_url,
+        amqp_url: args.amqp_url,
+        scenarios,
+        n: args.n,
+        rate: args.rate,
+        latency_duration: Duration::from_secs(args.latency_secs),
+        enqueue_txs: args.enqueue_txs,
+        relays: args.relays,
+        sent_rows: args.sent_rows,
+        idle_duration: Duration::from_secs(args.idle_secs),
+        batch_size: args.batch_size,
+        in_flight: args.in_flight,
+        label: args.label,
+    };
+    let report = outbox_bench::run(&cfg).await.context("the bench failed")?;
+    let files = outbox_bench::report::write(&report, &args.out)
+        .with_context(|| format!("writing the report into {}", args.out.display()))?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!("{}", outbox_bench::report::markdown(&report, &[]));
+        for f in files {
+            println!("wrote {}", f.display());
+        }
+    }
+    Ok(())
+}
