@@ -45,9 +45,9 @@ pub use message::from_http;
 pub use message::from_mqtt_envelope;
 #[cfg(feature = "nats")]
 pub use message::from_nats;
+pub use message::{from_header_pairs, HeaderError, InboxMessage};
 #[cfg(feature = "redis")]
 pub use message::{from_redis_stream, from_redis_stream_with_prefix};
-pub use message::{from_header_pairs, HeaderError, InboxMessage};
 pub use migrate::{Migration, MigrationReport};
 pub use outbox_core::{Error, MessageId, Result};
 

@@ -266,7 +266,11 @@ where
 /// (`msg.headers().map(|h| h.iter().map(|h| (h.key, h.value.unwrap_or_default())))` with
 /// rdkafka) or RocketMQ user properties (`msg_ext.properties()`). The id comes from the
 /// `outbox-message-id` header; `what` names the transport in errors. Needs no client crate.
-pub fn from_header_pairs<I, N, V>(what: &'static str, headers: I, payload: &[u8]) -> Result<InboxMessage, HeaderError>
+pub fn from_header_pairs<I, N, V>(
+    what: &'static str,
+    headers: I,
+    payload: &[u8],
+) -> Result<InboxMessage, HeaderError>
 where
     I: IntoIterator<Item = (N, V)>,
     N: AsRef<str>,
@@ -289,8 +293,11 @@ mod tests {
 
     #[test]
     fn header_pairs_of_kafka_and_rocketmq() {
-        let kafka: Vec<(&str, &[u8])> =
-            vec![("outbox-message-id", &b"42"[..]), ("outbox-topic", &b"order.paid"[..]), ("tenant", &b"t1"[..])];
+        let kafka: Vec<(&str, &[u8])> = vec![
+            ("outbox-message-id", &b"42"[..]),
+            ("outbox-topic", &b"order.paid"[..]),
+            ("tenant", &b"t1"[..]),
+        ];
         let m = from_header_pairs("kafka", kafka, b"{}").unwrap();
         assert_eq!((m.id.as_str(), m.topic(), m.header("tenant")), ("42", Some("order.paid"), Some("t1")));
         let props = std::collections::HashMap::from([("outbox-message-id".to_owned(), "7".to_owned())]);

@@ -28,7 +28,9 @@ pub fn require(var: &str, what: &str) -> Option<String> {
                 !required,
                 "{what} is required (OUTBOX_REQUIRE_BROKERS=1) but {var} is not set; run scripts/brokers.sh"
             );
-            eprintln!("NOT RUN: {what} is not installed ({var} unset; `source scripts/brokers.sh` installs it)");
+            eprintln!(
+                "NOT RUN: {what} is not installed ({var} unset; `source scripts/brokers.sh` installs it)"
+            );
             None
         }
     }
@@ -42,7 +44,9 @@ pub fn free_port() -> u16 {
 /// Waits until something accepts connections on `port`.
 pub fn wait_port(port: u16, within: Duration, what: &str) {
     let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_err() {
+    while std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+        .is_err()
+    {
         assert!(Instant::now() < deadline, "{what} did not listen on port {port} within {within:?}");
         std::thread::sleep(Duration::from_millis(50));
     }

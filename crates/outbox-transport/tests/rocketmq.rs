@@ -75,10 +75,11 @@ struct Reader {
 
 impl Reader {
     async fn start(namesrv: &str, topic: &str) -> Reader {
-        let owner = RuntimeOwner::plan(RuntimeConfig { thread_name: "test-consumer".into(), ..Default::default() })
-            .unwrap()
-            .build()
-            .unwrap();
+        let owner =
+            RuntimeOwner::plan(RuntimeConfig { thread_name: "test-consumer".into(), ..Default::default() })
+                .unwrap()
+                .build()
+                .unwrap();
         let rt = ClientRuntime::try_new(
             owner.root_context().component("consumer"),
             ClientRuntimeConfig::default(),
@@ -257,9 +258,12 @@ async fn unknown_topics_invalid_and_oversized_messages_fail_permanently() {
     // Auto-create off, as in production.
     let Some(broker) = RocketMq::start(false) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let t = RocketMqTransport::connect(RocketMqConfig { max_message_bytes: 4_000, ..config(broker.namesrv()) })
-            .await
-            .unwrap();
+        let t = RocketMqTransport::connect(RocketMqConfig {
+            max_message_bytes: 4_000,
+            ..config(broker.namesrv())
+        })
+        .await
+        .unwrap();
         assert_eq!(t.max_payload_bytes(), Some(4_000));
         let mut reserved = envelope(4, "Whatever", Some("d"), "{}", false);
         reserved.headers.insert("KEYS".into(), "system property".into());

@@ -32,6 +32,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "relay wake-up",
         sql: include_str!("../../migrations/mysql/0002_relay_wakeup.sql"),
     },
+    Migration {
+        version: 3,
+        description: "claim heads",
+        sql: include_str!("../../migrations/mysql/0003_claim_heads.sql"),
+    },
 ];
 
 const MIGRATION_LOCK: &str = "outbox_migrate";

@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "relay wake-up",
         sql: include_str!("../../migrations/postgres/0002_relay_wakeup.sql"),
     },
+    Migration {
+        version: 3,
+        description: "claim heads",
+        sql: include_str!("../../migrations/postgres/0003_claim_heads.sql"),
+    },
 ];
 
 /// Key of the advisory lock that serializes concurrent migrations ("outbox" in ASCII).

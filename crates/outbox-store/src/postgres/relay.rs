@@ -26,10 +26,47 @@ use crate::signal::CommitSignal;
 /// The channel the `outbox_message_notify` trigger notifies.
 pub(crate) const CHANNEL: &str = "outbox_message";
 
+/// Candidates are looked for in three places, then re-checked and locked together:
+/// - `win`: the first `$4` due rows in due order (the common case: heads are dense);
+/// - `nokey`: due rows without a key, through their own index;
+/// - `heads`: only when `win` is full (a long run of due rows held back by an older message
+///   of their key, e.g. a hot key's backlog), the head of every open key, found by a loose
+///   index scan over the open-key index: one probe per distinct open key instead of one per
+///   held-back row. Without it, a backlog of N rows on a few busy keys made every claim read
+///   all N rows (found by the chaos suite: 3.2 s per claim with 73,000 rows on 24 keys).
 const CLAIM: &str = "\
-WITH cand AS (
+WITH RECURSIVE win AS (
     SELECT m.id FROM outbox_message m
     WHERE m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()
+    ORDER BY m.next_attempt_at, m.id
+    LIMIT $4
+), full_win AS (
+    SELECT count(*) >= $4 AS full FROM win
+), nokey AS (
+    SELECT m.id FROM outbox_message m
+    WHERE m.msg_key IS NULL AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()
+    ORDER BY m.next_attempt_at, m.id
+    LIMIT $2
+), open_keys(k) AS (
+    (SELECT o.msg_key FROM outbox_message o, full_win
+     WHERE full_win.full AND o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
+     ORDER BY o.msg_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.msg_key FROM outbox_message o
+            WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+            ORDER BY o.msg_key LIMIT 1)
+    FROM open_keys WHERE open_keys.k IS NOT NULL
+), heads AS (
+    SELECT h.id FROM open_keys
+    CROSS JOIN LATERAL (
+        SELECT o.id, o.status, o.next_attempt_at FROM outbox_message o
+        WHERE o.msg_key = open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+        ORDER BY o.id LIMIT 1) h
+    WHERE open_keys.k IS NOT NULL AND h.status IN ('pending', 'sending') AND h.next_attempt_at <= now()
+), cand AS (
+    SELECT m.id FROM outbox_message m
+    WHERE m.id IN (SELECT id FROM win UNION SELECT id FROM nokey UNION SELECT id FROM heads)
+      AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()
       AND (m.msg_key IS NULL OR NOT EXISTS (
             SELECT 1 FROM outbox_message o
             WHERE o.msg_key = m.msg_key AND o.id < m.id
@@ -119,10 +156,12 @@ fn raw_ids(ids: &[MessageId]) -> Vec<i64> {
 
 impl RelayStore for Outbox<Postgres> {
     async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = sqlx::query(CLAIM)
             .bind(owner)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(limit)
             .bind(ms(lease))
+            .bind(limit.saturating_mul(8).max(256))
             .fetch_all(self.pool())
             .await
             .map_err(db)?;

@@ -29,6 +29,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "relay wake-up",
         sql: include_str!("../../migrations/sqlite/0002_relay_wakeup.sql"),
     },
+    Migration {
+        version: 3,
+        description: "claim heads",
+        sql: include_str!("../../migrations/sqlite/0003_claim_heads.sql"),
+    },
 ];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \

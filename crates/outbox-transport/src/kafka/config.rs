@@ -267,7 +267,9 @@ pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
         return Err(format!("{topic:?} is not a legal topic name"));
     }
     if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
-        return Err(format!("{topic:?} contains {c:?}; Kafka topics allow only ASCII letters, digits, '.', '_' and '-'"));
+        return Err(format!(
+            "{topic:?} contains {c:?}; Kafka topics allow only ASCII letters, digits, '.', '_' and '-'"
+        ));
     }
     Ok(())
 }
@@ -294,7 +296,8 @@ mod tests {
     fn defaults_are_valid_and_unknown_keys_are_rejected() {
         KafkaConfig::default().validate().unwrap();
         let c: KafkaConfig =
-            serde_json::from_str(r#"{"topic_prefix":"outbox","compression":"zstd","linger":"10ms"}"#).unwrap();
+            serde_json::from_str(r#"{"topic_prefix":"outbox","compression":"zstd","linger":"10ms"}"#)
+                .unwrap();
         c.validate().unwrap();
         assert_eq!(c.topic_for("order.paid"), "outbox.order.paid");
         assert_eq!(c.compression, Compression::Zstd);

@@ -36,7 +36,9 @@ pub(crate) fn produce_error(e: &KafkaError, topic: &str) -> Outcome {
             Outcome::permanent(format!("{reason} (the message is larger than the broker or topic allows)"))
         }
         C::UnknownTopicOrPartition | C::UnknownTopic | C::InvalidTopic | C::UnknownPartition => {
-            Outcome::permanent(format!("{reason} (the topic does not exist and the cluster does not create it)"))
+            Outcome::permanent(format!(
+                "{reason} (the topic does not exist and the cluster does not create it)"
+            ))
         }
         C::TopicAuthorizationFailed | C::InvalidRecord | C::PolicyViolation | C::InvalidRequiredAcks => {
             Outcome::permanent(reason)

@@ -29,7 +29,9 @@ impl ClientContext for Context {
             RDKafkaLogLevel::Emerg
             | RDKafkaLogLevel::Alert
             | RDKafkaLogLevel::Critical
-            | RDKafkaLogLevel::Error => tracing::error!(target: "librdkafka", facility = fac, "{log_message}"),
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", facility = fac, "{log_message}")
+            }
             RDKafkaLogLevel::Warning => tracing::warn!(target: "librdkafka", facility = fac, "{log_message}"),
             RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
                 tracing::info!(target: "librdkafka", facility = fac, "{log_message}")
@@ -111,8 +113,10 @@ async fn topic_exists(producer: Arc<Producer_>, topic: String, timeout: Duration
                 None => !t.partitions().is_empty(),
                 Some(e) => {
                     let code = RDKafkaErrorCode::from(e);
-                    if matches!(code, RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic)
-                    {
+                    if matches!(
+                        code,
+                        RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic
+                    ) {
                         false
                     } else {
                         return Err(format!("metadata of topic {topic:?}: {code}"));
@@ -202,7 +206,11 @@ impl KafkaTransport {
 
     /// Checks (and caches) that each topic exists: `Ok` for the known ones, the outcome for
     /// the others.
-    async fn check_topics(&self, producer: &Arc<Producer_>, topics: &HashSet<&str>) -> HashMap<String, Outcome> {
+    async fn check_topics(
+        &self,
+        producer: &Arc<Producer_>,
+        topics: &HashSet<&str>,
+    ) -> HashMap<String, Outcome> {
         let mut failed = HashMap::new();
         for &topic in topics {
             let fresh = {
@@ -284,7 +292,10 @@ impl Transport for KafkaTransport {
         if let Some((code, reason)) = producer.client().fatal_error() {
             let why = format!("{code}: {reason}");
             if let Err(e) = self.replace(&producer, &why).await {
-                return vec![Outcome::unavailable(format!("cannot rebuild the Kafka producer: {e}")); batch.len()];
+                return vec![
+                    Outcome::unavailable(format!("cannot rebuild the Kafka producer: {e}"));
+                    batch.len()
+                ];
             }
             producer = self.current();
         }
@@ -356,7 +367,9 @@ impl Transport for KafkaTransport {
         for (i, o, why) in reports {
             match &o {
                 Outcome::Delivered => delivered += 1,
-                Outcome::Failed { reason, .. } if reason.contains("timed out") || reason.contains("within") => {
+                Outcome::Failed { reason, .. }
+                    if reason.contains("timed out") || reason.contains("within") =>
+                {
                     timed_out += 1
                 }
                 Outcome::Failed { .. } => {}
@@ -391,7 +404,9 @@ impl Transport for KafkaTransport {
     async fn health(&self) -> Result<(), String> {
         let producer = self.current();
         if let Some((code, reason)) = producer.client().fatal_error() {
-            return Err(format!("the Kafka producer hit a fatal error ({code}: {reason}); it is rebuilt on the next publish"));
+            return Err(format!(
+                "the Kafka producer hit a fatal error ({code}: {reason}); it is rebuilt on the next publish"
+            ));
         }
         let timeout = self.config.connect_timeout;
         let brokers = self.config.brokers.clone();

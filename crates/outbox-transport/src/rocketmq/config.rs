@@ -111,7 +111,10 @@ impl RocketMqConfig {
         }
         if self.producer_group.is_empty()
             || self.producer_group.len() > 255
-            || self.producer_group.chars().any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
+            || self
+                .producer_group
+                .chars()
+                .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
         {
             return Err(invalid(
                 "producer_group",
@@ -119,7 +122,10 @@ impl RocketMqConfig {
             ));
         }
         if self.timeout < Duration::from_millis(1) || self.timeout > Duration::from_secs(600) {
-            return Err(invalid("timeout", format!("must be at least 1 ms and at most 10 min, got {:?}", self.timeout)));
+            return Err(invalid(
+                "timeout",
+                format!("must be at least 1 ms and at most 10 min, got {:?}", self.timeout),
+            ));
         }
         if !(1..=u32::MAX as usize).contains(&self.max_message_bytes) {
             return Err(invalid("max_message_bytes", "must be between 1 and 4294967295"));
@@ -127,7 +133,12 @@ impl RocketMqConfig {
         match (&self.access_key, &self.secret_key) {
             (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {}
             (None, None) => {}
-            _ => return Err(invalid("access_key", "set both `access_key` and `secret_key` (non-empty), or neither")),
+            _ => {
+                return Err(invalid(
+                    "access_key",
+                    "set both `access_key` and `secret_key` (non-empty), or neither",
+                ))
+            }
         }
         Ok(())
     }
@@ -153,7 +164,9 @@ pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
     if topic.is_empty() || topic.len() > 127 {
         return Err(format!("{topic:?} must have 1 to 127 characters"));
     }
-    if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|'))) {
+    if let Some(c) =
+        topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
+    {
         return Err(format!(
             "{topic:?} contains {c:?}; RocketMQ topics allow only ASCII letters, digits, '_', '-', '%' and '|' \
              (route with a fixed `topic` and use the tag, or rename the outbox topic)"

@@ -38,7 +38,9 @@ pub(crate) fn error(e: &ClientError, topic: &str) -> Outcome {
     let reason = format!("send to RocketMQ topic {topic:?} failed: {e}");
     if let Some(c) = e.broker_response_code() {
         return match c {
-            code::MESSAGE_ILLEGAL => Outcome::permanent(format!("{reason} (the broker refused the message as illegal)")),
+            code::MESSAGE_ILLEGAL => {
+                Outcome::permanent(format!("{reason} (the broker refused the message as illegal)"))
+            }
             code::TOPIC_NOT_EXIST => Outcome::permanent(format!(
                 "{reason} (topic {topic:?} does not exist and the broker does not create it; create it, then \
                  `outbox retry` the message)"

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Envelope, Outcome, Transport};
-use rocketmq_client_rust::{AclClientRPCHook, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, SessionCredentials};
+use rocketmq_client_rust::{
+    AclClientRPCHook, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, SessionCredentials,
+};
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
@@ -53,7 +55,8 @@ impl RocketMqTransport {
     pub async fn connect(config: RocketMqConfig) -> Result<Self, TransportError> {
         config.validate()?;
         let address = config.namesrv.clone();
-        let fail = |reason: String| TransportError::Connect { transport: KIND, address: address.clone(), reason };
+        let fail =
+            |reason: String| TransportError::Connect { transport: KIND, address: address.clone(), reason };
         let owner = RuntimeOwner::plan(RuntimeConfig {
             worker_threads: 1,
             thread_name: "outbox-rocketmq".into(),
@@ -140,7 +143,10 @@ impl RocketMqTransport {
     async fn send(&self, env: &Envelope) -> Outcome {
         let topic = self.config.topic_for(&env.topic);
         if let Err(r) = check_topic(&topic) {
-            return Outcome::permanent(format!("topic {:?} does not make a valid RocketMQ topic: {r}", env.topic));
+            return Outcome::permanent(format!(
+                "topic {:?} does not make a valid RocketMQ topic: {r}",
+                env.topic
+            ));
         }
         let msg = match self.message(env, &topic) {
             Ok(m) => m,
@@ -166,7 +172,9 @@ impl RocketMqTransport {
             Err(_) => outcome::deadline(self.config.timeout, &topic),
             Ok(Err(e)) => outcome::error(&e, &topic),
             Ok(Ok(Some(result))) => outcome::status(result.send_status, &topic),
-            Ok(Ok(None)) => Outcome::retryable(format!("RocketMQ returned no send result for topic {topic:?}")),
+            Ok(Ok(None)) => {
+                Outcome::retryable(format!("RocketMQ returned no send result for topic {topic:?}"))
+            }
         }
     }
 }
