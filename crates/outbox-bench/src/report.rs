@@ -308,7 +308,7 @@ mod tests {
     fn human_numbers() {
         assert_eq!(human(12_345.6), "12,346");
         assert_eq!(human(1_000_000.0), "1,000,000");
-        assert_eq!(human(3.14159), "3.14");
+        assert_eq!(human(1.23456), "1.23");
         assert_eq!(human(-1234.0), "-1,234");
     }
 }

@@ -31,6 +31,7 @@ const TEST_TIMEOUT: Duration = Duration::from_secs(180);
 #[derive(Debug, Clone)]
 struct Got {
     queue: i32,
+    offset: i64,
     tag: Option<String>,
     keys: Vec<String>,
     payload: String,
@@ -56,6 +57,7 @@ impl MessageListenerConcurrently for Listener {
             let inner = m.message_inner();
             got.push(Got {
                 queue: m.queue_id(),
+                offset: m.queue_offset(),
                 tag: inner.tags().map(str::to_owned),
                 keys: inner.keys().unwrap_or_default(),
                 payload: String::from_utf8_lossy(&m.body().unwrap_or_default()).into_owned(),
@@ -179,8 +181,10 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
 
         let reader = Reader::start(&broker.namesrv(), topic).await;
         reader.wait_for(&ids, Duration::from_secs(90)).await;
-        let got = reader.got.lock().unwrap().clone();
-        let mut queue_of_key: HashMap<String, i32> = HashMap::new();
+        let mut got = reader.got.lock().unwrap().clone();
+        // Store order: by queue, then offset (a concurrent listener may see them interleaved).
+        got.sort_by_key(|g| (g.queue, g.offset));
+        let mut last_in_queue: HashMap<(String, i32), i64> = HashMap::new();
         for g in &got {
             assert_ne!(g.payload, "phantom", "a rolled-back message was published");
             let m = &committed[&MessageId(g.id())];
@@ -195,8 +199,12 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
             assert_eq!(g.props["tenant"], "t1");
             assert_eq!(g.props.get(header::TRACEPARENT), m.headers.get("traceparent"));
             assert!(g.props.contains_key(header::CREATED_AT) && g.props.contains_key(header::ATTEMPT));
-            let q = *queue_of_key.entry(key.clone()).or_insert(g.queue);
-            assert_eq!(q, g.queue, "key {key} is always sent to one queue");
+            // Within a queue, a key's messages are stored in commit order. (Which queue a key
+            // maps to is fixed once the topic's route is: an auto-created topic changes its queue
+            // count once, as with the Java client; create topics up front for orderly consumers.)
+            if let Some(prev) = last_in_queue.insert((key.clone(), g.queue), g.id()) {
+                assert!(prev < g.id(), "key {key}: {} stored after {prev} in queue {}", g.id(), g.queue);
+            }
         }
         assert_eq!(reader.ids(), ids.iter().map(|i| i.0).collect());
         reader.stop().await;

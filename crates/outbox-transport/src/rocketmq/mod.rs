@@ -26,7 +26,9 @@
 //! - Queue: with `order_by_key` (the default) a keyed message goes to the queue the Java client's
 //!   `SelectMessageQueueByHash` picks for its key, so a key stays in one queue and an orderly
 //!   consumer (`MessageListenerOrderly`) sees its messages in order. Unkeyed messages are spread
-//!   by the client.
+//!   by the client. The mapping depends on the topic's queue count: create topics up front (an
+//!   auto-created topic is first routed through the broker's default topic and changes its queue
+//!   count once, as with the Java client).
 //! - User properties: every envelope header (`outbox-message-id`, `outbox-biz-type`,
 //!   `outbox-biz-key`, `outbox-topic`, `outbox-key`, `outbox-attempt`, `outbox-created-at`,
 //!   `traceparent` and the application's own). A header named like a system property (`KEYS`,
