@@ -109,7 +109,7 @@ impl Tansu {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}", self.bin));
         self.child = Some(child);
-        wait_port(self.port, Duration::from_secs(30), "tansu");
+        wait_port(self.port, Duration::from_secs(90), "tansu");
     }
 
     /// `127.0.0.1:<port>` of the broker itself.
@@ -255,7 +255,7 @@ maxIndexNum = 200000
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start rocketmq-namesrv-rust in {}: {e}", self.bin.display()));
         self.namesrv = Some(child);
-        wait_port(self.namesrv_port, Duration::from_secs(30), "rocketmq namesrv");
+        wait_port(self.namesrv_port, Duration::from_secs(90), "rocketmq namesrv");
     }
 
     fn spawn_broker(&mut self) {
@@ -270,7 +270,7 @@ maxIndexNum = 200000
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start rocketmq-broker-rust in {}: {e}", self.bin.display()));
         self.broker = Some(child);
-        wait_port(self.broker_port, Duration::from_secs(30), "rocketmq broker");
+        wait_port(self.broker_port, Duration::from_secs(90), "rocketmq broker");
         // Registration with the name server follows the listener within a moment.
         std::thread::sleep(Duration::from_millis(500));
     }

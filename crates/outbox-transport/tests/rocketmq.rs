@@ -25,7 +25,11 @@ use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
-const TEST_TIMEOUT: Duration = Duration::from_secs(180);
+const TEST_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// One name server and broker pair at a time: each pre-allocates its store and starts a dozen
+/// services, and three at once on a loaded 2-core machine start too slowly.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// One message as the consumer sees it.
 #[derive(Debug, Clone)]
@@ -161,6 +165,7 @@ async fn enqueue_all<DB: outbox_store::OutboxDatabase>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
+    let _serial = SERIAL.lock().await;
     let Some(broker) = RocketMq::start(true) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "OutboxOrders";
@@ -219,6 +224,7 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
+    let _serial = SERIAL.lock().await;
     let Some(mut broker) = RocketMq::start(true) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "OutboxRestarts";
@@ -230,7 +236,7 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
 
         let mut committed = HashMap::new();
         let first = enqueue_all(&outbox, topic, 0..60, 6, &mut committed).await;
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(90);
         while !statuses(&outbox, &first).await.contains(&Status::Sent) {
             assert!(Instant::now() < deadline, "nothing published before the kill");
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -264,6 +270,7 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_topics_invalid_and_oversized_messages_fail_permanently() {
     // Auto-create off, as in production.
+    let _serial = SERIAL.lock().await;
     let Some(broker) = RocketMq::start(false) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let t = RocketMqTransport::connect(RocketMqConfig {
