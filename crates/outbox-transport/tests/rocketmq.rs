@@ -130,39 +130,6 @@ fn config(namesrv: String) -> RocketMqConfig {
     RocketMqConfig { namesrv, timeout: Duration::from_secs(3), ..RocketMqConfig::default() }
 }
 
-fn message(topic: &str, i: usize, keys: usize) -> NewMessage {
-    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
-        .key(format!("order-{}", i % keys))
-        .tag(if i % 2 == 0 { "paid" } else { "refunded" })
-        .biz("order", i.to_string())
-        .header("tenant", "t1");
-    if i % 3 == 0 {
-        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
-    }
-    m
-}
-
-async fn enqueue_all<DB: outbox_store::OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    topic: &str,
-    range: std::ops::Range<usize>,
-    keys: usize,
-    committed: &mut HashMap<MessageId, NewMessage>,
-) -> Vec<MessageId> {
-    let mut ids = Vec::new();
-    for chunk in range.collect::<Vec<_>>().chunks(10) {
-        let mut tx = outbox.begin().await.unwrap();
-        for &i in chunk {
-            let m = message(topic, i, keys);
-            let e = tx.enqueue(&m).await.unwrap();
-            ids.push(e.id);
-            committed.insert(e.id, m);
-        }
-        tx.commit().await.unwrap();
-    }
-    ids
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
     let _serial = SERIAL.lock().await;

@@ -185,3 +185,38 @@ pub(crate) fn outbox_message(id: i64, topic: &str, payload: &str) -> OutboxMessa
         updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
     }
 }
+
+/// A keyed, tagged message with a business key, an app header and (every third) a traceparent.
+pub(crate) fn keyed_message(topic: &str, i: usize, keys: usize) -> outbox_core::NewMessage {
+    let mut m = outbox_core::NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
+        .key(format!("order-{}", i % keys))
+        .tag(if i % 2 == 0 { "paid" } else { "refunded" })
+        .biz("order", i.to_string())
+        .header("tenant", "t1");
+    if i % 3 == 0 {
+        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
+    }
+    m
+}
+
+/// Commits messages `range` (by [`keyed_message`]) ten per transaction; returns their ids.
+pub(crate) async fn enqueue_all<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    topic: &str,
+    range: std::ops::Range<usize>,
+    keys: usize,
+    committed: &mut std::collections::HashMap<MessageId, outbox_core::NewMessage>,
+) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    for chunk in range.collect::<Vec<_>>().chunks(10) {
+        let mut tx = outbox.begin().await.unwrap();
+        for &i in chunk {
+            let m = keyed_message(topic, i, keys);
+            let e = tx.enqueue(&m).await.unwrap();
+            ids.push(e.id);
+            committed.insert(e.id, m);
+        }
+        tx.commit().await.unwrap();
+    }
+    ids
+}
