@@ -55,3 +55,54 @@ macro_rules! suite {
 suite!(postgres, outbox_testkit::fresh_pg, sqlx::Postgres);
 suite!(mysql, outbox_testkit::fresh_mysql, sqlx::MySql);
 suite!(sqlite, outbox_testkit::fresh_sqlite, sqlx::Sqlite);
+
+/// MySQL/MariaDB (schema 4): `open_key` is kept by triggers whoever writes the row, so a foreign
+/// application's plain INSERT takes part in per-key order, and a finished message stops holding
+/// its key back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_open_key_follows_the_status_whoever_writes_it() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox: Outbox<sqlx::MySql> = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    let open_key = |id: i64| {
+        let pool = db.pool.clone();
+        async move {
+            // utf8mb4_bin text arrives as bytes.
+            sqlx::query_scalar::<_, Option<Vec<u8>>>("SELECT open_key FROM outbox_message WHERE id = ?")
+                .bind(id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .map(|b| String::from_utf8(b).unwrap())
+        }
+    };
+    // A foreign insert that even tries to set the column gets the trigger's value.
+    let foreign = sqlx::query(
+        "INSERT INTO outbox_message (topic, payload, msg_key, open_key) VALUES ('t', '{}', 'k', 'other')",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap()
+    .last_insert_id() as i64;
+    assert_eq!(open_key(foreign).await.as_deref(), Some("k"));
+    let second = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+    let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+    assert_eq!(open_key(keyless.0).await, None);
+
+    // The foreign row heads key k: the library's younger message waits for it.
+    let claimed: Vec<MessageId> = outbox.claim("r", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(claimed, vec![MessageId(foreign), keyless]);
+    assert_eq!(open_key(foreign).await.as_deref(), Some("k"), "sending is still open");
+    // Once it is sent (here by hand, as an operator would), it no longer holds k back.
+    sqlx::query(
+        "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL WHERE id = ?",
+    )
+    .bind(foreign)
+    .execute(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(open_key(foreign).await, None);
+    let next: Vec<MessageId> = outbox.claim("r", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(next, vec![second]);
+    db.drop_db().await;
+}

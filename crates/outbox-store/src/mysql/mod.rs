@@ -37,6 +37,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "claim heads",
         sql: include_str!("../../migrations/mysql/0003_claim_heads.sql"),
     },
+    Migration {
+        version: 4,
+        description: "open key",
+        sql: include_str!("../../migrations/mysql/0004_open_key.sql"),
+    },
 ];
 
 const MIGRATION_LOCK: &str = "outbox_migrate";

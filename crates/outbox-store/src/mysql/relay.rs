@@ -5,16 +5,27 @@
 //! application's concurrent INSERTs until the claim commits. Under READ COMMITTED it locks only
 //! the rows it returns, and `SKIP LOCKED` passes over rows another relay is claiming.
 //!
-//! Steps (one transaction): lock expired `sending` rows, then due `pending` rows, each an
-//! index-ordered range read with `LIMIT` (a keyed row only when it heads its key: per-key order),
-//! then lease them with one `UPDATE`.
+//! Steps (one transaction):
+//! 1. candidates, one plain read: a window of the first due `sending` (expired lease) and
+//!    `pending` rows in due order, and the first due rows without a key;
+//! 2. those that are still due and head their key, locked with `SKIP LOCKED`, in due order, at
+//!    most `limit`;
+//! 3. only when the window is full and that gave fewer than `limit` (a long run of due rows
+//!    held back behind their key's head, e.g. a hot key's backlog): the head of every open
+//!    key, by a loose index scan over `open_key` (schema version 4), one index entry per key
+//!    instead of one per held-back row, locked the same way;
+//! 4. one `UPDATE` leases them.
+//!
+//! Before version 4 the claim was a locking read over the due range with the head check as a
+//! filter, which read every held-back row: 3.2 s per claim with 73,000 rows on 24 keys (found
+//! by the chaos suite).
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::mysql::MySql;
-use sqlx::{MySqlConnection, QueryBuilder, Row};
+use sqlx::{QueryBuilder, Row};
 
 use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
 use crate::common::{delivery_status, expired_per_message};
@@ -23,12 +34,26 @@ use crate::outbox::Outbox;
 use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
+/// Step 1: `(id, source)` of the window (`sending`, `pending`, `?` rows each) and of the first
+/// due rows without a key (`?` rows). Each part reads one index range in index order.
+const CANDIDATES: &str = "\
+(SELECT id, 1 AS src FROM outbox_message
+ WHERE status = 'sending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY next_attempt_at, id LIMIT ?)
+UNION ALL
+(SELECT id, 2 AS src FROM outbox_message
+ WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY next_attempt_at, id LIMIT ?)
+UNION ALL
+(SELECT id, 3 AS src FROM outbox_message
+ WHERE msg_key IS NULL AND status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ?)";
+
+/// Step 3: the oldest open message of every key (loose index scan on `(open_key, id)`).
+const HEADS: &str = "SELECT MIN(id) FROM outbox_message WHERE open_key IS NOT NULL GROUP BY open_key";
+
 /// Per-key order: a keyed message is claimable only as the head of its key (no older open
-/// message with the same key), so at most one message per key is in flight cluster-wide.
+/// message with the same key), so at most one message per key is in flight cluster-wide. One
+/// probe of `(open_key, id)`.
 const NOT_BLOCKED: &str = "(m.msg_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM outbox_message o
-        WHERE o.msg_key = m.msg_key AND o.id < m.id
-          AND o.status IN ('pending', 'sending', 'failed')))";
+        SELECT 1 FROM outbox_message o WHERE o.open_key = m.msg_key AND o.id < m.id))";
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -50,48 +75,68 @@ async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<sqlx::Transactio
     sqlx::Transaction::begin(conn, None).await.map_err(db)
 }
 
-async fn lock_due(conn: &mut MySqlConnection, status: &str, limit: usize) -> Result<Vec<OutboxMessage>> {
-    let sql = format!(
-        "SELECT {cols} FROM outbox_message m WHERE m.status = ? AND m.next_attempt_at <= UTC_TIMESTAMP(6) \
-         AND {NOT_BLOCKED} ORDER BY m.next_attempt_at, m.id LIMIT ? FOR UPDATE SKIP LOCKED",
-        cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers")
-    );
-    let rows = sqlx::query(&sql)
-        .bind(status)
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db)?;
+/// Steps 2 and 3: locks the candidates that are still due and head their key, in due order.
+async fn lock_heads(
+    tx: &mut sqlx::Transaction<'static, MySql>,
+    ids: &HashSet<i64>,
+    limit: usize,
+) -> Result<Vec<OutboxMessage>> {
+    let cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers");
+    let mut qb = QueryBuilder::<MySql>::new(format!("SELECT {cols} FROM outbox_message m WHERE m.id IN "));
+    in_list(&mut qb, ids.iter().copied());
+    qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) AND ");
+    qb.push(NOT_BLOCKED);
+    qb.push(" ORDER BY m.next_attempt_at, m.id LIMIT ");
+    qb.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    qb.push(" FOR UPDATE SKIP LOCKED");
+    let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
     rows.iter().map(decode_message).collect()
 }
 
 impl RelayStore for Outbox<MySql> {
     async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let window = limit.saturating_mul(2).max(256);
+        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         let mut tx = begin_read_committed(self).await?;
-        let mut cand = lock_due(&mut tx, "sending", limit).await?;
-        if cand.len() < limit {
-            let more = lock_due(&mut tx, "pending", limit - cand.len()).await?;
-            cand.extend(more);
+        let found: Vec<(i64, i64)> = sqlx::query_as(CANDIDATES)
+            .bind(as_i64(window))
+            .bind(as_i64(window))
+            .bind(as_i64(limit))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
+        let window_full = [1, 2].iter().any(|src| found.iter().filter(|(_, s)| s == src).count() >= window);
+        let ids: HashSet<i64> = found.into_iter().map(|(id, _)| id).collect();
+        let mut kept = if ids.is_empty() { Vec::new() } else { lock_heads(&mut tx, &ids, limit).await? };
+        // Only when the window is full and did not hold enough heads (rows held back behind their
+        // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
+        if window_full && kept.len() < limit {
+            let heads: Vec<Option<i64>> = sqlx::query_scalar(HEADS).fetch_all(&mut *tx).await.map_err(db)?;
+            let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
+            if !more.is_empty() {
+                let extra = lock_heads(&mut tx, &more, limit - kept.len()).await?;
+                kept.extend(extra);
+            }
         }
-        if cand.is_empty() {
+        if kept.is_empty() {
             tx.commit().await.map_err(db)?;
-            return Ok(cand);
+            return Ok(kept);
         }
-        let mut kept = cand;
-        if !kept.is_empty() {
-            let mut qb =
-                QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
-            qb.push_bind(owner.to_owned());
-            qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
-            qb.push_bind(ms(lease) * 1000);
-            qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
-            qb.push_bind(ms(lease) * 1000);
-            qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
-            qb.push_bind(owner.to_owned());
-            qb.push(" WHERE id IN ");
-            in_list(&mut qb, kept.iter().map(|m| m.id.0));
-            qb.build().execute(&mut *tx).await.map_err(db)?;
-        }
+        let mut qb =
+            QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(" WHERE id IN ");
+        in_list(&mut qb, kept.iter().map(|m| m.id.0));
+        qb.build().execute(&mut *tx).await.map_err(db)?;
         tx.commit().await.map_err(db)?;
         for m in &mut kept {
             m.status = Status::Sending;

@@ -34,6 +34,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "claim heads",
         sql: include_str!("../../migrations/sqlite/0003_claim_heads.sql"),
     },
+    Migration {
+        version: 4,
+        description: "open key",
+        sql: include_str!("../../migrations/sqlite/0004_open_key.sql"),
+    },
 ];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \

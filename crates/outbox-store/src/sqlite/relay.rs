@@ -22,17 +22,23 @@ macro_rules! now_ms {
     };
 }
 
-/// Candidates come from the first `?4` due rows, the due rows without a key, and (only when that
-/// window is full of rows held back by an older message of their key) the head of every open
-/// key by a loose index scan: see the PostgreSQL claim for why.
+/// Candidates come from the heads among the first `?4` due rows, the due rows without a key,
+/// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
+/// older message of their key) the head of every open key by a loose index scan: see the
+/// PostgreSQL claim for why.
 const CLAIM: &str = concat!(
     "WITH RECURSIVE win AS (
-    SELECT m.id FROM outbox_message m
+    SELECT m.id, m.msg_key FROM outbox_message m
     WHERE m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
     now_ms!(),
     "
     ORDER BY m.next_attempt_at, m.id
     LIMIT ?4
+), win_heads AS (
+    SELECT w.id FROM win w
+    WHERE w.msg_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM outbox_message o
+        WHERE o.msg_key = w.msg_key AND o.id < w.id AND o.status IN ('pending', 'sending', 'failed'))
 ), nokey AS (
     SELECT m.id FROM outbox_message m
     WHERE m.msg_key IS NULL AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
@@ -44,7 +50,7 @@ const CLAIM: &str = concat!(
     SELECT (SELECT o.msg_key FROM outbox_message o
             WHERE o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
             ORDER BY o.msg_key LIMIT 1)
-    WHERE (SELECT count(*) FROM win) >= ?4
+    WHERE (SELECT count(*) FROM win) >= ?4 AND (SELECT count(*) FROM win_heads) < ?2
     UNION ALL
     SELECT (SELECT o.msg_key FROM outbox_message o
             WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
@@ -57,7 +63,7 @@ const CLAIM: &str = concat!(
     FROM open_keys WHERE open_keys.k IS NOT NULL
 ), cand AS (
     SELECT m.id FROM outbox_message m
-    WHERE m.id IN (SELECT id FROM win UNION SELECT id FROM nokey UNION SELECT id FROM heads)
+    WHERE m.id IN (SELECT id FROM win_heads UNION SELECT id FROM nokey UNION SELECT id FROM heads)
       AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
     now_ms!(),
     "
@@ -102,7 +108,7 @@ impl RelayStore for Outbox<Sqlite> {
             .bind(owner)
             .bind(limit)
             .bind(ms(lease))
-            .bind(limit.saturating_mul(8).max(256))
+            .bind(limit.saturating_mul(2).max(256))
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
