@@ -64,7 +64,11 @@ fn log_file(dir: &Path, name: &str) -> Stdio {
 }
 
 fn temp_dir(prefix: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("{prefix}-{}-{}", std::process::id(), free_port()));
+    temp_dir_in(&std::env::temp_dir(), prefix)
+}
+
+fn temp_dir_in(base: &Path, prefix: &str) -> PathBuf {
+    let dir = base.join(format!("{prefix}-{}-{}", std::process::id(), free_port()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
@@ -141,6 +145,25 @@ impl Drop for Tansu {
     }
 }
 
+/// Where the RocketMQ test brokers keep their files: `OUTBOX_TEST_ROCKETMQ_DIR`, else the
+/// RAM-backed `/dev/shm` when it is there, else the temporary directory. rocketmq-rust's store
+/// stops accepting writes once the filesystem it sits on passes its disk-usage ratios (seen
+/// here: its start rolled back with the disk 82-86% used), and its configuration caps those
+/// ratios at 75-90%; a build machine's disk can be that full, a tmpfs almost never is. The files (about 70 MB per broker) live as long as the test.
+fn rocketmq_base() -> PathBuf {
+    if let Some(d) = std::env::var_os("OUTBOX_TEST_ROCKETMQ_DIR") {
+        return PathBuf::from(d);
+    }
+    let shm = Path::new("/dev/shm");
+    let writable =
+        shm.is_dir() && std::fs::metadata(shm).map(|m| !m.permissions().readonly()).unwrap_or(false);
+    if writable {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A RocketMQ name server and one broker (rocketmq-rust), with file storage in a temporary
 /// directory, on their own ports. Killed on drop.
 pub struct RocketMq {
@@ -167,7 +190,7 @@ impl RocketMq {
         };
         let mut r = RocketMq {
             bin,
-            dir: temp_dir("outbox-rocketmq"),
+            dir: temp_dir_in(&rocketmq_base(), "outbox-rocketmq"),
             namesrv_port: free_port(),
             broker_port,
             auto_create_topics,
