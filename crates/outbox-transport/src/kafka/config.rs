@@ -285,12 +285,7 @@ fn check_duration(key: &'static str, d: Duration, max: Duration) -> Result<(), T
 mod tests {
     use super::*;
 
-    fn key_of(e: TransportError) -> &'static str {
-        match e {
-            TransportError::Config { key, .. } => key,
-            other => panic!("expected a config error, got {other}"),
-        }
-    }
+    use crate::error::config_key as key_of;
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_rejected() {

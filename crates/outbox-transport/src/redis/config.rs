@@ -121,22 +121,14 @@ impl RedisConfig {
 
 /// A timeout must be positive and at most 10 minutes.
 fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
-    if d.is_zero() || d > Duration::from_secs(600) {
-        return Err(invalid(key, format!("must be more than 0 and at most 10 min, got {d:?}")));
-    }
-    Ok(())
+    crate::error::check_timeout(KIND, key, d)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn key_of(e: TransportError) -> &'static str {
-        match e {
-            TransportError::Config { key, .. } => key,
-            other => panic!("expected a config error, got {other}"),
-        }
-    }
+    use crate::error::config_key as key_of;
 
     #[test]
     fn defaults_templates_and_unknown_keys() {

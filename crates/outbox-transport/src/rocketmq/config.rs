@@ -179,12 +179,7 @@ pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    fn key_of(e: TransportError) -> &'static str {
-        match e {
-            TransportError::Config { key, .. } => key,
-            other => panic!("expected a config error, got {other}"),
-        }
-    }
+    use crate::error::config_key as key_of;
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_rejected() {
