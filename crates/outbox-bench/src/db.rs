@@ -274,30 +274,49 @@ impl BenchDb {
                     rows.len()
                 }
                 AnyOutbox::MySql(o) => {
-                    // No UPDATE ... RETURNING in MariaDB: lock and read, then mark, in one
-                    // transaction.
-                    let mut tx = o.pool().begin().await?;
-                    // The payload column has a binary collation: read it as bytes.
-                    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-                        "SELECT id, payload FROM outbox_message \
+                    // No UPDATE ... RETURNING in MariaDB. The fastest shape found (the relay's
+                    // own): READ COMMITTED (no gap locks); the due ids by a plain read of the
+                    // due index, which passes over the delete-marked entries of rows already
+                    // marked cheaply; then a locking read of those ids by primary key and one
+                    // UPDATE. A locking range read of the due index instead had to examine every
+                    // delete-marked entry the purge had not removed yet, so each batch got
+                    // slower (5,818 rows/s over 100,000 rows, below the relay's own drain).
+                    let mut conn = o.pool().acquire().await?;
+                    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await?;
+                    let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+                    let due: Vec<i64> = sqlx::query_scalar(
+                        "SELECT id FROM outbox_message \
                          WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) \
-                         ORDER BY status, next_attempt_at, id LIMIT ? FOR UPDATE SKIP LOCKED",
+                         ORDER BY next_attempt_at, id LIMIT ?",
                     )
                     .bind(batch)
                     .fetch_all(&mut *tx)
                     .await?;
-                    if !rows.is_empty() {
-                        let ids: Vec<String> = rows.iter().map(|r| r.0.to_string()).collect();
-                        sqlx::query(&format!(
-                            "UPDATE outbox_message SET status = 'sent', updated_at = UTC_TIMESTAMP(6) \
-                             WHERE id IN ({})",
-                            ids.join(",")
+                    let n = if due.is_empty() {
+                        0
+                    } else {
+                        let list = due.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+                        // The payload column has a binary collation: read it as bytes.
+                        let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(&format!(
+                            "SELECT id, payload FROM outbox_message WHERE id IN ({list}) \
+                             AND status = 'pending' FOR UPDATE SKIP LOCKED"
                         ))
-                        .execute(&mut *tx)
+                        .fetch_all(&mut *tx)
                         .await?;
-                    }
+                        if !rows.is_empty() {
+                            let ids: Vec<String> = rows.iter().map(|r| r.0.to_string()).collect();
+                            sqlx::query(&format!(
+                                "UPDATE outbox_message SET status = 'sent', updated_at = UTC_TIMESTAMP(6) \
+                                 WHERE id IN ({})",
+                                ids.join(",")
+                            ))
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                        rows.len()
+                    };
                     tx.commit().await?;
-                    rows.len()
+                    n
                 }
                 AnyOutbox::Sqlite(o) => {
                     let rows: Vec<(i64, String)> = sqlx::query_as(
