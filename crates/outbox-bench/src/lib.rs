@@ -203,6 +203,10 @@ pub struct BenchConfig {
     pub batch_size: usize,
     /// Relay batches in flight. Defaults to the relay's default (2).
     pub in_flight: usize,
+    /// The relays hold claimed rows locked through the publish (one write per message) where
+    /// the store allows it, instead of writing a lease first. Defaults to the relay's default
+    /// (true); `false` measures the lease protocol.
+    pub lock_claims: bool,
     /// A label for this run (e.g. `before`, `after`), copied into the report.
     pub label: String,
 }
@@ -230,6 +234,7 @@ impl Default for BenchConfig {
             idle_duration: Duration::from_secs(30),
             batch_size: relay.batch_size,
             in_flight: relay.max_in_flight_batches,
+            lock_claims: relay.lock_claims,
             label: String::new(),
         }
     }

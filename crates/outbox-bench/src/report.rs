@@ -165,10 +165,15 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     );
     let _ = writeln!(
         md,
-        "Backlog n = {}, batch size {}, {} batches in flight, offered load {} msg/s for {} s.\n",
+        "Backlog n = {}, batch size {}, {} batches in flight, {}, offered load {} msg/s for {} s.\n",
         c.n,
         c.batch_size,
         c.in_flight,
+        if c.lock_claims {
+            "claimed rows locked through the publish (where the store can)"
+        } else {
+            "leases"
+        },
         c.rate,
         c.latency_duration.as_secs()
     );

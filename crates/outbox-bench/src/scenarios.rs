@@ -178,6 +178,7 @@ fn start_relay(
         owner: format!("bench-{}-{i}", std::process::id()),
         batch_size: cfg.batch_size,
         max_in_flight_batches: cfg.in_flight,
+        lock_claims: cfg.lock_claims,
         ..RelayConfig::default()
     };
     let signal = store.signal().clone();

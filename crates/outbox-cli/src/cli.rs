@@ -398,6 +398,10 @@ pub(crate) struct BenchArgs {
     /// Relay batches in flight.
     #[arg(long, default_value_t = 2)]
     pub(crate) in_flight: usize,
+    /// Relays write a lease per claimed message instead of holding the rows locked through the
+    /// publish (the protocol before locked claims; SQLite always uses leases).
+    #[arg(long)]
+    pub(crate) leases: bool,
     /// NATS URL.
     #[arg(long, env = "OUTBOX_BENCH_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub(crate) nats_url: String,

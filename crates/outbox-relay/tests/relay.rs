@@ -26,6 +26,12 @@ fn fast_retry(max_attempts: u32) -> RetryPolicy {
     }
 }
 
+tokio::task_local! {
+    /// `RelayConfig::lock_claims` for the relays a test starts (the `leased` modules run the
+    /// same tests with leases).
+    static LOCK_CLAIMS: bool;
+}
+
 fn config(owner: &str) -> RelayConfig {
     RelayConfig {
         owner: owner.into(),
@@ -35,6 +41,7 @@ fn config(owner: &str) -> RelayConfig {
         max_in_flight_batches: 2,
         publish_timeout: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
+        lock_claims: LOCK_CLAIMS.try_with(|v| *v).unwrap_or(true),
     }
 }
 
@@ -384,6 +391,7 @@ where
     let mut cfg = config("doomed");
     cfg.lease = Duration::from_secs(2);
     cfg.publish_timeout = Duration::from_millis(1900);
+    cfg.lock_claims = false;
     let doomed = Relay::builder(outbox.clone(), outbox.signal().clone())
         .config(cfg)
         .destination(Destination::new("broker", Arc::new(stuck.clone())))
@@ -413,6 +421,60 @@ where
     for id in &ids {
         assert_eq!(t.delivered_count(*id), 1);
         assert_eq!(status(&outbox, *id).await.updated_by.as_deref(), Some("heir"));
+    }
+}
+
+/// With locked claims, a relay that dies mid-publish leaves nothing behind: its transaction
+/// rolls back, the rows are `pending` as before (no attempt counted), and another relay takes
+/// them over at once, long before a lease would have expired.
+async fn a_killed_relays_locked_claim_is_rolled_back_at_once<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    assert!(outbox.locks_claims());
+    let stuck = TestTransport::new();
+    stuck.set_hang(true);
+    let mut cfg = config("doomed");
+    cfg.lease = Duration::from_secs(30);
+    cfg.lock_claims = true;
+    let doomed = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(cfg)
+        .destination(Destination::new("broker", Arc::new(stuck.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..20 {
+        ids.push(
+            outbox
+                .enqueue(&NewMessage::new("t", format!("{i}")).key(format!("k{}", i % 4)))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let handle = tokio::spawn(doomed.run(CancellationToken::new()));
+    eventually("the doomed relay holds the heads", || async { stuck.in_flight() == 4 }).await;
+    for id in &ids {
+        let m = status(&outbox, *id).await;
+        assert_eq!(
+            (m.status, m.lease_owner.as_deref()),
+            (Status::Pending, None),
+            "nothing written while locked"
+        );
+    }
+    let killed_at = Instant::now();
+    handle.abort();
+    let _ = handle.await;
+    let t = TestTransport::new();
+    let heir = start(relay(&outbox, "heir", &t, fast_retry(5)));
+    eventually("the heir delivers everything", || async { all_in(&outbox, &ids, Status::Sent).await }).await;
+    assert!(killed_at.elapsed() < Duration::from_secs(15), "taken over without waiting for a lease");
+    heir.stop().await;
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1);
+        let m = status(&outbox, *id).await;
+        assert_eq!((m.attempts, m.updated_by.as_deref()), (0, Some("heir")));
     }
 }
 
@@ -507,35 +569,49 @@ where
     assert_eq!(m.attempts, 0);
 }
 
+macro_rules! case {
+    ($fresh:path, $test:ident, $locks:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let db = $fresh().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            LOCK_CLAIMS.scope($locks, crate::$test(outbox)).await;
+            db.drop_db().await;
+        }
+    };
+}
+
 macro_rules! dialect {
     ($name:ident, $fresh:path) => {
         mod $name {
             use super::*;
 
-            macro_rules! case {
-                ($test:ident) => {
-                    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                    async fn $test() {
-                        let db = $fresh().await;
-                        let outbox = Outbox::new(db.pool.clone());
-                        outbox.migrate().await.unwrap();
-                        super::$test(outbox).await;
-                        db.drop_db().await;
-                    }
-                };
-            }
+            // The default configuration: locked claims where the store has them (SQLite uses
+            // leases).
+            case!($fresh, committed_is_published_fast_and_rolled_back_never, true);
+            case!($fresh, transient_failures_retry_with_backoff_then_deliver_once, true);
+            case!($fresh, permanent_errors_and_exhaustion_fail_with_the_reason, true);
+            case!($fresh, per_key_order_holds_with_failures_and_three_relays, true);
+            case!($fresh, relays_never_publish_a_message_concurrently, true);
+            case!($fresh, an_outage_longer_than_the_retry_budget_fails_nothing, true);
+            case!($fresh, a_killed_relays_messages_are_taken_over_after_the_lease, true);
+            case!($fresh, a_delayed_message_waits_for_its_time, true);
+            case!($fresh, an_idle_relay_queries_a_bounded_number_of_times, true);
+            case!($fresh, fan_out_one_failing_destination_does_not_hold_back_the_other, true);
+            case!($fresh, graceful_shutdown_releases_what_it_cannot_finish, true);
 
-            case!(committed_is_published_fast_and_rolled_back_never);
-            case!(transient_failures_retry_with_backoff_then_deliver_once);
-            case!(permanent_errors_and_exhaustion_fail_with_the_reason);
-            case!(per_key_order_holds_with_failures_and_three_relays);
-            case!(relays_never_publish_a_message_concurrently);
-            case!(an_outage_longer_than_the_retry_budget_fails_nothing);
-            case!(a_killed_relays_messages_are_taken_over_after_the_lease);
-            case!(a_delayed_message_waits_for_its_time);
-            case!(an_idle_relay_queries_a_bounded_number_of_times);
-            case!(fan_out_one_failing_destination_does_not_hold_back_the_other);
-            case!(graceful_shutdown_releases_what_it_cannot_finish);
+            /// The same engine with leases (`lock_claims = false`), as SQLite always runs.
+            mod leased {
+                use super::*;
+
+                case!($fresh, committed_is_published_fast_and_rolled_back_never, false);
+                case!($fresh, transient_failures_retry_with_backoff_then_deliver_once, false);
+                case!($fresh, per_key_order_holds_with_failures_and_three_relays, false);
+                case!($fresh, relays_never_publish_a_message_concurrently, false);
+                case!($fresh, fan_out_one_failing_destination_does_not_hold_back_the_other, false);
+                case!($fresh, graceful_shutdown_releases_what_it_cannot_finish, false);
+            }
         }
     };
 }
@@ -584,6 +660,19 @@ mod scan_counter {
 dialect!(postgres, outbox_testkit::fresh_pg);
 dialect!(mysql, outbox_testkit::fresh_mysql);
 dialect!(sqlite, outbox_testkit::fresh_sqlite);
+
+/// Locked claims only exist on PostgreSQL and MySQL/MariaDB.
+mod locked {
+    use super::*;
+
+    case!(outbox_testkit::fresh_pg, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
+
+    mod mysql {
+        use super::*;
+
+        case!(outbox_testkit::fresh_mysql, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
+    }
+}
 
 /// PostgreSQL only: rows inserted by another process (any language) wake an idle relay through
 /// `LISTEN/NOTIFY`, and writers pay for `NOTIFY` only while some relay is idle.

@@ -152,6 +152,36 @@ impl crate::relay::RelayStore for AnyOutbox {
         each!(self, o => o.claim(owner, limit, lease).await)
     }
 
+    fn locks_claims(&self) -> bool {
+        each!(self, o => o.locks_claims())
+    }
+
+    async fn claim_locked(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease: std::time::Duration,
+    ) -> Result<Option<(Vec<outbox_core::OutboxMessage>, crate::relay::LockedClaim)>> {
+        each!(self, o => o.claim_locked(owner, limit, lease).await)
+    }
+
+    async fn settle_locked(
+        &self,
+        claim: crate::relay::LockedClaim,
+        owner: &str,
+        s: &crate::relay::Settlement,
+    ) -> Result<crate::relay::SettleReport> {
+        each!(self, o => o.settle_locked(claim, owner, s).await)
+    }
+
+    async fn deliveries_locked(
+        &self,
+        claim: &mut crate::relay::LockedClaim,
+        ids: &[outbox_core::MessageId],
+    ) -> Result<Vec<crate::relay::DeliveryState>> {
+        each!(self, o => o.deliveries_locked(claim, ids).await)
+    }
+
     async fn deliveries(&self, ids: &[outbox_core::MessageId]) -> Result<Vec<crate::relay::DeliveryState>> {
         each!(self, o => o.deliveries(ids).await)
     }

@@ -44,7 +44,7 @@ pub use migrate::{Migration, MigrationReport};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
-    AckOutcome, DeliveryState, DeliveryWrite, MessageWrite, RelayStore, SettleReport, Settlement,
+    AckOutcome, DeliveryState, DeliveryWrite, LockedClaim, MessageWrite, RelayStore, SettleReport, Settlement,
 };
 pub use signal::CommitSignal;
 

@@ -125,6 +125,34 @@ pub struct SettleReport {
     pub lost_lease: Vec<MessageId>,
 }
 
+/// Row locks a [`RelayStore::claim_locked`] holds in an open database transaction until
+/// [`RelayStore::settle_locked`] commits it. Dropping it rolls the transaction back: the messages
+/// stay `pending`, due at once, untouched (nothing was written for them).
+pub struct LockedClaim {
+    pub(crate) tx: LockedTx,
+    pub(crate) ids: Vec<MessageId>,
+}
+
+pub(crate) enum LockedTx {
+    #[cfg(feature = "postgres")]
+    Postgres(sqlx::Transaction<'static, sqlx::Postgres>),
+    #[cfg(feature = "mysql")]
+    MySql(sqlx::Transaction<'static, sqlx::MySql>),
+}
+
+impl std::fmt::Debug for LockedClaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockedClaim").field("messages", &self.ids.len()).finish()
+    }
+}
+
+impl LockedClaim {
+    /// The messages whose rows are locked.
+    pub fn ids(&self) -> &[MessageId] {
+        &self.ids
+    }
+}
+
 /// Store operations the relay engine needs. Implemented by `Outbox<Postgres | MySql | Sqlite>`
 /// and by `AnyOutbox`.
 pub trait RelayStore: Clone + Send + Sync + 'static {
@@ -138,6 +166,57 @@ pub trait RelayStore: Clone + Send + Sync + 'static {
         limit: usize,
         lease: Duration,
     ) -> impl Future<Output = Result<Vec<OutboxMessage>>> + Send;
+
+    /// True when this store implements [`RelayStore::claim_locked`] (PostgreSQL and
+    /// MySQL/MariaDB; not SQLite, whose single writer lock would block every business
+    /// transaction for the length of a publish).
+    fn locks_claims(&self) -> bool {
+        false
+    }
+
+    /// Like [`RelayStore::claim`], but instead of writing a lease it keeps the claimed rows
+    /// locked (`FOR UPDATE SKIP LOCKED`) in an open transaction, returned with them, until
+    /// [`RelayStore::settle_locked`] writes the outcomes and commits: one write per message
+    /// instead of two. Other relays skip the locked rows, and their per-key check still sees
+    /// them open (they stay `pending` until the commit), so per-key order holds as with leases.
+    /// A relay that dies mid-publish loses its connection and the database rolls back at once;
+    /// no lease has to expire. A relay that vanishes without closing its connection (host
+    /// frozen, network partition) is cut off by the database after `lease` of idleness inside
+    /// the transaction (PostgreSQL `idle_in_transaction_session_timeout`, MariaDB
+    /// `idle_transaction_timeout`), so its rows are free again after `lease`, as with a lease.
+    /// `None` when nothing was claimable (no transaction is kept).
+    fn claim_locked(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Option<(Vec<OutboxMessage>, LockedClaim)>>> + Send {
+        let _ = (owner, limit, lease);
+        async { Err(outbox_core::Error::Config("locked claims are not supported by this store".into())) }
+    }
+
+    /// Applies a settlement to the messages of a locked claim and commits. Messages of the
+    /// claim that the settlement does not mention stay `pending`, untouched.
+    fn settle_locked(
+        &self,
+        claim: LockedClaim,
+        owner: &str,
+        settlement: &Settlement,
+    ) -> impl Future<Output = Result<SettleReport>> + Send {
+        let _ = (claim, owner, settlement);
+        async { Err(outbox_core::Error::Config("locked claims are not supported by this store".into())) }
+    }
+
+    /// [`RelayStore::deliveries`] read through a locked claim's own transaction, so that a
+    /// batch never waits for a second pooled connection while it holds one.
+    fn deliveries_locked(
+        &self,
+        claim: &mut LockedClaim,
+        ids: &[MessageId],
+    ) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send {
+        let _ = claim;
+        self.deliveries(ids)
+    }
 
     /// The per-destination rows of these messages.
     fn deliveries(&self, ids: &[MessageId]) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send;

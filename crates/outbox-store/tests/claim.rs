@@ -52,6 +52,99 @@ macro_rules! suite {
     };
 }
 
+/// Locked claims (PostgreSQL, MySQL/MariaDB): the rows stay `pending` and locked until the
+/// settlement commits. Meanwhile a second claimer, locked or leased, takes neither those rows
+/// nor the younger messages of their keys; dropping the claim rolls back and leaves the rows
+/// exactly as they were; settling writes the outcomes once.
+macro_rules! locked_suite {
+    ($dialect:ident, $fresh:path, $db:ty) => {
+        mod $dialect {
+            use super::*;
+            use outbox_store::{MessageWrite, Settlement, Status};
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_locked_claim_holds_its_rows_and_keys_until_it_settles() {
+                let db = $fresh().await;
+                let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
+                outbox.migrate().await.unwrap();
+                assert!(outbox.locks_claims());
+                let mut ids = Vec::new();
+                for i in 0..6 {
+                    let m = NewMessage::new("t", "{}").key(format!("k{}", i % 3));
+                    ids.push(outbox.enqueue(&m).await.unwrap().id);
+                }
+                let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+
+                // Takes two: the heads of k0 and k1 (id order).
+                let (first, claim) =
+                    outbox.claim_locked("relay-a", 2, LEASE).await.unwrap().expect("claimed");
+                let first_ids: Vec<MessageId> = first.iter().map(|m| m.id).collect();
+                assert_eq!(first_ids, vec![ids[0], ids[1]]);
+                assert_eq!(claim.ids(), &first_ids[..]);
+                for id in &first_ids {
+                    let m = outbox.get(*id).await.unwrap().unwrap();
+                    assert_eq!((m.status, m.lease_owner), (Status::Pending, None), "nothing written");
+                }
+
+                // Another relay gets k2's head and the keyless message; not the locked rows,
+                // not k0's or k1's younger messages.
+                let leased: HashSet<MessageId> =
+                    outbox.claim("relay-b", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+                assert_eq!(leased, [ids[2], keyless].into_iter().collect::<HashSet<_>>());
+                let none = outbox.claim_locked("relay-c", 10, LEASE).await.unwrap();
+                assert!(
+                    none.is_none(),
+                    "{:?}",
+                    none.map(|(b, _)| b.iter().map(|m| m.id).collect::<Vec<_>>())
+                );
+
+                // Dropped: rolled back, the rows are as they were and claimable again.
+                drop(claim);
+                let (again, claim) = loop {
+                    if let Some(c) = outbox.claim_locked("relay-a", 2, LEASE).await.unwrap() {
+                        break c;
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                };
+                assert_eq!(again.iter().map(|m| m.id).collect::<Vec<_>>(), first_ids);
+                assert!(again.iter().all(|m| m.attempts == 0));
+
+                // Settled: ids[0] sent, ids[1] retried later with its error.
+                let settlement = Settlement {
+                    sent: vec![ids[0]],
+                    messages: vec![MessageWrite {
+                        id: ids[1],
+                        status: Status::Pending,
+                        attempts: 1,
+                        retry_in: Duration::from_secs(60),
+                        last_error: Some("broker said no".into()),
+                        attempted: true,
+                    }],
+                    deliveries: Vec::new(),
+                };
+                let report = outbox.settle_locked(claim, "relay-a", &settlement).await.unwrap();
+                assert_eq!((report.settled, report.lost_lease.len()), (2, 0));
+                let sent = outbox.get(ids[0]).await.unwrap().unwrap();
+                assert_eq!((sent.status, sent.updated_by.as_deref()), (Status::Sent, Some("relay-a")));
+                let retried = outbox.get(ids[1]).await.unwrap().unwrap();
+                assert_eq!((retried.status, retried.attempts), (Status::Pending, 1));
+                assert_eq!(retried.last_error.as_deref(), Some("broker said no"));
+
+                // k0's next message is free now; k1's waits behind its retried head; k2's behind
+                // relay-b's lease.
+                let (next, claim) =
+                    outbox.claim_locked("relay-a", 10, LEASE).await.unwrap().expect("k0 is free");
+                assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[3]]);
+                drop(claim);
+                db.drop_db().await;
+            }
+        }
+    };
+}
+
+locked_suite!(postgres_locked, outbox_testkit::fresh_pg, sqlx::Postgres);
+locked_suite!(mysql_locked, outbox_testkit::fresh_mysql, sqlx::MySql);
+
 suite!(postgres, outbox_testkit::fresh_pg, sqlx::Postgres);
 suite!(mysql, outbox_testkit::fresh_mysql, sqlx::MySql);
 suite!(sqlite, outbox_testkit::fresh_sqlite, sqlx::Sqlite);

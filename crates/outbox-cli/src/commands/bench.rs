@@ -30,6 +30,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         idle_duration: Duration::from_secs(args.idle_secs),
         batch_size: args.batch_size,
         in_flight: args.in_flight,
+        lock_claims: !args.leases,
         label: args.label,
     };
     let report = outbox_bench::run(&cfg).await.context("the bench failed")?;

@@ -95,6 +95,9 @@ pub(crate) struct RelaySection {
     /// Graceful shutdown bound. Defaults to 10 s.
     #[serde(with = "outbox_core::duration")]
     pub(crate) shutdown_timeout: Duration,
+    /// Keep claimed rows locked through the publish instead of writing a lease (PostgreSQL,
+    /// MySQL/MariaDB). Defaults to true.
+    pub(crate) lock_claims: bool,
 }
 
 impl Default for RelaySection {
@@ -108,6 +111,7 @@ impl Default for RelaySection {
             max_in_flight_batches: d.max_in_flight_batches,
             publish_timeout: d.publish_timeout,
             shutdown_timeout: d.shutdown_timeout,
+            lock_claims: d.lock_claims,
         }
     }
 }
@@ -315,6 +319,7 @@ impl Config {
             max_in_flight_batches: self.relay.max_in_flight_batches,
             publish_timeout: self.relay.publish_timeout,
             shutdown_timeout: self.relay.shutdown_timeout,
+            lock_claims: self.relay.lock_claims,
         }
     }
 }

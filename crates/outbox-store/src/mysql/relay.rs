@@ -31,7 +31,7 @@ use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
 use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
 /// Step 1: `(id, source)` of the window (`sending`, `pending`, `?` rows each) and of the first
@@ -76,21 +76,182 @@ async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<sqlx::Transactio
 }
 
 /// Steps 2 and 3: locks the candidates that are still due and head their key, in due order.
+///
+/// With `exact`, only the rows taken are locked: InnoDB locks every row a locking read with
+/// `ORDER BY ... LIMIT` examines, including those the `LIMIT` then drops, and keeps those locks
+/// until the transaction ends. A lease claim commits at once so that does not matter; a locked
+/// claim holds its transaction through the publish and would keep other relays off rows it
+/// never took. So the choice is made by a plain read, and only the chosen rows are locked (by
+/// primary key, re-checked; a row another relay locked meanwhile is skipped).
 async fn lock_heads(
     tx: &mut sqlx::Transaction<'static, MySql>,
     ids: &HashSet<i64>,
     limit: usize,
+    exact: bool,
 ) -> Result<Vec<OutboxMessage>> {
+    let claimable = |qb: &mut QueryBuilder<'_, MySql>| {
+        qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) AND ");
+        qb.push(NOT_BLOCKED);
+    };
+    let mut chosen: Vec<i64> = ids.iter().copied().collect();
+    if exact {
+        let mut qb = QueryBuilder::<MySql>::new("SELECT m.id FROM outbox_message m WHERE m.id IN ");
+        in_list(&mut qb, chosen.iter().copied());
+        claimable(&mut qb);
+        qb.push(" ORDER BY m.next_attempt_at, m.id LIMIT ");
+        qb.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+        chosen = qb.build_query_scalar::<i64>().fetch_all(&mut **tx).await.map_err(db)?;
+        if chosen.is_empty() {
+            return Ok(Vec::new());
+        }
+    }
     let cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers");
     let mut qb = QueryBuilder::<MySql>::new(format!("SELECT {cols} FROM outbox_message m WHERE m.id IN "));
-    in_list(&mut qb, ids.iter().copied());
-    qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) AND ");
-    qb.push(NOT_BLOCKED);
-    qb.push(" ORDER BY m.next_attempt_at, m.id LIMIT ");
-    qb.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    in_list(&mut qb, chosen.iter().copied());
+    claimable(&mut qb);
+    if !exact {
+        qb.push(" ORDER BY m.next_attempt_at, m.id LIMIT ");
+        qb.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
+    }
     qb.push(" FOR UPDATE SKIP LOCKED");
     let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
     rows.iter().map(decode_message).collect()
+}
+
+/// Steps 1 to 3 in a new READ COMMITTED transaction: the claimable messages, locked, in id
+/// order, with the transaction that holds them.
+async fn lock_candidates(
+    outbox: &Outbox<MySql>,
+    limit: usize,
+    exact: bool,
+) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>)> {
+    let window = limit.saturating_mul(2).max(256);
+    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut tx = begin_read_committed(outbox).await?;
+    let found: Vec<(i64, i64)> = sqlx::query_as(CANDIDATES)
+        .bind(as_i64(window))
+        .bind(as_i64(window))
+        .bind(as_i64(limit))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db)?;
+    let window_full = [1, 2].iter().any(|src| found.iter().filter(|(_, s)| s == src).count() >= window);
+    let ids: HashSet<i64> = found.into_iter().map(|(id, _)| id).collect();
+    let mut kept = if ids.is_empty() { Vec::new() } else { lock_heads(&mut tx, &ids, limit, exact).await? };
+    // Only when the window is full and did not hold enough heads (rows held back behind their
+    // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
+    if window_full && kept.len() < limit {
+        let heads: Vec<Option<i64>> = sqlx::query_scalar(HEADS).fetch_all(&mut *tx).await.map_err(db)?;
+        let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
+        if !more.is_empty() {
+            let extra = lock_heads(&mut tx, &more, limit - kept.len(), exact).await?;
+            kept.extend(extra);
+        }
+    }
+    kept.sort_by_key(|m| m.id);
+    Ok((tx, kept))
+}
+
+/// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
+/// `tx`.
+async fn write_settlement(
+    tx: &mut sqlx::Transaction<'static, MySql>,
+    owner: &str,
+    s: &Settlement,
+    owned: &HashSet<i64>,
+) -> Result<SettleReport> {
+    let all = s.ids();
+    for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
+        sqlx::query(
+            "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
+             last_attempt_at, last_error, ack_deadline, updated_at) \
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                     IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+                     UTC_TIMESTAMP(6)) \
+             ON DUPLICATE KEY UPDATE ack_deadline = IF(status = 'acked', NULL, VALUES(ack_deadline)), \
+             status = IF(status = 'acked', status, VALUES(status)), attempts = VALUES(attempts), \
+             next_attempt_at = VALUES(next_attempt_at), \
+             last_attempt_at = COALESCE(VALUES(last_attempt_at), last_attempt_at), \
+             last_error = COALESCE(VALUES(last_error), last_error), updated_at = UTC_TIMESTAMP(6)",
+        )
+        .bind(d.message_id.0)
+        .bind(&d.destination)
+        .bind(d.status.as_str())
+        .bind(d.attempts)
+        .bind(ms(d.retry_in) * 1000)
+        .bind(d.attempted)
+        .bind(d.last_error.as_deref())
+        // NULL when the destination needs no ACK: the deadline is NULL too.
+        .bind(d.ack_timeout.map(|t| ms(t) * 1000))
+        .execute(&mut **tx)
+        .await
+        .map_err(db)?;
+    }
+    let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
+    if !sent.is_empty() {
+        let mut qb = QueryBuilder::<MySql>::new(
+            "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6), updated_by = ",
+        );
+        qb.push_bind(owner.to_owned());
+        qb.push(" WHERE id IN ");
+        in_list(&mut qb, sent);
+        qb.build().execute(&mut **tx).await.map_err(db)?;
+    }
+    for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
+        sqlx::query(
+            "UPDATE outbox_message SET status = ?, attempts = ?, \
+             next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+             last_error = COALESCE(?, last_error), \
+             last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
+             lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? \
+             WHERE id = ?",
+        )
+        .bind(w.status.as_str())
+        .bind(w.attempts)
+        .bind(ms(w.retry_in) * 1000)
+        .bind(w.last_error.as_deref())
+        .bind(w.attempted)
+        .bind(owner)
+        .bind(w.id.0)
+        .execute(&mut **tx)
+        .await
+        .map_err(db)?;
+    }
+    let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
+    Ok(SettleReport { settled: all.len() - lost_lease.len(), lost_lease })
+}
+
+/// The per-destination rows of these messages.
+async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = MySql>>(
+    e: E,
+    ids: &[MessageId],
+) -> Result<Vec<DeliveryState>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut qb = QueryBuilder::<MySql>::new(
+        "SELECT message_id, destination, status, attempts, last_error, \
+         GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_attempt_at)) DIV 1000 AS wait_ms \
+         FROM outbox_delivery WHERE message_id IN ",
+    );
+    in_list(&mut qb, ids.iter().map(|i| i.0));
+    let rows = qb.build().fetch_all(e).await.map_err(db)?;
+    rows.iter()
+        .map(|r| {
+            let status = text(r, "status")?;
+            let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
+            Ok(DeliveryState {
+                message_id: MessageId(r.try_get("message_id").map_err(db)?),
+                destination: text(r, "destination")?,
+                status: crate::common::delivery_status(&status)?,
+                attempts: r.try_get("attempts").map_err(db)?,
+                wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+                last_error: opt_text(r, "last_error")?,
+            })
+        })
+        .collect()
 }
 
 impl RelayStore for Outbox<MySql> {
@@ -98,29 +259,7 @@ impl RelayStore for Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let window = limit.saturating_mul(2).max(256);
-        let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-        let mut tx = begin_read_committed(self).await?;
-        let found: Vec<(i64, i64)> = sqlx::query_as(CANDIDATES)
-            .bind(as_i64(window))
-            .bind(as_i64(window))
-            .bind(as_i64(limit))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db)?;
-        let window_full = [1, 2].iter().any(|src| found.iter().filter(|(_, s)| s == src).count() >= window);
-        let ids: HashSet<i64> = found.into_iter().map(|(id, _)| id).collect();
-        let mut kept = if ids.is_empty() { Vec::new() } else { lock_heads(&mut tx, &ids, limit).await? };
-        // Only when the window is full and did not hold enough heads (rows held back behind their
-        // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
-        if window_full && kept.len() < limit {
-            let heads: Vec<Option<i64>> = sqlx::query_scalar(HEADS).fetch_all(&mut *tx).await.map_err(db)?;
-            let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
-            if !more.is_empty() {
-                let extra = lock_heads(&mut tx, &more, limit - kept.len()).await?;
-                kept.extend(extra);
-            }
-        }
+        let (mut tx, mut kept) = lock_candidates(self, limit, false).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -142,35 +281,71 @@ impl RelayStore for Outbox<MySql> {
             m.status = Status::Sending;
             m.lease_owner = Some(owner.to_owned());
         }
-        kept.sort_by_key(|m| m.id);
         Ok(kept)
     }
 
-    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+    fn locks_claims(&self) -> bool {
+        true
+    }
+
+    async fn claim_locked(
+        &self,
+        _owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Option<(Vec<OutboxMessage>, LockedClaim)>> {
+        if limit == 0 {
+            return Ok(None);
         }
-        let mut qb = QueryBuilder::<MySql>::new(
-            "SELECT message_id, destination, status, attempts, last_error, \
-             GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_attempt_at)) DIV 1000 AS wait_ms \
-             FROM outbox_delivery WHERE message_id IN ",
-        );
-        in_list(&mut qb, ids.iter().map(|i| i.0));
-        let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
-        rows.iter()
-            .map(|r| {
-                let status = text(r, "status")?;
-                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
-                Ok(DeliveryState {
-                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
-                    destination: text(r, "destination")?,
-                    status: crate::common::delivery_status(&status)?,
-                    attempts: r.try_get("attempts").map_err(db)?,
-                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
-                    last_error: opt_text(r, "last_error")?,
-                })
-            })
-            .collect()
+        let (mut tx, kept) = lock_candidates(self, limit, true).await?;
+        if !kept.is_empty() {
+            // MariaDB ends a transaction left idle longer than this, so a relay that vanishes
+            // without closing its connection loses the claim after `lease`. MySQL 8 has no such
+            // variable (its `wait_timeout` applies instead): the error is ignored there.
+            let secs = lease.as_secs().max(1);
+            if let Err(e) =
+                sqlx::query(&format!("SET SESSION idle_transaction_timeout = {secs}")).execute(&mut *tx).await
+            {
+                tracing::debug!(error = %e, "idle_transaction_timeout is not available");
+            }
+        }
+        if kept.is_empty() {
+            tx.rollback().await.map_err(db)?;
+            return Ok(None);
+        }
+        let ids = kept.iter().map(|m| m.id).collect();
+        Ok(Some((kept, LockedClaim { tx: LockedTx::MySql(tx), ids })))
+    }
+
+    async fn settle_locked(&self, claim: LockedClaim, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        #[allow(unreachable_patterns)]
+        let mut tx = match claim.tx {
+            LockedTx::MySql(tx) => tx,
+            _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
+        };
+        let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
+        let report = write_settlement(&mut tx, owner, s, &held).await?;
+        // Back to the server's default before the connection returns to the pool, where the
+        // application's own transactions may use it.
+        let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
+    }
+
+    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+        read_deliveries(self.pool(), ids).await
+    }
+
+    async fn deliveries_locked(
+        &self,
+        claim: &mut LockedClaim,
+        ids: &[MessageId],
+    ) -> Result<Vec<DeliveryState>> {
+        #[allow(unreachable_patterns)]
+        match &mut claim.tx {
+            LockedTx::MySql(tx) => read_deliveries(&mut **tx, ids).await,
+            _ => Err(outbox_core::Error::Config("a locked claim of another database".into())),
+        }
     }
 
     async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
@@ -188,68 +363,9 @@ impl RelayStore for Outbox<MySql> {
         qb.push(" FOR UPDATE");
         let owned: HashSet<i64> =
             qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-
-        for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
-            sqlx::query(
-                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
-                 last_attempt_at, last_error, ack_deadline, updated_at) \
-                 VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                         IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                         UTC_TIMESTAMP(6)) \
-                 ON DUPLICATE KEY UPDATE ack_deadline = IF(status = 'acked', NULL, VALUES(ack_deadline)), \
-                 status = IF(status = 'acked', status, VALUES(status)), attempts = VALUES(attempts), \
-                 next_attempt_at = VALUES(next_attempt_at), \
-                 last_attempt_at = COALESCE(VALUES(last_attempt_at), last_attempt_at), \
-                 last_error = COALESCE(VALUES(last_error), last_error), updated_at = UTC_TIMESTAMP(6)",
-            )
-            .bind(d.message_id.0)
-            .bind(&d.destination)
-            .bind(d.status.as_str())
-            .bind(d.attempts)
-            .bind(ms(d.retry_in) * 1000)
-            .bind(d.attempted)
-            .bind(d.last_error.as_deref())
-            // NULL when the destination needs no ACK: the deadline is NULL too.
-            .bind(d.ack_timeout.map(|t| ms(t) * 1000))
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
-        if !sent.is_empty() {
-            let mut qb = QueryBuilder::<MySql>::new(
-                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
-                 next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
-                 updated_at = UTC_TIMESTAMP(6), updated_by = ",
-            );
-            qb.push_bind(owner.to_owned());
-            qb.push(" WHERE id IN ");
-            in_list(&mut qb, sent);
-            qb.build().execute(&mut *tx).await.map_err(db)?;
-        }
-        for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
-            sqlx::query(
-                "UPDATE outbox_message SET status = ?, attempts = ?, \
-                 next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
-                 last_error = COALESCE(?, last_error), \
-                 last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
-                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? \
-                 WHERE id = ?",
-            )
-            .bind(w.status.as_str())
-            .bind(w.attempts)
-            .bind(ms(w.retry_in) * 1000)
-            .bind(w.last_error.as_deref())
-            .bind(w.attempted)
-            .bind(owner)
-            .bind(w.id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
+        let report = write_settlement(&mut tx, owner, s, &owned).await?;
         tx.commit().await.map_err(db)?;
-        let lost_lease = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
-        Ok(SettleReport { settled: owned.len(), lost_lease })
+        Ok(report)
     }
 
     async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {

@@ -20,17 +20,17 @@ use super::decode_message;
 use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
 /// The channel the `outbox_message_notify` trigger notifies.
 pub(crate) const CHANNEL: &str = "outbox_message";
 
 /// Candidates are looked for in three places, then re-checked and locked together:
-/// - `win_heads`: the heads among the first `$4` due rows in due order (the common case: heads
+/// - `win_heads`: the heads among the first `$2` due rows in due order (the common case: heads
 ///   are dense, e.g. one message per key, or many keys);
 /// - `nokey`: due rows without a key, through their own index;
-/// - `heads`: only when the window is full *and* holds fewer than `$2` heads (a long run of due
+/// - `heads`: only when the window is full *and* holds fewer than `$1` (the limit) heads (a long run of due
 ///   rows held back by an older message of their key, e.g. a hot key's backlog), the head of
 ///   every open key, found by a loose index scan over the open-key index: one probe per
 ///   distinct open key instead of one per held-back row. Without it, a backlog of N rows on a
@@ -47,13 +47,15 @@ pub(crate) const CHANNEL: &str = "outbox_message";
 /// cannot serve the locking step and the candidates are looked up by primary key. Before, the
 /// planner sometimes drove the locking step from the due index and ran the head check on every
 /// due row again: 140 ms to 1 s per claim with 30,000 rows on 24 keys.
-const CLAIM: &str = "\
+macro_rules! claim_ctes {
+    () => {
+        "\
 WITH RECURSIVE win AS (
     SELECT w.id, w.msg_key FROM (
         SELECT m.id, m.msg_key, m.next_attempt_at FROM outbox_message m
         WHERE m.status IN ('pending', 'sending')
         ORDER BY m.next_attempt_at, m.id
-        LIMIT $4) w
+        LIMIT $2 OFFSET $3) w
     WHERE w.next_attempt_at <= now()
 ), win_heads AS (
     SELECT w.id FROM win w
@@ -61,13 +63,13 @@ WITH RECURSIVE win AS (
         SELECT 1 FROM outbox_message o
         WHERE o.msg_key = w.msg_key AND o.id < w.id AND o.status IN ('pending', 'sending', 'failed'))
 ), need_heads AS (
-    SELECT (SELECT count(*) FROM win) >= $4 AND (SELECT count(*) FROM win_heads) < $2 AS yes
+    SELECT (SELECT count(*) FROM win) >= $2 AND (SELECT count(*) FROM win_heads) < $1 AS yes
 ), nokey AS (
     SELECT w.id FROM (
         SELECT m.id, m.next_attempt_at FROM outbox_message m
         WHERE m.msg_key IS NULL AND m.status IN ('pending', 'sending')
         ORDER BY m.next_attempt_at, m.id
-        LIMIT $2) w
+        LIMIT $1) w
     WHERE w.next_attempt_at <= now()
 ), open_keys(k) AS (
     (SELECT o.msg_key FROM outbox_message o, need_heads
@@ -85,34 +87,128 @@ WITH RECURSIVE win AS (
         WHERE o.msg_key = open_keys.k AND o.status IN ('pending', 'sending', 'failed')
         ORDER BY o.id LIMIT 1) h
     WHERE open_keys.k IS NOT NULL AND h.status IN ('pending', 'sending') AND h.next_attempt_at <= now()
-), cand AS (
-    SELECT m.id FROM outbox_message m
-    WHERE m.id = ANY (ARRAY(
-            SELECT id FROM win_heads UNION SELECT id FROM nokey UNION SELECT id FROM heads))
-      AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
-      AND (m.msg_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM outbox_message o
-            WHERE o.msg_key = m.msg_key AND o.id < m.id
-              AND o.status IN ('pending', 'sending', 'failed')))
-    ORDER BY m.next_attempt_at, m.id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
 )
+"
+    };
+}
+
+/// The locking step shared by both claims: the candidates that are still due and head their
+/// key, in due order, locked, at most `$1`.
+macro_rules! claim_pick {
+    () => {
+        "\
+FROM outbox_message m
+WHERE m.id = ANY (ARRAY(
+        SELECT id FROM win_heads UNION SELECT id FROM nokey UNION SELECT id FROM heads))
+  AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
+  AND NOT (m.id = ANY ($4::int8[]))
+  AND (m.msg_key IS NULL OR NOT EXISTS (
+        SELECT 1 FROM outbox_message o
+        WHERE o.msg_key = m.msg_key AND o.id < m.id
+          AND o.status IN ('pending', 'sending', 'failed')))
+ORDER BY m.next_attempt_at, m.id
+LIMIT $1
+FOR UPDATE SKIP LOCKED"
+    };
+}
+
+macro_rules! message_columns {
+    ($m:literal) => {
+        concat!(
+            $m,
+            ".id, ",
+            $m,
+            ".biz_type, ",
+            $m,
+            ".biz_key, ",
+            $m,
+            ".topic, ",
+            $m,
+            ".msg_key, ",
+            $m,
+            ".tag, ",
+            $m,
+            ".headers::text AS headers, ",
+            $m,
+            ".payload, ",
+            $m,
+            ".status, ",
+            $m,
+            ".attempts, ",
+            $m,
+            ".max_attempts, ",
+            $m,
+            ".next_attempt_at, ",
+            $m,
+            ".last_attempt_at, ",
+            $m,
+            ".last_error, ",
+            $m,
+            ".lease_owner, ",
+            $m,
+            ".lease_until, ",
+            $m,
+            ".created_by, ",
+            $m,
+            ".updated_by, ",
+            $m,
+            ".created_at, ",
+            $m,
+            ".updated_at"
+        )
+    };
+}
+
+/// The lease claim: one statement that locks the candidates and leases them (`$3` = 0 and `$4`
+/// empty: see `CLAIM_LOCKED`; `$5` owner, `$6` lease in ms).
+const CLAIM: &str = concat!(
+    claim_ctes!(),
+    ", cand AS (\nSELECT m.id ",
+    claim_pick!(),
+    "\n)
 UPDATE outbox_message m
-SET status = 'sending', lease_owner = $1,
-    lease_until = now() + $3 * interval '1 millisecond',
-    next_attempt_at = now() + $3 * interval '1 millisecond',
-    updated_at = now(), updated_by = $1
+SET status = 'sending', lease_owner = $5,
+    lease_until = now() + $6 * interval '1 millisecond',
+    next_attempt_at = now() + $6 * interval '1 millisecond',
+    updated_at = now(), updated_by = $5
 FROM cand WHERE m.id = cand.id
-RETURNING m.id, m.biz_type, m.biz_key, m.topic, m.msg_key, m.tag, m.headers::text AS headers, m.payload,
-          m.status, m.attempts, m.max_attempts, m.next_attempt_at, m.last_attempt_at, m.last_error,
-          m.lease_owner, m.lease_until, m.created_by, m.updated_by, m.created_at, m.updated_at";
+RETURNING ",
+    message_columns!("m")
+);
+
+/// The locked claim: the same candidates, locked and returned, nothing written (the caller
+/// keeps the transaction open until it settles), each with the number of due rows in the
+/// window (one row with `NULL` message columns when nothing was taken).
+///
+/// Another relay's locked rows are still due `pending` rows to this statement (a lease would
+/// have made them not due): a window full of them yields nothing. So the claim may take
+/// further passes in the same transaction, each with the window `$3` rows further on and
+/// without the rows already taken (`$4`).
+const CLAIM_LOCKED: &str = concat!(
+    claim_ctes!(),
+    ", picked AS (\nSELECT ",
+    message_columns!("m"),
+    "\n",
+    claim_pick!(),
+    "\n)
+SELECT w.n AS win_rows, p.* FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
+);
+
+/// Passes of a locked claim over successive windows.
+const LOCKED_PASSES: i64 = 4;
 
 const MARK_SENT: &str = "\
 UPDATE outbox_message
 SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = now(),
     last_attempt_at = now(), updated_at = now(), updated_by = $2
 WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2";
+
+/// `sent` for the messages of a locked claim (the transaction holds their row locks).
+const MARK_SENT_LOCKED: &str = "\
+UPDATE outbox_message
+SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = now(),
+    last_attempt_at = now(), updated_at = now(), updated_by = $2
+WHERE id = ANY($1) AND status IN ('pending', 'sending')";
 
 const OWNED: &str = "\
 SELECT id FROM outbox_message WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2 FOR UPDATE";
@@ -177,14 +273,105 @@ fn raw_ids(ids: &[MessageId]) -> Vec<i64> {
     ids.iter().map(|i| i.0).collect()
 }
 
+/// `(limit, window)` of a claim: the window is twice the limit, at least 256 rows.
+fn claim_sizes(limit: usize) -> (i64, i64) {
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    (limit, limit.saturating_mul(2).max(256))
+}
+
+/// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
+/// `tx`; `mark_sent` is [`MARK_SENT`] (lease) or [`MARK_SENT_LOCKED`].
+async fn write_settlement(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    owner: &str,
+    s: &Settlement,
+    owned: &[i64],
+    mark_sent: &str,
+) -> Result<SettleReport> {
+    let all = s.ids();
+    let held: HashSet<i64> = owned.iter().copied().collect();
+    if !s.deliveries.is_empty() {
+        let d = &s.deliveries;
+        sqlx::query(WRITE_DELIVERIES)
+            .bind(d.iter().map(|w| w.message_id.0).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| w.destination.clone()).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| w.attempts).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
+            .bind(d.iter().map(|w| w.attempted).collect::<Vec<_>>())
+            .bind(owned)
+            .bind(d.iter().map(|w| w.ack_timeout.map(ms)).collect::<Vec<_>>())
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+    }
+    if !s.sent.is_empty() {
+        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| held.contains(i)).collect();
+        sqlx::query(mark_sent).bind(sent).bind(owner).execute(&mut **tx).await.map_err(db)?;
+    }
+    if !s.messages.is_empty() {
+        let m = &s.messages;
+        sqlx::query(WRITE_MESSAGES)
+            .bind(m.iter().map(|w| w.id.0).collect::<Vec<_>>())
+            .bind(m.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
+            .bind(m.iter().map(|w| w.attempts).collect::<Vec<_>>())
+            .bind(m.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
+            .bind(m.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
+            .bind(m.iter().map(|w| w.attempted).collect::<Vec<_>>())
+            .bind(owner)
+            .bind(owned)
+            .execute(&mut **tx)
+            .await
+            .map_err(db)?;
+    }
+    let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !held.contains(&id.0)).collect();
+    Ok(SettleReport { settled: all.len() - lost_lease.len(), lost_lease })
+}
+
+/// The per-destination rows of these messages.
+async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
+    e: E,
+    ids: &[MessageId],
+) -> Result<Vec<DeliveryState>> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "SELECT message_id, destination, status, attempts, last_error, \
+         GREATEST(0, (EXTRACT(EPOCH FROM (next_attempt_at - now())) * 1000))::int8 AS wait_ms \
+         FROM outbox_delivery WHERE message_id = ANY($1)",
+    )
+    .bind(raw_ids(ids))
+    .fetch_all(e)
+    .await
+    .map_err(db)?;
+    rows.iter()
+        .map(|r| {
+            let status: String = r.try_get("status").map_err(db)?;
+            let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
+            Ok(DeliveryState {
+                message_id: MessageId(r.try_get("message_id").map_err(db)?),
+                destination: r.try_get("destination").map_err(db)?,
+                status: crate::common::delivery_status(&status)?,
+                attempts: r.try_get("attempts").map_err(db)?,
+                wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+                last_error: r.try_get("last_error").map_err(db)?,
+            })
+        })
+        .collect()
+}
+
 impl RelayStore for Outbox<Postgres> {
     async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let (limit, window) = claim_sizes(limit);
         let rows = sqlx::query(CLAIM)
-            .bind(owner)
             .bind(limit)
+            .bind(window)
+            .bind(0_i64)
+            .bind(Vec::<i64>::new())
+            .bind(owner)
             .bind(ms(lease))
-            .bind(limit.saturating_mul(2).max(256))
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
@@ -193,37 +380,84 @@ impl RelayStore for Outbox<Postgres> {
         Ok(out)
     }
 
-    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+    fn locks_claims(&self) -> bool {
+        true
+    }
+
+    async fn claim_locked(
+        &self,
+        _owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Option<(Vec<OutboxMessage>, LockedClaim)>> {
+        let (limit, window) = claim_sizes(limit);
+        // A relay that vanishes without closing its connection loses the claim after `lease`.
+        let conn = self.pool().acquire().await.map_err(db)?;
+        let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", ms(lease).max(1));
+        let mut tx = sqlx::Transaction::begin(conn, Some(begin.into())).await.map_err(db)?;
+        let mut out: Vec<OutboxMessage> = Vec::new();
+        for pass in 0..LOCKED_PASSES {
+            let offset = pass * window;
+            let taken: Vec<i64> = out.iter().map(|m| m.id.0).collect();
+            let want = limit - i64::try_from(out.len()).unwrap_or(limit);
+            let rows = sqlx::query(CLAIM_LOCKED)
+                .bind(want)
+                .bind(window)
+                .bind(offset)
+                .bind(taken)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?;
+            let mut win_rows = 0_i64;
+            for r in &rows {
+                win_rows = r.try_get("win_rows").map_err(db)?;
+                if r.try_get::<Option<i64>, _>("id").map_err(db)?.is_some() {
+                    out.push(decode_message(r)?);
+                }
+            }
+            // Done when the batch is full, or when this window was the last due one.
+            if i64::try_from(out.len()).unwrap_or(limit) >= limit || win_rows < window {
+                break;
+            }
         }
-        let rows = sqlx::query(
-            "SELECT message_id, destination, status, attempts, last_error, \
-             GREATEST(0, (EXTRACT(EPOCH FROM (next_attempt_at - now())) * 1000))::int8 AS wait_ms \
-             FROM outbox_delivery WHERE message_id = ANY($1)",
-        )
-        .bind(raw_ids(ids))
-        .fetch_all(self.pool())
-        .await
-        .map_err(db)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status").map_err(db)?;
-                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
-                Ok(DeliveryState {
-                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
-                    destination: r.try_get("destination").map_err(db)?,
-                    status: crate::common::delivery_status(&status)?,
-                    attempts: r.try_get("attempts").map_err(db)?,
-                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
-                    last_error: r.try_get("last_error").map_err(db)?,
-                })
-            })
-            .collect()
+        if out.is_empty() {
+            tx.rollback().await.map_err(db)?;
+            return Ok(None);
+        }
+        out.sort_by_key(|m| m.id);
+        let ids = out.iter().map(|m| m.id).collect();
+        Ok(Some((out, LockedClaim { tx: LockedTx::Postgres(tx), ids })))
+    }
+
+    async fn settle_locked(&self, claim: LockedClaim, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        #[allow(unreachable_patterns)]
+        let mut tx = match claim.tx {
+            LockedTx::Postgres(tx) => tx,
+            _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
+        };
+        let held: Vec<i64> = raw_ids(&claim.ids);
+        let report = write_settlement(&mut tx, owner, s, &held, MARK_SENT_LOCKED).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
+    }
+
+    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+        read_deliveries(self.pool(), ids).await
+    }
+
+    async fn deliveries_locked(
+        &self,
+        claim: &mut LockedClaim,
+        ids: &[MessageId],
+    ) -> Result<Vec<DeliveryState>> {
+        #[allow(unreachable_patterns)]
+        match &mut claim.tx {
+            LockedTx::Postgres(tx) => read_deliveries(&mut **tx, ids).await,
+            _ => Err(outbox_core::Error::Config("a locked claim of another database".into())),
+        }
     }
 
     async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        let all = s.ids();
         if s.messages.is_empty() && s.deliveries.is_empty() {
             // The common case: one statement, no transaction round trips.
             let done = sqlx::query(MARK_SENT)
@@ -239,48 +473,14 @@ impl RelayStore for Outbox<Postgres> {
         }
         let mut tx = self.pool().begin().await.map_err(db)?;
         let owned: Vec<i64> = sqlx::query_scalar(OWNED)
-            .bind(raw_ids(&all))
+            .bind(raw_ids(&s.ids()))
             .bind(owner)
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-        if !s.deliveries.is_empty() {
-            let d = &s.deliveries;
-            sqlx::query(WRITE_DELIVERIES)
-                .bind(d.iter().map(|w| w.message_id.0).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| w.destination.clone()).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| w.attempts).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
-                .bind(d.iter().map(|w| w.attempted).collect::<Vec<_>>())
-                .bind(&owned)
-                .bind(d.iter().map(|w| w.ack_timeout.map(ms)).collect::<Vec<_>>())
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-        }
-        if !s.sent.is_empty() {
-            sqlx::query(MARK_SENT).bind(raw_ids(&s.sent)).bind(owner).execute(&mut *tx).await.map_err(db)?;
-        }
-        if !s.messages.is_empty() {
-            let m = &s.messages;
-            sqlx::query(WRITE_MESSAGES)
-                .bind(m.iter().map(|w| w.id.0).collect::<Vec<_>>())
-                .bind(m.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
-                .bind(m.iter().map(|w| w.attempts).collect::<Vec<_>>())
-                .bind(m.iter().map(|w| ms(w.retry_in)).collect::<Vec<_>>())
-                .bind(m.iter().map(|w| w.last_error.clone()).collect::<Vec<_>>())
-                .bind(m.iter().map(|w| w.attempted).collect::<Vec<_>>())
-                .bind(owner)
-                .bind(&owned)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-        }
+        let report = write_settlement(&mut tx, owner, s, &owned, MARK_SENT).await?;
         tx.commit().await.map_err(db)?;
-        let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
-        Ok(SettleReport { settled: owned.len(), lost_lease })
+        Ok(report)
     }
 
     async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {

@@ -26,6 +26,7 @@ pub(crate) fn relay_config(owner: &str) -> RelayConfig {
         max_in_flight_batches: 2,
         publish_timeout: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
+        lock_claims: true,
     }
 }
 
