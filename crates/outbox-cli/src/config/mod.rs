@@ -245,10 +245,19 @@ impl Config {
             if !names.insert(s.name.get_ref().clone()) {
                 bail!("{}: stores[{i}].name {:?} is used twice", at(s.name.span()), s.name.get_ref());
             }
-            outbox_store::Dialect::of_url(s.url.get_ref())
+            let dialect = outbox_store::Dialect::of_url(s.url.get_ref())
                 .map_err(|e| anyhow::anyhow!("{}: stores[{i}].url: {e}", at(s.url.span())))?;
             if s.max_connections == 0 {
                 bail!("{source}: stores[{i}].max_connections must be at least 1");
+            }
+            let locks = self.relay.lock_claims && dialect != outbox_store::Dialect::Sqlite;
+            if locks && (s.max_connections as usize) < self.relay.max_in_flight_batches {
+                bail!(
+                    "{source}: stores[{i}].max_connections ({}) is below relay.max_in_flight_batches ({}): \
+                     with relay.lock_claims each batch in flight holds a connection while it publishes",
+                    s.max_connections,
+                    self.relay.max_in_flight_batches
+                );
             }
         }
         for (name, d) in &self.destinations {
@@ -359,6 +368,22 @@ destinations = ["hook"]
         assert_eq!(c.destinations["hook"].retry.max_attempts, 5);
         assert_eq!(c.destinations["hook"].retry.initial, Duration::from_millis(500));
         assert_eq!(c.retention.finished_after, Duration::from_secs(7 * 86_400));
+    }
+
+    #[test]
+    fn locked_claims_need_a_connection_per_batch_in_flight() {
+        let pg = GOOD.replace("sqlite:shop.db", "postgres://relay@db/shop");
+        let small = pg.replace("lease = \"20s\"", "lease = \"20s\"\nmax_in_flight_batches = 6");
+        let e = parse(&small).unwrap_err().to_string();
+        assert!(
+            e.contains("stores[0].max_connections (4)") && e.contains("max_in_flight_batches (6)"),
+            "{e}"
+        );
+        // Leases, or SQLite (always leases), need no such headroom.
+        let leases = small.replace("lease = \"20s\"", "lease = \"20s\"\nlock_claims = false");
+        assert!(!parse(&leases).unwrap().relay.lock_claims);
+        let sqlite = GOOD.replace("lease = \"20s\"", "lease = \"20s\"\nmax_in_flight_batches = 6");
+        assert!(parse(&sqlite).unwrap().relay.lock_claims);
     }
 
     #[test]
