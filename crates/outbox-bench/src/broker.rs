@@ -13,7 +13,7 @@ use outbox_core::{header, Transport};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use tokio_util::sync::CancellationToken;
 
-use crate::db::{payload, TOPIC};
+use crate::db::{payload, KEYS, TOPIC};
 use crate::null::NullTransport;
 use crate::{BenchConfig, Error, Result, TransportKind};
 
@@ -103,6 +103,9 @@ impl Broker {
                     .create_consumer(pull::Config {
                         ack_policy: AckPolicy::None,
                         deliver_policy: DeliverPolicy::All,
+                        // An ephemeral consumer is deleted after 5 s without a pull by default;
+                        // a starved bench process must not lose its consumer.
+                        inactive_threshold: Duration::from_secs(600),
                         ..Default::default()
                     })
                     .await
@@ -114,7 +117,25 @@ impl Broker {
                             _ = stop.cancelled() => break,
                             m = messages.next() => m,
                         };
-                        let Some(Ok(m)) = next else { break };
+                        let m = match next {
+                            Some(Ok(m)) => m,
+                            // The stream ended or failed (a missed idle heartbeat under
+                            // load, say): pull again; the consumer remembers what it delivered.
+                            // Stopping here lost the rest of a drain twice.
+                            other => {
+                                if let Some(Err(e)) = other {
+                                    tracing::warn!(error = %e, "bench consumer: JetStream pull error; pulling anew");
+                                }
+                                match consumer.messages().await {
+                                    Ok(fresh) => messages = fresh,
+                                    Err(e) => {
+                                        tracing::warn!(error = %e, "bench consumer: cannot pull");
+                                        tokio::time::sleep(Duration::from_millis(50)).await;
+                                    }
+                                }
+                                continue;
+                            }
+                        };
                         let now = Instant::now();
                         let id = m
                             .headers
@@ -228,7 +249,7 @@ impl Broker {
                     }
                     h.insert(header::MESSAGE_ID, i.to_string().as_str());
                     h.insert(async_nats::header::NATS_MESSAGE_ID, i.to_string().as_str());
-                    let msg = PublishMessage::build().headers(h).payload(payload(i as u64).into());
+                    let msg = PublishMessage::build().headers(h).payload(payload(i as u64, KEYS).into());
                     let ack = js.send_publish(subject.clone(), msg).await.map_err(broker)?;
                     acks.push(ack.into_future());
                     while acks.len() >= WINDOW {
@@ -258,7 +279,7 @@ impl Broker {
                                 .arg(&key)
                                 .arg("*")
                                 .arg("payload")
-                                .arg(payload(i as u64))
+                                .arg(payload(i as u64, KEYS))
                                 .arg("id")
                                 .arg(i);
                             for (k, v) in &headers {
@@ -326,7 +347,7 @@ impl Broker {
                             &ex,
                             TOPIC,
                             BasicPublishOptions { mandatory: true, ..Default::default() },
-                            payload(i as u64).as_bytes(),
+                            payload(i as u64, KEYS).as_bytes(),
                             props,
                         )
                         .await

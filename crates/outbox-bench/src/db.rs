@@ -30,18 +30,18 @@ pub(crate) struct BenchDb {
 }
 
 /// The payload of message `seq`: a small JSON document of about 200 bytes.
-pub(crate) fn payload(seq: u64) -> String {
+pub(crate) fn payload(seq: u64, keys: u64) -> String {
     format!(
         r#"{{"seq":{seq},"customer":"c-{:04}","amount_cents":{},"currency":"EUR","note":"{}"}}"#,
-        seq % KEYS,
+        seq % keys.max(1),
         (seq * 7919) % 100_000,
         "x".repeat(120)
     )
 }
 
-/// The message of business transaction `seq`.
-pub(crate) fn message(seq: u64) -> NewMessage {
-    NewMessage::new(TOPIC, payload(seq)).key(format!("k-{}", seq % KEYS))
+/// The message of business transaction `seq`, its key one of `keys` values.
+pub(crate) fn message(seq: u64, keys: u64) -> NewMessage {
+    NewMessage::new(TOPIC, payload(seq, keys)).key(format!("k-{}", seq % keys.max(1)))
 }
 
 fn with_db(url: &str, db: &str) -> String {
@@ -140,23 +140,23 @@ impl BenchDb {
     }
 
     /// Inserts messages `from..from + n` with one set-based statement per million rows:
-    /// `status` is `pending` (a backlog) or `sent` (history). Keys spread over [`KEYS`] values.
-    pub(crate) async fn insert_rows(&self, from: u64, n: u64, status: &str) -> Result<()> {
+    /// `status` is `pending` (a backlog) or `sent` (history). Keys spread over `keys` values.
+    pub(crate) async fn insert_rows(&self, from: u64, n: u64, status: &str, keys: u64) -> Result<()> {
         const CHUNK: u64 = 1_000_000;
         let mut done = 0;
         while done < n {
             let lo = from + done + 1;
             let hi = from + (done + CHUNK).min(n);
-            self.insert_chunk(lo, hi, status).await?;
+            self.insert_chunk(lo, hi, status, keys).await?;
             done = hi - from;
         }
         Ok(())
     }
 
-    async fn insert_chunk(&self, lo: u64, hi: u64, status: &str) -> Result<()> {
+    async fn insert_chunk(&self, lo: u64, hi: u64, status: &str, keys: u64) -> Result<()> {
         let pad = "x".repeat(120);
         let (lo, hi) = (i64::try_from(lo).unwrap_or(i64::MAX), i64::try_from(hi).unwrap_or(i64::MAX));
-        let keys = KEYS as i64;
+        let keys = i64::try_from(keys.max(1)).unwrap_or(i64::MAX);
         match &self.outbox {
             AnyOutbox::Postgres(o) => {
                 sqlx::query(
@@ -456,7 +456,7 @@ mod tests {
 
     #[test]
     fn payload_is_about_200_bytes_of_json() {
-        let p = payload(123_456);
+        let p = payload(123_456, KEYS);
         assert!((180..=230).contains(&p.len()), "{} bytes", p.len());
         let v: serde_json::Value = serde_json::from_str(&p).unwrap();
         assert_eq!(v["seq"], 123_456);

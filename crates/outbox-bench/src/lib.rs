@@ -186,6 +186,9 @@ pub struct BenchConfig {
     pub scenarios: Vec<Scenario>,
     /// Backlog size of the drain, the scale drains and the raw loops. Defaults to 100,000.
     pub n: usize,
+    /// Distinct message keys (per-key order allows one message per key in flight, so this
+    /// caps the messages in flight). Defaults to 1,000.
+    pub keys: u64,
     /// Offered load of the latency scenario, business transactions per second. Defaults to 1,000.
     pub rate: u32,
     /// Duration of the latency scenario. Defaults to 10 s.
@@ -226,6 +229,7 @@ impl Default for BenchConfig {
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             scenarios: Scenario::ALL.to_vec(),
             n: 100_000,
+            keys: db::KEYS,
             rate: 1_000,
             latency_duration: Duration::from_secs(10),
             enqueue_txs: 500,

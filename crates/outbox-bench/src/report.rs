@@ -165,8 +165,9 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     );
     let _ = writeln!(
         md,
-        "Backlog n = {}, batch size {}, {} batches in flight, {}, offered load {} msg/s for {} s.\n",
+        "Backlog n = {} on {} keys, batch size {}, {} batches in flight, {}, offered load {} msg/s for {} s.\n",
         c.n,
+        c.keys,
         c.batch_size,
         c.in_flight,
         if c.lock_claims {

@@ -254,7 +254,7 @@ pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
 async fn raw(cfg: &BenchConfig) -> Result<RawResult> {
     let n = cfg.n as u64;
     let db = BenchDb::fresh(&cfg.store, 4).await?;
-    db.insert_rows(0, n, "pending").await?;
+    db.insert_rows(0, n, "pending", cfg.keys).await?;
     db.analyze().await?;
     let start = Instant::now();
     let rows = db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)).await;
@@ -287,7 +287,7 @@ async fn drain(cfg: &BenchConfig, relays: usize, limit: Option<f64>) -> Result<D
 
 async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<f64>) -> Result<DrainResult> {
     let n = cfg.n as u64;
-    db.insert_rows(0, n, "pending").await?;
+    db.insert_rows(0, n, "pending", cfg.keys).await?;
     db.analyze().await?;
     let broker = Broker::new(cfg);
     let result = async {
@@ -361,6 +361,7 @@ async fn latency(cfg: &BenchConfig) -> Result<LatencyResult> {
 }
 
 async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
+    let keys = cfg.keys;
     db.create_business_table().await?;
     let broker = Broker::new(cfg);
     let result = async {
@@ -390,7 +391,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             tokio::spawn(async move {
                 let begun = Instant::now();
                 let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
-                let msg = db::message(i as u64);
+                let msg = db::message(i as u64, keys);
                 let r = db::business_tx(&outbox, account, Some(&msg)).await.and_then(|(id, committed)| {
                     id.map(|id| (id, scheduled.into_std(), begun, committed))
                         .ok_or_else(|| Error::Config("enqueue returned no id".into()))
@@ -460,6 +461,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
 }
 
 async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
+    let keys = cfg.keys;
     let db = BenchDb::fresh(&cfg.store, POOL).await?;
     let result = async {
         db.create_business_table().await?;
@@ -483,7 +485,7 @@ async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
                             let mut r = Recorder::new();
                             for k in 0..per_round {
                                 let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
-                                let msg = enqueue.then(|| db::message(base + k as u64));
+                                let msg = enqueue.then(|| db::message(base + k as u64, keys));
                                 let t = Instant::now();
                                 db::business_tx(&outbox, account, msg.as_ref()).await?;
                                 r.record(t.elapsed());
@@ -543,11 +545,11 @@ async fn claim_at(cfg: &BenchConfig, size: u64) -> Result<ClaimAtSize> {
     let db = BenchDb::fresh(&cfg.store, 4).await?;
     let result = async {
         let t = Instant::now();
-        db.insert_rows(0, size, "sent").await?;
+        db.insert_rows(0, size, "sent", cfg.keys).await?;
         let generate_s = t.elapsed().as_secs_f64();
         let batch = cfg.batch_size as u64;
         let pending = batch * 20;
-        db.insert_rows(size, pending, "pending").await?;
+        db.insert_rows(size, pending, "pending", cfg.keys).await?;
         db.analyze().await?;
         let owner = "bench-claim";
         let mut rec = Recorder::new();

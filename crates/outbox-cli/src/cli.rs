@@ -398,6 +398,10 @@ pub(crate) struct BenchArgs {
     /// Relay batches in flight.
     #[arg(long, default_value_t = 2)]
     pub(crate) in_flight: usize,
+    /// Distinct message keys in the generated messages (per-key order allows one message per
+    /// key in flight, so this caps the messages in flight).
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) keys: u64,
     /// Relays write a lease per claimed message instead of holding the rows locked through the
     /// publish (the protocol before locked claims; SQLite always uses leases).
     #[arg(long)]

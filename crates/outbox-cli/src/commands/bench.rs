@@ -22,6 +22,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         amqp_url: args.amqp_url,
         scenarios,
         n: args.n,
+        keys: args.keys,
         rate: args.rate,
         latency_duration: Duration::from_secs(args.latency_secs),
         enqueue_txs: args.enqueue_txs,

@@ -92,8 +92,12 @@ WITH RECURSIVE win AS (
     };
 }
 
-/// The locking step shared by both claims: the candidates that are still due and head their
-/// key, in due order, locked, at most `$1`.
+/// The locking step shared by both claims: the candidates that are still due, in due order,
+/// locked, at most `$1`. Every candidate heads its key in the statement's snapshot (that is how
+/// the CTEs chose it), and the whole statement reads that one snapshot, so the head check is
+/// not repeated here: it cost one more index probe per candidate (3 of the 9.5 ms of a
+/// 500-row claim). The due check is, because `FOR UPDATE` re-evaluates it on the newest version
+/// of a row another relay changed meanwhile.
 macro_rules! claim_pick {
     () => {
         "\
@@ -102,10 +106,6 @@ WHERE m.id = ANY (ARRAY(
         SELECT id FROM win_heads UNION SELECT id FROM nokey UNION SELECT id FROM heads))
   AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
   AND NOT (m.id = ANY ($4::int8[]))
-  AND (m.msg_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM outbox_message o
-        WHERE o.msg_key = m.msg_key AND o.id < m.id
-          AND o.status IN ('pending', 'sending', 'failed')))
 ORDER BY m.next_attempt_at, m.id
 LIMIT $1
 FOR UPDATE SKIP LOCKED"
@@ -178,7 +178,8 @@ RETURNING ",
 
 /// The locked claim: the same candidates, locked and returned, nothing written (the caller
 /// keeps the transaction open until it settles), each with the number of due rows in the
-/// window (one row with `NULL` message columns when nothing was taken).
+/// window and whether the heads of every key were walked (one row with `NULL` message columns
+/// when nothing was taken).
 ///
 /// Another relay's locked rows are still due `pending` rows to this statement (a lease would
 /// have made them not due): a window full of them yields nothing. So the claim may take
@@ -191,7 +192,8 @@ const CLAIM_LOCKED: &str = concat!(
     "\n",
     claim_pick!(),
     "\n)
-SELECT w.n AS win_rows, p.* FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
+SELECT w.n AS win_rows, (SELECT yes FROM need_heads) AS walked, p.*
+FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
 );
 
 /// Passes of a locked claim over successive windows.
@@ -409,14 +411,17 @@ impl RelayStore for Outbox<Postgres> {
                 .await
                 .map_err(db)?;
             let mut win_rows = 0_i64;
+            let mut walked = false;
             for r in &rows {
                 win_rows = r.try_get("win_rows").map_err(db)?;
+                walked = r.try_get::<Option<bool>, _>("walked").map_err(db)?.unwrap_or(false);
                 if r.try_get::<Option<i64>, _>("id").map_err(db)?.is_some() {
                     out.push(decode_message(r)?);
                 }
             }
-            // Done when the batch is full, or when this window was the last due one.
-            if i64::try_from(out.len()).unwrap_or(limit) >= limit || win_rows < window {
+            // Done when the batch is full, when this window was the last due one, or when the
+            // pass walked the heads of every key (a further window holds nothing new).
+            if i64::try_from(out.len()).unwrap_or(limit) >= limit || win_rows < window || walked {
                 break;
             }
         }
