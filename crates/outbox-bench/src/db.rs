@@ -432,6 +432,45 @@ pub(crate) async fn business_tx(
     })
 }
 
+/// The business transaction with the same message written by a hand-written `INSERT` (topic,
+/// key, payload; everything else the table's defaults), not through the library: the "raw
+/// INSERT" that the library's enqueue is compared with.
+pub(crate) async fn business_tx_raw_insert(outbox: &AnyOutbox, account: i64, msg: &NewMessage) -> Result<()> {
+    macro_rules! tx {
+        ($o:expr, $update:expr, $insert:expr) => {{
+            let mut tx = $o.pool().begin().await?;
+            sqlx::query($update).bind(account).execute(&mut *tx).await?;
+            sqlx::query($insert)
+                .bind(&msg.topic)
+                .bind(msg.key.as_deref())
+                .bind(&msg.payload)
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+        }};
+    }
+    match outbox {
+        AnyOutbox::Postgres(o) => tx!(
+            o,
+            "UPDATE bench_account SET balance = balance + 1 WHERE id = $1",
+            "INSERT INTO outbox_message (topic, msg_key, payload) VALUES ($1, $2, $3)"
+        ),
+        AnyOutbox::MySql(o) => tx!(
+            o,
+            "UPDATE bench_account SET balance = balance + 1 WHERE id = ?",
+            "INSERT INTO outbox_message (topic, msg_key, payload) VALUES (?, ?, ?)"
+        ),
+        AnyOutbox::Sqlite(o) => tx!(
+            o,
+            "UPDATE bench_account SET balance = balance + 1 WHERE id = ?",
+            "INSERT INTO outbox_message (topic, msg_key, payload) VALUES (?, ?, ?)"
+        ),
+        #[allow(unreachable_patterns)]
+        _ => return Err(Error::Config("store not compiled in".into())),
+    }
+    Ok(())
+}
+
 /// Waits until `f` returns true, polling every `every`, at most `limit`.
 pub(crate) async fn wait_until<F, Fut>(limit: Duration, every: Duration, mut f: F) -> Result<bool>
 where

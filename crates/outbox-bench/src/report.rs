@@ -239,17 +239,20 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     }
     if let Some(e) = &r.enqueue {
         md.push_str(
-            "## Enqueue overhead\n\n| clients | tx/s without | tx/s with | ratio | p50 without | p50 with | added p50 ms | \
-             p99 without | p99 with | added p99 ms |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+            "## Enqueue overhead\n\n| clients | tx/s without | tx/s with | ratio | tx/s raw INSERT | with / raw INSERT | \
+             p50 without | p50 with | added p50 ms | p99 without | p99 with | added p99 ms |\n\
+             | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         for row in &e.rows {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.2} | {:.2} | {:.2} | {:+.2} | {:.2} | {:.2} | {:+.2} |",
+                "| {} | {} | {} | {:.2} | {} | {:.2} | {:.2} | {:.2} | {:+.2} | {:.2} | {:.2} | {:+.2} |",
                 row.clients,
                 human(row.rate_without),
                 human(row.rate_with),
                 row.ratio,
+                human(row.rate_raw_insert),
+                row.ratio_to_raw_insert,
                 row.without.p50_ms,
                 row.with.p50_ms,
                 row.added_p50_ms,

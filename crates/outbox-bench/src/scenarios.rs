@@ -109,6 +109,14 @@ pub struct EnqueueRow {
     pub added_p50_ms: f64,
     /// Added time per transaction at the 99th percentile, ms.
     pub added_p99_ms: f64,
+    /// Transactions with the same message written by a hand-written `INSERT` instead of the
+    /// library's enqueue.
+    pub raw_insert: Summary,
+    /// Their rate, transactions/s.
+    pub rate_raw_insert: f64,
+    /// `rate_with / rate_raw_insert`: the library's enqueue against the raw `INSERT` (target
+    /// ≥ 0.95).
+    pub ratio_to_raw_insert: f64,
 }
 
 /// Enqueue overhead.
@@ -460,6 +468,17 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
     result
 }
 
+/// A mode of the enqueue scenario's business transaction.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// The business `UPDATE` alone.
+    Without,
+    /// With the library's enqueue.
+    Library,
+    /// With a hand-written `INSERT` of the same message.
+    RawInsert,
+}
+
 async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
     let keys = cfg.keys;
     let db = BenchDb::fresh(&cfg.store, POOL).await?;
@@ -469,13 +488,17 @@ async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
         const ROUNDS: usize = 4;
         for clients in [1_usize, 8] {
             let per_round = cfg.enqueue_txs.div_ceil(ROUNDS).max(1);
-            let (mut without, mut with) = (Recorder::new(), Recorder::new());
-            let (mut t_without, mut t_with) = (0.0_f64, 0.0_f64);
+            let (mut without, mut with, mut raw) = (Recorder::new(), Recorder::new(), Recorder::new());
+            let (mut t_without, mut t_with, mut t_raw) = (0.0_f64, 0.0_f64, 0.0_f64);
             let mut seq = 0_u64;
             for round in 0..ROUNDS {
-                // Alternate the order so drift on a noisy machine hits both modes alike.
-                let order = if round % 2 == 0 { [false, true] } else { [true, false] };
-                for enqueue in order {
+                // Alternate the order so drift on a noisy machine hits every mode alike.
+                let order = if round % 2 == 0 {
+                    [Mode::Without, Mode::Library, Mode::RawInsert]
+                } else {
+                    [Mode::RawInsert, Mode::Library, Mode::Without]
+                };
+                for mode in order {
                     let start = Instant::now();
                     let mut tasks = tokio::task::JoinSet::new();
                     for c in 0..clients {
@@ -485,31 +508,41 @@ async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
                             let mut r = Recorder::new();
                             for k in 0..per_round {
                                 let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
-                                let msg = enqueue.then(|| db::message(base + k as u64, keys));
+                                let msg = db::message(base + k as u64, keys);
                                 let t = Instant::now();
-                                db::business_tx(&outbox, account, msg.as_ref()).await?;
+                                match mode {
+                                    Mode::Without => {
+                                        db::business_tx(&outbox, account, None).await?;
+                                    }
+                                    Mode::Library => {
+                                        db::business_tx(&outbox, account, Some(&msg)).await?;
+                                    }
+                                    Mode::RawInsert => {
+                                        db::business_tx_raw_insert(&outbox, account, &msg).await?
+                                    }
+                                }
                                 r.record(t.elapsed());
                             }
                             Ok::<_, Error>(r)
                         });
                     }
-                    let target = if enqueue { &mut with } else { &mut without };
+                    let (target, time) = match mode {
+                        Mode::Without => (&mut without, &mut t_without),
+                        Mode::Library => (&mut with, &mut t_with),
+                        Mode::RawInsert => (&mut raw, &mut t_raw),
+                    };
                     while let Some(r) = tasks.join_next().await {
                         let r = r.map_err(|e| Error::Config(format!("a client task failed: {e}")))??;
                         target.add(&r);
                     }
-                    let secs = start.elapsed().as_secs_f64();
-                    if enqueue {
-                        t_with += secs;
-                    } else {
-                        t_without += secs;
-                    }
+                    *time += start.elapsed().as_secs_f64();
                     seq += (clients * per_round) as u64;
                 }
             }
             let count = (clients * per_round * ROUNDS) as f64;
             let (w, wo) = (with.summary(), without.summary());
             let (rate_with, rate_without) = (count / t_with.max(1e-9), count / t_without.max(1e-9));
+            let rate_raw_insert = count / t_raw.max(1e-9);
             rows.push(EnqueueRow {
                 clients,
                 without: wo,
@@ -519,6 +552,9 @@ async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
                 ratio: rate_with / rate_without.max(1e-9),
                 added_p50_ms: w.p50_ms - wo.p50_ms,
                 added_p99_ms: w.p99_ms - wo.p99_ms,
+                raw_insert: raw.summary(),
+                rate_raw_insert,
+                ratio_to_raw_insert: rate_with / rate_raw_insert.max(1e-9),
             });
         }
         Ok(EnqueueResult { rows })

@@ -41,7 +41,8 @@ fn check(report: &Report, n: u64) {
     assert!((0.0..=1.0).contains(&lat.fast_path_share));
     let enq = report.enqueue.as_ref().expect("enqueue ran");
     assert_eq!(enq.rows.iter().map(|r| r.clients).collect::<Vec<_>>(), vec![1, 8]);
-    assert!(enq.rows.iter().all(|r| r.rate_with > 0.0 && r.rate_without > 0.0));
+    assert!(enq.rows.iter().all(|r| r.rate_with > 0.0 && r.rate_without > 0.0 && r.rate_raw_insert > 0.0));
+    assert!(enq.rows.iter().all(|r| r.raw_insert.count == r.with.count && r.with.count == r.without.count));
     let scale = report.scale.as_ref().expect("scale ran");
     assert_eq!(scale.drains.iter().map(|d| d.relays).collect::<Vec<_>>(), vec![1, 2]);
     assert!(scale.drains.iter().all(|d| d.consumer_received == n && d.duplicates == 0));
