@@ -577,9 +577,11 @@ async fn process<S: RelayStore>(
             }
             Err(e) => {
                 // Without the per-destination state we could re-send to destinations that are
-                // done; leave the batch to lease expiry instead.
+                // done; give the batch up instead: a leased claim is retried after its lease, a
+                // locked one at once (returning here drops it, which rolls it back).
                 RelayStats::add(&inner.stats.store_errors, 1);
-                tracing::warn!(error = %e, "Could not read delivery state; the batch will be retried after its lease");
+                let when = if locked.is_some() { "at once (rolled back)" } else { "after its lease" };
+                tracing::warn!(error = %e, "Could not read delivery state; the batch will be retried {when}");
                 return;
             }
         }
