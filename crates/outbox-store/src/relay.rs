@@ -153,6 +153,15 @@ impl LockedClaim {
     }
 }
 
+impl SettleReport {
+    /// The report of a settlement of `all` written only for the messages in `held` (the rows
+    /// the settling relay still leased, or locked): the others are `lost_lease`.
+    pub(crate) fn of(all: &[MessageId], held: &std::collections::HashSet<i64>) -> Self {
+        let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !held.contains(&id.0)).collect();
+        SettleReport { settled: all.len() - lost_lease.len(), lost_lease }
+    }
+}
+
 /// Store operations the relay engine needs. Implemented by `Outbox<Postgres | MySql | Sqlite>`
 /// and by `AnyOutbox`.
 pub trait RelayStore: Clone + Send + Sync + 'static {

@@ -219,8 +219,7 @@ async fn write_settlement(
         .await
         .map_err(db)?;
     }
-    let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
-    Ok(SettleReport { settled: all.len() - lost_lease.len(), lost_lease })
+    Ok(SettleReport::of(&all, owned))
 }
 
 /// The per-destination rows of these messages.

@@ -327,8 +327,7 @@ async fn write_settlement(
             .await
             .map_err(db)?;
     }
-    let lost_lease: Vec<MessageId> = all.iter().copied().filter(|id| !held.contains(&id.0)).collect();
-    Ok(SettleReport { settled: all.len() - lost_lease.len(), lost_lease })
+    Ok(SettleReport::of(&all, &held))
 }
 
 /// The per-destination rows of these messages.
