@@ -10,6 +10,12 @@
 //! - garbage on the ACK endpoint (random bytes, huge bodies, wrong methods, unknown paths,
 //!   missing, malformed, forged, expired and misplaced tokens): a 4xx each, never a 5xx, and
 //!   a real ACK still works afterwards;
+//! - a rolling deploy: a relay without a route for a topic leaves its messages to one that
+//!   has it (no attempt, no failure, key order kept), whichever starts first;
+//! - rows the relay cannot read as they are, written before schema version 5 refused them
+//!   (PostgreSQL infinite times, MariaDB zero dates, SQLite text that is not UTF-8): each
+//!   fails alone with its reason (or is read with its time clamped), every other message is
+//!   delivered once, and `outbox list` / `show` read them;
 //! - configuration errors: `outbox check` and `outbox relay` exit non-zero naming the key.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -73,6 +79,19 @@ const PG_BAD_ROWS: &[(&str, &str)] = &[
     ("(topic, payload, headers) VALUES ('t', 'x', '\"text\"')", "outbox_message_headers_object"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{not json')", "invalid input syntax for type json"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{\"a\": 1')", "invalid input syntax for type json"),
+    // Schema version 5: what the relay could not read or deliver.
+    ("(topic, payload, next_attempt_at) VALUES ('t', 'x', '-infinity')", "outbox_message_times_in_range"),
+    ("(topic, payload, created_at) VALUES ('t', 'x', 'infinity')", "outbox_message_times_in_range"),
+    ("(topic, payload) VALUES ('t' || chr(10) || 'x', 'x')", "outbox_message_well_formed"),
+    ("(topic, payload, msg_key) VALUES ('t', 'x', 'k' || chr(27))", "outbox_message_well_formed"),
+    ("(topic, payload, headers) VALUES ('t', 'x', jsonb_build_object('h', repeat('y', 4097)))", "outbox_message_well_formed"),
+    ("(topic, payload, headers) VALUES ('t', 'x', jsonb_build_object(repeat('n', 129), 'v'))", "outbox_message_well_formed"),
+    ("(topic, payload, headers) VALUES ('t', 'x', jsonb_build_object(' h', 'v'))", "outbox_message_well_formed"),
+    (
+        "(topic, payload, headers) SELECT 't', 'x', jsonb_object_agg('h' || i, i) FROM generate_series(1, 65) i",
+        "outbox_message_well_formed",
+    ),
+    ("(topic, payload, last_error) VALUES ('t', 'x', repeat('e', 2001))", "outbox_message_last_error_bounded"),
 ];
 
 const MY_BAD_ROWS: &[(&str, &str)] = &[
@@ -92,6 +111,18 @@ const MY_BAD_ROWS: &[(&str, &str)] = &[
     ("(topic, payload, headers) VALUES ('t', 'x', '\"text\"')", "outbox_message_headers_object"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{not json')", "outbox_message"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{\"a\": 1')", "outbox_message"),
+    // Schema version 5: what the relay could not read or deliver.
+    ("(topic, payload, next_attempt_at) VALUES ('t', 'x', '1960-01-01')", "outbox_message_times_in_range"),
+    ("(topic, payload) VALUES (CONCAT('t', CHAR(10), 'x'), 'x')", "outbox_message_well_formed"),
+    ("(topic, payload, msg_key) VALUES ('t', 'x', CONCAT('k', CHAR(27)))", "outbox_message_well_formed"),
+    (
+        "(topic, payload, headers) VALUES ('t', 'x', JSON_OBJECT(REPEAT('n', 129), 'v'))",
+        "outbox_message_well_formed",
+    ),
+    (
+        "(topic, payload, last_error) VALUES ('t', 'x', REPEAT('e', 2001))",
+        "outbox_message_last_error_bounded",
+    ),
 ];
 
 fn long_topic() -> String {
@@ -166,6 +197,7 @@ idle_interval = "200ms"
 lease = "5s"
 publish_timeout = "2s"
 shutdown_timeout = "5s"
+unrouted_grace = "0s"
 
 [[stores]]
 name = "shop"
@@ -325,12 +357,14 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
             _ => {}
         }
     }
-    // Odd but valid headers: non-string values, spaces, control characters, a long value, many.
-    let many: serde_json::Map<String, serde_json::Value> =
-        (0..200).map(|i| (format!("h{i}"), serde_json::Value::String(i.to_string()))).collect();
+    // Odd but valid headers: non-string values, spaces, control characters in a value, the
+    // longest value and the most headers the schema accepts (docs/sql-contract.md, "Limits").
+    let many: serde_json::Map<String, serde_json::Value> = (0..outbox_core::limits::HEADER_COUNT)
+        .map(|i| (format!("h{i}"), serde_json::Value::String(i.to_string())))
+        .collect();
     let odd = [
         serde_json::json!({"n": 5, "obj": {"x": [1, 2]}, "nil": null, "sp ace": "v", "nl": "a\r\nb"}),
-        serde_json::json!({"long": "y".repeat(5000)}),
+        serde_json::json!({"long": "y".repeat(outbox_core::limits::HEADER_VALUE)}),
         serde_json::Value::Object(many),
     ];
     let mut odd_ids = Vec::new();
@@ -505,6 +539,362 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// A rolling deploy: two relay processes whose routes differ, on one table
+
+fn routes_config(dir: &Path, name: &str, store_url: &str, stream: &str, topics: &[&str]) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let routes: String = topics
+        .iter()
+        .map(|t| format!("[[routes]]\ntopic = \"{t}\"\ndestinations = [\"stream\"]\n\n"))
+        .collect();
+    std::fs::write(
+        &path,
+        format!(
+            r##"
+[relay]
+owner = "{name}"
+idle_interval = "200ms"
+lease = "5s"
+publish_timeout = "2s"
+shutdown_timeout = "5s"
+
+[[stores]]
+name = "shop"
+url = "{store_url}"
+
+[destinations.stream.transport]
+type = "redis"
+url = "redis://127.0.0.1:6379"
+stream = "{stream}"
+
+{routes}"##
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// Relay A routes `old.#`; relay B, the next version, routes `old.#` and `new.#`. Whichever
+/// starts first, no `new.*` message fails or spends an attempt on A, and each is published once,
+/// in key order, once B runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_without_the_route_leaves_the_message_to_one_that_has_it_in_either_start_order() {
+    use redis::AsyncCommands;
+    for old_first in [true, false] {
+        let db = outbox_testkit::fresh_pg().await;
+        outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+        let dir = temp_dir("rolling");
+        let stream = format!("outbox-rolling-{}-{}", std::process::id(), rand::random::<u32>());
+        let a = routes_config(&dir, "relay-a", &db.url, &stream, &["old.#"]);
+        let b = routes_config(&dir, "relay-b", &db.url, &stream, &["old.#", "new.#"]);
+        let (log_a, log_b) = (dir.join("a.log"), dir.join("b.log"));
+        let mut first = spawn_relay(
+            if old_first { &a } else { &b },
+            &if old_first { log_a.clone() } else { log_b.clone() },
+        );
+
+        let mut old = Vec::new();
+        let mut new = Vec::new();
+        for i in 0..50 {
+            new.push(
+                insert(&db.pool, "new.topic", &format!("{{\"n\":{i}}}"), Some(&format!("n{}", i % 5)), "{}")
+                    .await,
+            );
+            if i % 2 == 0 {
+                old.push(insert(&db.pool, "old.topic", "{}", Some(&format!("o{}", i % 3)), "{}").await);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        if old_first {
+            // Wait until A has passed over the head of each of the 5 keys of new.* (it says why
+            // in last_error; the rest of each key waits behind its head, as per-key order wants).
+            loop {
+                assert_alive(&mut first, &log_a, "passing over new.*");
+                let mut passed = 0;
+                for id in &new {
+                    let (st, err) = status_of(&db.pool, *id).await;
+                    assert_ne!(st, "failed", "relay A failed {id}: {err:?}");
+                    passed += usize::from(err.is_some_and(|e| e.contains("no route for topic")));
+                }
+                if passed >= 5 {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{passed} passed over: {}",
+                    std::fs::read_to_string(&log_a).unwrap()
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        let mut second = spawn_relay(
+            if old_first { &b } else { &a },
+            &if old_first { log_b.clone() } else { log_a.clone() },
+        );
+
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            assert_alive(&mut first, &log_a, "the deploy");
+            assert_alive(&mut second, &log_b, "the deploy");
+            let mut open = 0;
+            for id in old.iter().chain(&new) {
+                let (st, err) = status_of(&db.pool, *id).await;
+                assert_ne!(st, "failed", "message {id} failed: {err:?}");
+                open += usize::from(st != "sent");
+            }
+            if open == 0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{open} not sent: {}",
+                std::fs::read_to_string(&log_b).unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let attempts: i64 = sqlx::query_scalar("SELECT COALESCE(MAX(attempts), 0)::int8 FROM outbox_message")
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_eq!(attempts, 0, "no attempt spent on a missing route");
+
+        let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
+        let got: Vec<outbox_inbox::InboxMessage> =
+            r.ids.iter().map(|e| outbox_inbox::from_redis_stream(e).unwrap()).collect();
+        let ids: Vec<i64> = got.iter().map(|m| m.id.parse().unwrap()).collect();
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), old.len() + new.len(), "every message once (no crash, so no duplicate)");
+        assert_eq!(ids.len(), sorted.len(), "a message was published twice");
+        let mut last: std::collections::HashMap<String, i64> = std::collections::HashMap::new();
+        for (m, id) in got.iter().zip(&ids) {
+            if let Some(k) = m.header(outbox_core::header::KEY).map(str::to_owned) {
+                let prev = last.insert(k.clone(), *id);
+                assert!(prev.is_none_or(|p| p < *id), "key {k}: {id} published after {prev:?}");
+            }
+        }
+        let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await.unwrap();
+        drop((first, second));
+        db.drop_db().await;
+        std::fs::remove_dir_all(dir).ok();
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rows the relay cannot read, written before schema version 5 refused them
+
+/// `outbox list --status <status> --json` on `url`: `(id, last_error)` of every match.
+fn listed(url: &str, status: &str) -> Vec<(i64, Option<String>)> {
+    let out = Command::new(outbox_bin())
+        .args(["list", "--database-url", url, "--status", status, "--limit", "1000", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "outbox list: {}", String::from_utf8_lossy(&out.stderr));
+    let page: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["id"].as_i64().unwrap(), m["last_error"].as_str().map(str::to_owned)))
+        .collect()
+}
+
+/// Runs a relay process on `url` where `good` are ordinary messages and `poison` rows it cannot
+/// read as they are: every good one is delivered, every poison row ends `failed` with a reason
+/// containing its needle (or, where the reader can make sense of it, `sent`), the relay never
+/// dies, and `outbox list --status failed` shows the failed ones.
+async fn poison_rows_fail_alone(url: &str, good: &[i64], poison: &[(i64, &str)]) {
+    use redis::AsyncCommands;
+    let dir = temp_dir("poison");
+    let stream = format!("outbox-poison-{}-{}", std::process::id(), rand::random::<u32>());
+    let cfg = relay_config(&dir, url, &stream, free_port());
+    let log = dir.join("relay.log");
+    let mut relay = spawn_relay(&cfg, &log);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (sent, failed) = loop {
+        assert_alive(&mut relay, &log, "reading the poison rows");
+        let sent = listed(url, "sent");
+        let failed = listed(url, "failed");
+        let done = |id: &i64| sent.iter().chain(&failed).any(|(s, _)| s == id);
+        if good.iter().chain(poison.iter().map(|p| &p.0)).all(done) {
+            break (sent, failed);
+        }
+        assert!(Instant::now() < deadline, "still open: {}", std::fs::read_to_string(&log).unwrap());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    for id in good {
+        assert!(sent.iter().any(|(s, _)| s == id), "good message {id} not sent: failed {failed:?}");
+    }
+    for (id, needle) in poison {
+        if let Some((_, err)) = failed.iter().find(|(f, _)| f == id) {
+            let err = err.as_deref().unwrap_or_default();
+            assert!(err.contains(needle), "poison row {id}: {needle:?} not in {err:?}");
+        } else {
+            assert!(needle.is_empty(), "poison row {id} was sent; expected it to fail with {needle:?}");
+        }
+    }
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
+    let mut seen = std::collections::HashMap::<i64, usize>::new();
+    for e in &r.ids {
+        *seen.entry(outbox_inbox::from_redis_stream(e).unwrap().id.parse().unwrap()).or_default() += 1;
+    }
+    for id in good {
+        assert_eq!(seen.get(id), Some(&1), "message {id} published {:?} times", seen.get(id));
+    }
+    for (id, needle) in poison {
+        if !needle.is_empty() {
+            assert!(!seen.contains_key(id), "poison row {id} reached the broker");
+        }
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(!text.contains("panicked"), "{text}");
+    let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await.unwrap();
+    drop(relay);
+    std::fs::remove_dir_all(dir).ok();
+}
+
+const GOOD_MESSAGES: i64 = 20;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_rows_with_infinite_times_never_crash_the_relay_or_the_cli() {
+    let db = outbox_testkit::fresh_pg().await;
+    outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+    // As a database migrated before version 5 could hold them.
+    sqlx::query("ALTER TABLE outbox_message DROP CONSTRAINT outbox_message_times_in_range")
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    let mut good = Vec::new();
+    let mut poison = Vec::new();
+    for i in 0..GOOD_MESSAGES {
+        good.push(
+            insert(&db.pool, "good.order", &format!("{{\"n\":{i}}}"), Some(&format!("k{}", i % 3)), "{}")
+                .await,
+        );
+        if i == 7 {
+            for (n, column, value) in [
+                (1, "next_attempt_at", "-infinity"),
+                (2, "created_at", "infinity"),
+                (3, "created_at", "200000-01-01"),
+            ] {
+                let id: i64 = sqlx::query_scalar(&format!(
+                    "INSERT INTO outbox_message (topic, payload, msg_key, {column}) \
+                     VALUES ('good.order', '{{}}', 'p{n}', '{value}') RETURNING id"
+                ))
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                // Read with the time clamped: delivered, or failed with a reason; never a panic.
+                poison.push((id, ""));
+            }
+        }
+    }
+    poison_rows_fail_alone(&db.url, &good, &poison).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_zero_dates_fail_alone_with_their_reason() {
+    let db = outbox_testkit::fresh_mysql().await;
+    outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+    let mut conn = db.pool.acquire().await.unwrap();
+    // As a database migrated before version 5 under a permissive sql_mode could hold them.
+    sqlx::query("ALTER TABLE outbox_message DROP CONSTRAINT outbox_message_times_in_range")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SET SESSION sql_mode = ''").execute(&mut *conn).await.unwrap();
+    let mut good = Vec::new();
+    let mut poison = Vec::new();
+    for i in 0..GOOD_MESSAGES {
+        let done =
+            sqlx::query("INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('good.order', ?, ?)")
+                .bind(format!("{{\"n\":{i}}}"))
+                .bind(format!("k{}", i % 3))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        good.push(done.last_insert_id() as i64);
+        if i == 7 {
+            for (n, column) in [(1, "next_attempt_at"), (2, "created_at")] {
+                let done = sqlx::query(&format!(
+                    "INSERT INTO outbox_message (topic, payload, msg_key, {column}) \
+                     VALUES ('good.order', '{{}}', 'p{n}', '0000-00-00 00:00:00')"
+                ))
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+                poison.push((done.last_insert_id() as i64, "the relay cannot read this row"));
+            }
+        }
+    }
+    drop(conn);
+    poison_rows_fail_alone(&db.url, &good, &poison).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_text_that_is_not_utf8_fails_alone_and_can_be_listed() {
+    let db = outbox_testkit::fresh_sqlite().await;
+    outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+    let mut good = Vec::new();
+    let mut poison = Vec::new();
+    for i in 0..GOOD_MESSAGES {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('good.order', ?1, ?2) RETURNING id",
+        )
+        .bind(format!("{{\"n\":{i}}}"))
+        .bind(format!("k{}", i % 3))
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        good.push(id);
+        if i == 7 {
+            for (n, column) in [(1, "payload"), (2, "msg_key")] {
+                let values = if column == "payload" {
+                    format!("'good.order', CAST(x'fffe41' AS TEXT), 'p{n}'")
+                } else {
+                    "'good.order', '{}', CAST(x'c328' AS TEXT)".to_owned()
+                };
+                let id: i64 = sqlx::query_scalar(&format!(
+                    "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ({values}) RETURNING id"
+                ))
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+                poison.push((
+                    id,
+                    if column == "payload" {
+                        "payload is not valid UTF-8"
+                    } else {
+                        "msg_key is not valid UTF-8"
+                    },
+                ));
+            }
+        }
+    }
+    poison_rows_fail_alone(&db.url, &good, &poison).await;
+    // `outbox show` reads the failed row too (the bad bytes as U+FFFD).
+    let out = Command::new(outbox_bin())
+        .args(["show", "--database-url", &db.url, &poison[0].0.to_string(), "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "outbox show: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\u{fffd}"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    db.drop_db().await;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Configuration errors
 
 const GOOD_CONFIG: &str = r#"
@@ -533,13 +923,17 @@ fn configuration_errors_exit_non_zero_naming_the_key() {
         (
             GOOD_CONFIG.replace("batch_size = 100", "batch_size = 100\nbatchsize = 5"),
             "unknown key",
-            &["batchsize", "line 4"],
+            &["batchsize", "outbox.toml:4:"],
         ),
-        (GOOD_CONFIG.replace("lease = \"30s\"", "lease = \"soon\""), "bad duration", &["lease", "line 4"]),
+        (
+            GOOD_CONFIG.replace("lease = \"30s\"", "lease = \"soon\""),
+            "bad duration",
+            &["lease", "outbox.toml:4:"],
+        ),
         (
             GOOD_CONFIG.replace("batch_size = 100", "batch_size = \"many\""),
             "wrong type",
-            &["batch_size", "line 3"],
+            &["batch_size", "outbox.toml:3:"],
         ),
         (GOOD_CONFIG.replace("batch_size = 100", "batch_size = 0"), "zero batch", &["relay.batch_size"]),
         (
@@ -554,7 +948,11 @@ fn configuration_errors_exit_non_zero_naming_the_key() {
         ),
         (GOOD_CONFIG.replace("order.#", "order.#.x"), "bad pattern", &["routes[0].topic"]),
         (GOOD_CONFIG.replace("sqlite:shop.db", "oracle://u:pw@h/x"), "bad store url", &["stores[0].url"]),
-        (GOOD_CONFIG.replace("type = \"redis\"", "type = \"kafka9\""), "unknown transport", &["kafka9"]),
+        (
+            GOOD_CONFIG.replace("type = \"redis\"", "type = \"kafka9\""),
+            "unknown transport",
+            &["destinations.bus.transport.type", "unknown variant"],
+        ),
         (
             GOOD_CONFIG.replace(
                 "[destinations.bus.transport]",
@@ -563,7 +961,7 @@ fn configuration_errors_exit_non_zero_naming_the_key() {
             "ACK without secret",
             &["ack.secret"],
         ),
-        (GOOD_CONFIG.replace("[[routes]]", "[[routes"), "TOML syntax", &["outbox.toml", "line 15"]),
+        (GOOD_CONFIG.replace("[[routes]]", "[[routes"), "TOML syntax", &["outbox.toml:15:"]),
         (String::from_utf8_lossy(&[0xff, 0xfe, 0x00, 0x41]).into_owned(), "binary garbage", &["outbox.toml"]),
         (String::new(), "empty file", &["stores"]),
     ];

@@ -362,7 +362,12 @@ pub(crate) enum BenchTransport {
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Database server (a database is created and dropped per scenario), or `sqlite:`.
-    #[arg(long, env = "OUTBOX_BENCH_STORE", default_value = "postgres://postgres@127.0.0.1:5432/test")]
+    #[arg(
+        long,
+        env = "OUTBOX_BENCH_STORE",
+        hide_env_values = true,
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
     pub(crate) store: String,
     /// Broker the relay publishes to.
     #[arg(long, value_enum, default_value_t = BenchTransport::Nats)]
@@ -407,13 +412,28 @@ pub(crate) struct BenchArgs {
     #[arg(long)]
     pub(crate) leases: bool,
     /// NATS URL.
-    #[arg(long, env = "OUTBOX_BENCH_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    #[arg(
+        long,
+        env = "OUTBOX_BENCH_NATS_URL",
+        hide_env_values = true,
+        default_value = "nats://127.0.0.1:4222"
+    )]
     pub(crate) nats_url: String,
     /// Redis URL.
-    #[arg(long, env = "OUTBOX_BENCH_REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long,
+        env = "OUTBOX_BENCH_REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub(crate) redis_url: String,
     /// AMQP URL.
-    #[arg(long, env = "OUTBOX_BENCH_AMQP_URL", default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        env = "OUTBOX_BENCH_AMQP_URL",
+        hide_env_values = true,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
     pub(crate) amqp_url: String,
     /// A label copied into the report (e.g. before, after).
     #[arg(long, default_value = "")]

@@ -30,7 +30,10 @@ fn main() -> ExitCode {
     match runtime.block_on(commands::run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            // The chain may quote a URL or a connection string (a driver's, a broker client's
+            // error): the same redaction as the log.
+            let text = format!("{e:#}");
+            eprintln!("error: {}", telemetry::redact_text(&text));
             ExitCode::FAILURE
         }
     }

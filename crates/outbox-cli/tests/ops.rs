@@ -260,3 +260,92 @@ fn errors_are_clear() {
     assert!(help.contains("outbox purge --sent-before 7d"), "{help}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// The raw bytes that must never reach a terminal: C0 controls but the line feeds the output is
+/// made of, DEL, and C1 controls (UTF-8 `C2 80` to `C2 9F`).
+fn raw_control_bytes(out: &[u8]) -> Vec<(usize, u8)> {
+    let mut found = Vec::new();
+    for (i, b) in out.iter().enumerate() {
+        let c1 = *b == 0xC2 && out.get(i + 1).is_some_and(|n| (0x80..=0x9F).contains(n));
+        if (*b < 0x20 && *b != b'\n') || *b == 0x7F || c1 {
+            found.push((i, *b));
+        }
+    }
+    found
+}
+
+/// Finding 9: a row written by a foreign (or hostile) application holds escape sequences, CR,
+/// LF, BEL, DEL and C1 controls in every text column; `status`, `list` and `show` print them
+/// escaped, in text and in JSON, and never forge a line of their own output. (The row is
+/// `failed`: since schema version 5 the table refuses control characters in open rows, not in
+/// the others, nor in rows written before.)
+#[test]
+fn rows_with_control_characters_never_reach_the_terminal_raw() {
+    let (dir, url) = fixture("hostile");
+    let db = dir.join("app.db");
+    // ESC [ 2 J clears the screen, ESC ] 0 ; sets the window title, CR rewinds the line, LF
+    // starts a forged one, BEL rings, DEL and U+009B (8-bit CSI) act on some terminals.
+    let evil = "char(27) || '[2J' || char(27) || ']0;pwned' || char(7) || char(13) || char(10) || \
+                'status        sent' || char(127) || char(155) || '[31m'";
+    sql(
+        &db,
+        &[
+            format!(
+                "INSERT INTO outbox_message (id, topic, payload, headers, msg_key, tag, biz_type, biz_key, status, \
+                 attempts, last_error, lease_owner, lease_until, created_by) VALUES (100, 'evil.' || {evil} || '.t', \
+                 '{{\"a\":1}}' || {evil} || char(10) || 'line two', \
+                 '{{\"x-evil\\u001b[2J\":\"v\\u001b]0;t\\u0007\\r\\nforged: header\"}}', \
+                 'k' || {evil}, 't' || {evil}, 'b' || {evil}, 'k' || {evil}, 'failed', 3, 'broker: ' || {evil}, \
+                 'relay' || {evil}, {NOW_MS} + 60000, 'app' || {evil})"
+            ),
+            format!(
+                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, last_error) \
+                 VALUES (100, 'dest' || {evil}, 'failed', 2, 'HTTP 500 ' || {evil})"
+            ),
+        ],
+    );
+    let with_db = |args: &[&str]| -> Vec<String> {
+        args.iter().map(|s| (*s).to_owned()).chain(["--database-url".to_owned(), url.clone()]).collect()
+    };
+    for args in [
+        &["status"][..],
+        &["status", "--json"],
+        &["list"],
+        &["list", "--json"],
+        &["list", "--status", "failed"],
+        &["show", "100"],
+        &["show", "100", "--json"],
+    ] {
+        let args = with_db(args);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = outbox(&args);
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        let raw = raw_control_bytes(&out.stdout);
+        assert!(
+            raw.is_empty(),
+            "{args:?} printed raw control bytes {raw:?}:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains('\u{9b}') && !text.contains('\u{7f}'), "{args:?}: {text}");
+        if args.contains(&"--json") {
+            // JSON keeps the exact value, escaped.
+            let v: Value = serde_json::from_str(&text).unwrap();
+            let s = v.to_string();
+            assert!(s.contains("pwned"), "{s}");
+        } else {
+            // The escape sequences are visible as text, and no line of the output is forged.
+            assert!(text.contains("\\u{1b}[2J"), "{args:?}: {text}");
+            assert!(
+                !text.lines().any(|l| l.starts_with("status        sent") || l.starts_with("forged")),
+                "{args:?}: {text}"
+            );
+        }
+    }
+    // The payload's own line breaks stay line breaks in `show`, indented under `payload`.
+    let args = with_db(&["show", "100"]);
+    let text = ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(text.contains("\n  line two\n"), "{text}");
+    assert!(text.contains("x-evil\\u{1b}[2J: v\\u{1b}]0;t\\u{7}\\r\\nforged: header"), "{text}");
+    std::fs::remove_dir_all(dir).ok();
+}

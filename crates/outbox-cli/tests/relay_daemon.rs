@@ -192,6 +192,6 @@ fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("unknown field `batchsize`") && err.contains("line 14"), "{err}");
+    assert!(err.contains("unknown field `batchsize`") && err.contains(":19:1: relay.batchsize"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }

@@ -22,6 +22,7 @@ mod message;
 mod redact;
 mod retry;
 mod status;
+pub mod text;
 mod transport;
 
 pub use error::{Error, ErrorKind, Result};

@@ -32,6 +32,13 @@ pub mod limits {
     pub const HEADER_NAME: usize = 128;
     /// Longest header value.
     pub const HEADER_VALUE: usize = 4096;
+    /// Longest error text the relay writes to `last_error` (longer texts are cut, see
+    /// [`crate::text::bounded_error`]); the schema refuses longer ones from other writers.
+    pub const ERROR: usize = 2000;
+    /// Longest relay owner name (`lease_owner`, `updated_by`).
+    pub const OWNER: usize = 128;
+    /// Longest destination name (`outbox_delivery.destination`).
+    pub const DESTINATION: usize = 128;
 }
 
 /// The identifier of a message: the table's primary key. It is assigned by the database at

@@ -44,6 +44,12 @@ pub struct RelayConfig {
     /// `docs/adr/0003-relay-claim-order-and-wakeup.md`). Each in-flight batch then holds one
     /// database connection while it publishes. Defaults to true; SQLite always uses leases.
     pub lock_claims: bool,
+    /// How long a message whose topic no route of this relay matches waits for another relay
+    /// that routes it (a rolling deploy: the new routes run on some relays only) before it
+    /// fails with "no route". Meanwhile it is put back without spending an attempt, with a
+    /// growing delay (at most 30 s). Measured from the message's `created_at`. Defaults to
+    /// 10 minutes; zero fails at once.
+    pub unrouted_grace: Duration,
 }
 
 impl Default for RelayConfig {
@@ -57,6 +63,7 @@ impl Default for RelayConfig {
             publish_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(10),
             lock_claims: true,
+            unrouted_grace: Duration::from_secs(600),
         }
     }
 }
@@ -278,17 +285,12 @@ impl<S: RelayStore> RelayBuilder<S> {
         if c.idle_interval.is_zero() {
             return Err(BuildError::Invalid("idle_interval must be positive".into()));
         }
-        if c.owner.is_empty() || c.owner.chars().count() > 128 {
-            return Err(BuildError::Invalid("owner must be 1 to 128 characters".into()));
-        }
+        outbox_core::text::check_name(&c.owner, outbox_core::limits::OWNER)
+            .map_err(|e| BuildError::Invalid(format!("owner {e}")))?;
         let mut index: HashMap<&str, usize> = HashMap::new();
         for (i, d) in self.destinations.iter().enumerate() {
-            if d.name.is_empty() || d.name.chars().count() > 128 {
-                return Err(BuildError::Invalid(format!(
-                    "destination name {:?} must be 1 to 128 characters",
-                    d.name
-                )));
-            }
+            outbox_core::text::check_name(&d.name, outbox_core::limits::DESTINATION)
+                .map_err(|e| BuildError::Invalid(format!("destination name {e}")))?;
             if index.insert(d.name.as_str(), i).is_some() {
                 return Err(BuildError::Invalid(format!("destination {:?} is defined twice", d.name)));
             }
@@ -315,7 +317,11 @@ impl<S: RelayStore> RelayBuilder<S> {
         let dests = self
             .destinations
             .into_iter()
-            .map(|d| DestRuntime { breaker: Mutex::new(Breaker::new(d.breaker.clone())), d })
+            .map(|d| DestRuntime {
+                breaker: Mutex::new(Breaker::new(d.breaker.clone())),
+                probes: AtomicU64::new(0),
+                d,
+            })
             .collect();
         Ok(Relay {
             inner: Arc::new(Inner {
@@ -326,6 +332,7 @@ impl<S: RelayStore> RelayBuilder<S> {
                 router: Router::new(routes),
                 alert: self.alert,
                 stats: Arc::new(RelayStats::default()),
+                health: Mutex::new(Health::default()),
             }),
         })
     }
@@ -335,6 +342,9 @@ impl<S: RelayStore> RelayBuilder<S> {
 struct DestRuntime {
     d: Destination,
     breaker: Mutex<Breaker>,
+    /// Probes sent while the circuit was open: the probe rotates over the waiting messages,
+    /// so one message the broker chokes on cannot be the only probe forever.
+    probes: AtomicU64,
 }
 
 impl DestRuntime {
@@ -362,6 +372,71 @@ struct Inner<S: RelayStore> {
     router: Router,
     alert: Arc<dyn AlertHook>,
     stats: Arc<RelayStats>,
+    health: Mutex<Health>,
+}
+
+/// What the claim loop must respect after a batch's settlement failed.
+#[derive(Debug, Default)]
+struct Health {
+    /// Settlements failed in a row (the store or its connection is failing).
+    settle_failures: u32,
+    /// No claim before this instant.
+    pause_until: Option<Instant>,
+    /// Messages of which nothing could be written (not even `failed`): not published again
+    /// before the instant, so a row the database refuses to update cannot make the relay
+    /// publish it in a loop.
+    held_back: HashMap<MessageId, Instant>,
+}
+
+impl<S: RelayStore> Inner<S> {
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// After a failed settlement: the batch's rows are due again (a locked claim rolled back)
+    /// or will be after their lease. Claim nothing for a growing pause (100 ms doubling to
+    /// 10 s), so a store that keeps refusing a settlement is not fed the same batch, and the
+    /// broker the same messages, in a tight loop.
+    fn settle_failed(&self) -> Duration {
+        let mut h = self.health();
+        h.settle_failures = h.settle_failures.saturating_add(1);
+        let pause = Duration::from_millis(100)
+            .saturating_mul(1 << h.settle_failures.min(7).saturating_sub(1))
+            .min(Duration::from_secs(10));
+        h.pause_until = Some(Instant::now() + pause);
+        pause
+    }
+
+    fn settle_succeeded(&self) {
+        let mut h = self.health();
+        h.settle_failures = 0;
+        h.pause_until = None;
+    }
+
+    /// Holds `ids` back for `lease` (the time their lease would keep them anyway).
+    fn hold_back(&self, ids: impl IntoIterator<Item = MessageId>) {
+        let until = Instant::now() + self.cfg.lease;
+        let mut h = self.health();
+        for id in ids {
+            h.held_back.insert(id, until);
+        }
+    }
+
+    /// Removes held-back messages from a claimed batch (they are left as they are).
+    fn without_held_back(&self, batch: Vec<OutboxMessage>) -> Vec<OutboxMessage> {
+        let mut h = self.health();
+        if h.held_back.is_empty() {
+            return batch;
+        }
+        let now = Instant::now();
+        h.held_back.retain(|_, until| *until > now);
+        batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
+    }
+
+    fn pause_left(&self) -> Option<Duration> {
+        let until = self.health().pause_until?;
+        until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    }
 }
 
 /// A relay: publishes the outbox of one store. Run it with [`Relay::run`]; any number of relays
@@ -439,12 +514,29 @@ impl<S: RelayStore> Relay<S> {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             };
+            if let Some(pause) = inner.pause_left() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 r = claim(&inner, lock_claims) => r,
             };
             RelayStats::add(&inner.stats.claims, 1);
             let scanned = std::mem::take(&mut on_scan);
+            // Rows held back (nothing could be written for them) are left as they are: a
+            // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
+            let claimed = claimed.map(|(batch, locked)| {
+                let n = batch.len();
+                let batch = inner.without_held_back(batch);
+                if batch.is_empty() && n > 0 {
+                    (batch, None)
+                } else {
+                    (batch, locked)
+                }
+            });
             match claimed {
                 Err(e) => {
                     drop(permit);
@@ -663,9 +755,11 @@ async fn process<S: RelayStore>(
         let (go, defer, wait) = match dest.permit(now) {
             Permit::All => (items, Vec::new(), Duration::ZERO),
             Permit::Probe => {
-                let mut it = items.into_iter();
-                let first: Vec<_> = it.next().into_iter().collect();
-                (first, it.collect(), dest.d.breaker.cooldown)
+                let mut rest = items;
+                let n = rest.len() as u64;
+                let pick = usize::try_from(dest.probes.fetch_add(1, Ordering::Relaxed) % n).unwrap_or(0);
+                let probe = vec![rest.remove(pick)];
+                (probe, rest, dest.d.breaker.cooldown)
             }
             Permit::Wait(w) => (Vec::new(), items, w),
         };
@@ -756,7 +850,12 @@ async fn process<S: RelayStore>(
     let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_entropy();
     for (mi, m) in batch.iter().enumerate() {
         let plan = if routes[mi].is_empty() {
-            settle::no_route(m)
+            let age = (chrono::Utc::now() - m.created_at).to_std().unwrap_or(Duration::ZERO);
+            if age < inner.cfg.unrouted_grace {
+                settle::unrouted_wait(m, &inner.cfg.owner, age, inner.cfg.unrouted_grace)
+            } else {
+                settle::no_route(m)
+            }
         } else {
             let targets: Vec<Target<'_>> = routes[mi]
                 .iter()
@@ -791,8 +890,21 @@ async fn process<S: RelayStore>(
     }
 
     let Some(report) = write_back(inner, &batch, &settlement, locked).await else {
+        let pause = inner.settle_failed();
+        tracing::warn!(pause = ?pause, "Claiming paused after a failed settlement");
         return;
     };
+    inner.settle_succeeded();
+    if !report.unsettled.is_empty() {
+        inner.hold_back(report.unsettled.iter().map(|(id, _)| *id));
+    }
+    // Messages whose outcome could not be written were marked failed instead: alert for them.
+    for (id, reason) in &report.isolated {
+        alerts.retain(|(mi, _, _)| batch[*mi].id != *id);
+        if let Some(mi) = batch.iter().position(|m| m.id == *id) {
+            alerts.push((mi, reason.clone(), batch[mi].attempts.saturating_add(1)));
+        }
+    }
     if !report.lost_lease.is_empty() {
         RelayStats::add(&inner.stats.lost_lease, report.lost_lease.len());
         tracing::warn!(ids = ?report.lost_lease, "Leases expired before settling; another relay took these messages over");

@@ -50,7 +50,8 @@ pub(crate) struct Plan {
 pub(crate) fn no_route(msg: &OutboxMessage) -> Plan {
     let reason = format!(
         "no route for topic {:?}: add a route in the relay configuration, then `outbox retry {}`",
-        msg.topic, msg.id
+        outbox_core::text::printable(&msg.topic, 64),
+        msg.id
     );
     Plan {
         sent: false,
@@ -64,6 +65,39 @@ pub(crate) fn no_route(msg: &OutboxMessage) -> Plan {
         }),
         deliveries: Vec::new(),
         failed: Some(reason),
+    }
+}
+
+/// The longest delay before an unrouted message is due again ([`unrouted_wait`]).
+const MAX_UNROUTED_WAIT: Duration = Duration::from_secs(5);
+
+/// A message whose topic no route of this relay matches, within the grace another relay may
+/// route it in (a rolling deploy): back to `pending` without spending an attempt, due again
+/// after a delay that grows with its age (1 s to 5 s, never past the end of the grace). The
+/// delay applies to every relay: kept short, a relay that routes the message (the new version
+/// in a rolling deploy) gets it soon even when this one keeps taking it first, and each key's
+/// next head is not held back long.
+pub(crate) fn unrouted_wait(msg: &OutboxMessage, owner: &str, age: Duration, grace: Duration) -> Plan {
+    let left = grace.saturating_sub(age);
+    let wait =
+        (age / 4).clamp(Duration::from_secs(1), MAX_UNROUTED_WAIT).min(left.max(Duration::from_millis(100)));
+    let reason = format!(
+        "no route for topic {:?} on relay {owner:?}; waiting up to {}s more for a relay that routes it",
+        outbox_core::text::printable(&msg.topic, 64),
+        left.as_secs()
+    );
+    Plan {
+        sent: false,
+        message: Some(MessageWrite {
+            id: msg.id,
+            status: Status::Pending,
+            attempts: msg.attempts,
+            retry_in: wait,
+            last_error: Some(reason),
+            attempted: false,
+        }),
+        deliveries: Vec::new(),
+        failed: None,
     }
 }
 

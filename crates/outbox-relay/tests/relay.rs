@@ -42,6 +42,7 @@ fn config(owner: &str) -> RelayConfig {
         publish_timeout: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
         lock_claims: LOCK_CLAIMS.try_with(|v| *v).unwrap_or(true),
+        ..RelayConfig::default()
     }
 }
 
@@ -219,7 +220,8 @@ where
     t.set_max_payload(1000);
     let alerts = Arc::new(RecordingAlert::default());
     let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-        .config(config("r1"))
+        // No other relay will route `user.created`: fail it at once rather than after a grace.
+        .config(RelayConfig { unrouted_grace: Duration::ZERO, ..config("r1") })
         .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)))
         .route(Route::new("order.#", ["broker"]))
         .alert(alerts.clone())
@@ -569,6 +571,190 @@ where
     assert_eq!(m.attempts, 0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// One bad row fails alone (SPEC guarantee 7; issue 14)
+
+/// Per dialect: a trigger that refuses to mark a message whose payload is `poison` as sent,
+/// and refuses every change to one whose payload is `stuck` — rows the database refuses to
+/// settle, whatever the cause (a foreign trigger, a constraint added later, a value too long).
+async fn install_refusing_trigger<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut conn = outbox.pool().acquire().await.unwrap();
+    let statements: &[&str] = match <DB as sqlx::Database>::NAME {
+        "PostgreSQL" => &[
+            "CREATE FUNCTION test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+             IF NEW.payload = 'poison' AND NEW.status = 'sent' THEN RAISE EXCEPTION 'refused by a trigger'; END IF; \
+             IF NEW.payload = 'stuck' AND NEW.status <> 'pending' THEN RAISE EXCEPTION 'stuck row'; END IF; \
+             RETURN NEW; END $$",
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON outbox_message FOR EACH ROW EXECUTE FUNCTION test_refuse()",
+        ],
+        "MySQL" => &[
+            "CREATE TRIGGER test_refuse BEFORE UPDATE ON outbox_message FOR EACH ROW BEGIN \
+             IF NEW.payload = 'poison' AND NEW.status = 'sent' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by a trigger'; END IF; \
+             IF NEW.payload = 'stuck' AND NEW.status <> 'pending' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'stuck row'; END IF; \
+             END",
+        ],
+        _ => &["CREATE TRIGGER test_refuse BEFORE UPDATE ON outbox_message \
+                WHEN NEW.payload = 'poison' AND NEW.status = 'sent' \
+                BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END"],
+    };
+    for sql in statements {
+        sqlx::raw_sql(sql).execute(&mut *conn).await.unwrap();
+    }
+}
+
+/// A message whose outcome the database refuses to record is marked failed by itself with the
+/// reason; the other messages of its batch are sent once, and nothing is published again.
+async fn a_settlement_the_database_refuses_fails_only_that_message<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    install_refusing_trigger(&outbox).await;
+    let t = TestTransport::new();
+    let mut good = Vec::new();
+    for i in 0..4 {
+        good.push(outbox.enqueue(&NewMessage::new("order.paid", format!("{{\"n\":{i}}}"))).await.unwrap().id);
+    }
+    let bad = outbox.enqueue(&NewMessage::new("order.paid", "poison")).await.unwrap().id;
+    let alerts = Arc::new(RecordingAlert::default());
+    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        .config(config("r1"))
+        .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5)))
+        .route(Route::new("#", ["broker"]))
+        .alert(alerts.clone())
+        .build()
+        .unwrap();
+    let running = start(relay);
+    eventually("the good ones sent", || async { all_in(&outbox, &good, Status::Sent).await }).await;
+    eventually("the refused one failed", || async { status(&outbox, bad).await.status == Status::Failed })
+        .await;
+    // Let the relay run a few more claims: nothing may be published again.
+    let claims = RelayStats::get(&running.stats.claims);
+    eventually("more claims", || async { RelayStats::get(&running.stats.claims) >= claims + 5 }).await;
+    running.stop().await;
+    for id in good.iter().chain([&bad]) {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} published once");
+    }
+    let m = status(&outbox, bad).await;
+    let err = m.last_error.unwrap();
+    assert!(err.contains("could not record this message's outcome"), "{err}");
+    assert!(err.contains("refused by a trigger"), "{err}");
+    assert!(alerts.0.lock().unwrap().iter().any(|(id, _)| *id == bad), "alerted");
+}
+
+/// A row of which nothing can be written (not even `failed`) is held back: the relay does not
+/// publish it again and again, and the other messages flow.
+async fn a_row_nothing_can_be_written_for_is_not_republished<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    install_refusing_trigger(&outbox).await;
+    let t = TestTransport::new();
+    let stuck = outbox.enqueue(&NewMessage::new("order.paid", "stuck")).await.unwrap().id;
+    let running = start(relay(&outbox, "r1", &t, fast_retry(5)));
+    eventually("the stuck one published", || async { t.delivered_count(stuck) >= 1 }).await;
+    let mut good = Vec::new();
+    for i in 0..20 {
+        good.push(outbox.enqueue(&NewMessage::new("order.paid", format!("{{\"n\":{i}}}"))).await.unwrap().id);
+    }
+    eventually("the others sent", || async { all_in(&outbox, &good, Status::Sent).await }).await;
+    let claims = RelayStats::get(&running.stats.claims);
+    eventually("20 more claims", || async { RelayStats::get(&running.stats.claims) >= claims + 20 }).await;
+    running.stop().await;
+    assert_eq!(t.delivered_count(stuck), 1, "held back for the lease, not published in a loop");
+    assert_eq!(status(&outbox, stuck).await.status, Status::Pending, "left as it was");
+}
+
+/// A rolling deploy: relay A does not route `new.#` yet, relay B does. A puts those messages
+/// back without spending attempts; B delivers them, in key order; nothing fails.
+async fn unrouted_messages_wait_for_a_relay_that_routes_them<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let ta = TestTransport::new();
+    let tb = TestTransport::new();
+    let build = |owner: &str, t: &TestTransport, patterns: &[&str]| {
+        let mut b = Relay::builder(outbox.clone(), outbox.signal().clone())
+            .config(config(owner))
+            .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)));
+        for p in patterns {
+            b = b.route(Route::new(*p, ["broker"]));
+        }
+        b.build().unwrap()
+    };
+    let mut new_ids = Vec::new();
+    for i in 0..10 {
+        let m = NewMessage::new("new.topic", format!("{i}"));
+        let m = if i % 2 == 0 { m.key("k") } else { m };
+        new_ids.push(outbox.enqueue(&m).await.unwrap().id);
+    }
+    let old = outbox.enqueue(&NewMessage::new("old.topic", "o")).await.unwrap().id;
+    // A alone: old delivered, every new one seen and put back, none failed or charged.
+    let a = start(build("relay-a", &ta, &["old.#"]));
+    eventually("old sent", || async { status(&outbox, old).await.status == Status::Sent }).await;
+    // A sees each key's head only (younger messages of key k wait behind it), and every
+    // keyless one (odd indexes).
+    let seen: Vec<MessageId> =
+        new_ids.iter().enumerate().filter(|(i, _)| *i == 0 || i % 2 == 1).map(|(_, id)| *id).collect();
+    eventually("A put the new ones back", || async {
+        for id in &seen {
+            let m = status(&outbox, *id).await;
+            if !m.last_error.as_deref().unwrap_or("").contains("waiting up to") {
+                return false;
+            }
+        }
+        true
+    })
+    .await;
+    for id in &new_ids {
+        let m = status(&outbox, *id).await;
+        assert_eq!(m.status, Status::Pending, "message {id}");
+        assert_eq!(m.attempts, 0, "no attempt spent on message {id}");
+    }
+    // B joins (both orders of start are covered: A first here, both together from now on).
+    let b = start(build("relay-b", &tb, &["old.#", "new.#"]));
+    let more: Vec<MessageId> = {
+        let mut v = Vec::new();
+        for i in 10..14 {
+            v.push(outbox.enqueue(&NewMessage::new("new.topic", format!("{i}")).key("k")).await.unwrap().id);
+        }
+        v
+    };
+    let all: Vec<MessageId> = new_ids.iter().chain(&more).copied().collect();
+    // While A runs it may take each next head of key k before B does and put it back for
+    // up to a quarter of its age: the key drains, but on busy cores slower than WAIT.
+    let deadline = Instant::now() + 4 * WAIT;
+    while !all_in(&outbox, &all, Status::Sent).await {
+        if Instant::now() > deadline {
+            let mut open = Vec::new();
+            for id in &all {
+                let m = status(&outbox, *id).await;
+                if m.status != Status::Sent {
+                    open.push((m.id, m.status, m.key, m.attempts, m.next_attempt_at, m.last_error));
+                }
+            }
+            panic!("B did not deliver every new message within {:?}: {open:?}", 4 * WAIT);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.stop().await;
+    b.stop().await;
+    let keyed: Vec<MessageId> = tb
+        .delivered()
+        .iter()
+        .filter(|e| e.headers.get(header::KEY).map(String::as_str) == Some("k"))
+        .map(|e| e.id)
+        .collect();
+    let mut sorted = keyed.clone();
+    sorted.sort();
+    assert_eq!(keyed, sorted, "key k published in id order");
+    assert!(ta.delivered().iter().all(|e| e.id == old), "A published only what it routes");
+}
+
 macro_rules! case {
     ($fresh:path, $test:ident, $locks:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -600,6 +786,8 @@ macro_rules! dialect {
             case!($fresh, an_idle_relay_queries_a_bounded_number_of_times, true);
             case!($fresh, fan_out_one_failing_destination_does_not_hold_back_the_other, true);
             case!($fresh, graceful_shutdown_releases_what_it_cannot_finish, true);
+            case!($fresh, a_settlement_the_database_refuses_fails_only_that_message, true);
+            case!($fresh, unrouted_messages_wait_for_a_relay_that_routes_them, true);
 
             /// The same engine with leases (`lock_claims = false`), as SQLite always runs.
             mod leased {
@@ -611,6 +799,7 @@ macro_rules! dialect {
                 case!($fresh, relays_never_publish_a_message_concurrently, false);
                 case!($fresh, fan_out_one_failing_destination_does_not_hold_back_the_other, false);
                 case!($fresh, graceful_shutdown_releases_what_it_cannot_finish, false);
+                case!($fresh, a_settlement_the_database_refuses_fails_only_that_message, false);
             }
         }
     };
@@ -666,11 +855,14 @@ mod locked {
     use super::*;
 
     case!(outbox_testkit::fresh_pg, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
+    // Only a locked claim can take a row the database refuses every change to (a lease is one).
+    case!(outbox_testkit::fresh_pg, a_row_nothing_can_be_written_for_is_not_republished, true);
 
     mod mysql {
         use super::*;
 
         case!(outbox_testkit::fresh_mysql, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
+        case!(outbox_testkit::fresh_mysql, a_row_nothing_can_be_written_for_is_not_republished, true);
     }
 }
 

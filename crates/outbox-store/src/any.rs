@@ -36,15 +36,31 @@ pub enum Dialect {
 impl Dialect {
     /// The dialect of `url`, by scheme.
     pub fn of_url(url: &str) -> Result<Dialect> {
-        let scheme = url.split(':').next().unwrap_or_default().to_ascii_lowercase();
+        let scheme = url.split_once(':').map(|(s, _)| s.to_ascii_lowercase()).unwrap_or_default();
         match scheme.as_str() {
             "postgres" | "postgresql" => Ok(Dialect::Postgres),
             "mysql" | "mariadb" => Ok(Dialect::MySql),
             "sqlite" => Ok(Dialect::Sqlite),
-            _ => Err(Error::Config(format!(
-                "unsupported database URL scheme {scheme:?} in {}: expected postgres://, mysql://, mariadb:// or sqlite:",
-                redact_url(url)
-            ))),
+            // The URL itself is not echoed: without a known scheme nothing says where its
+            // password is (`admin:secret@db/shop` reads as scheme `admin`).
+            _ if !scheme.is_empty()
+                && scheme.len() <= 20
+                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')) =>
+            {
+                // A `scheme://` URL says where its secrets are: shown redacted and bounded.
+                let shown = if url.contains("://") {
+                    format!(" in {}", outbox_core::text::printable(&redact_url(url), 200))
+                } else {
+                    String::new()
+                };
+                Err(Error::Config(format!(
+                    "unsupported database URL scheme {scheme:?}{shown}: expected postgres://, mysql://, mariadb:// or sqlite:"
+                )))
+            }
+            _ => Err(Error::Config(
+                "the database URL does not start with a scheme: expected postgres://, mysql://, mariadb:// or sqlite:"
+                    .to_owned(),
+            )),
         }
     }
 }
@@ -284,5 +300,10 @@ mod tests {
         assert_eq!(Dialect::of_url("sqlite:demo.db").unwrap(), Dialect::Sqlite);
         let err = Dialect::of_url("oracle://u:pw@h/db").unwrap_err().to_string();
         assert!(err.contains("oracle") && !err.contains("pw"), "{err}");
+        // Not a URL: nothing says where its secret is, so none of it is echoed.
+        for bad in ["admin:s3cret@db/shop", "s3cret", "\u{1b}[31m:s3cret", &"x".repeat(10_000)] {
+            let err = Dialect::of_url(bad).unwrap_err().to_string();
+            assert!(!err.contains("s3cret") && !err.contains('\u{1b}') && err.len() < 200, "{err}");
+        }
     }
 }

@@ -53,3 +53,52 @@ pub(crate) fn expired_per_message(due: &[(i64, String, i32)]) -> BTreeMap<i64, (
     }
     out
 }
+
+/// A claimed row the relay cannot read (a foreign writer put a value there that the decoder
+/// refuses: invalid UTF-8, a zero date, a time out of range, ...). It fails by itself with
+/// `reason`; every other row of the claim goes on.
+#[derive(Debug, Clone)]
+pub(crate) struct Poison {
+    pub(crate) id: i64,
+    pub(crate) reason: String,
+}
+
+/// Decodes each row alone: a row whose decoding fails, or panics inside a driver's decoder, is
+/// returned as [`Poison`] with its id and reason instead of failing the whole claim.
+pub(crate) fn decode_rows<R>(
+    rows: &[R],
+    id_of: impl Fn(&R) -> Option<i64>,
+    decode: impl Fn(&R) -> Result<outbox_core::OutboxMessage>,
+) -> (Vec<outbox_core::OutboxMessage>, Vec<Poison>) {
+    let mut good = Vec::with_capacity(rows.len());
+    let mut bad = Vec::new();
+    for row in rows {
+        let Some(id) = id_of(row) else { continue };
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(row))) {
+            Ok(Ok(m)) => good.push(m),
+            Ok(Err(e)) => bad.push(Poison { id, reason: poison_reason(&e.to_string()) }),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "decoder panicked".to_owned());
+                bad.push(Poison { id, reason: poison_reason(&what) });
+            }
+        }
+    }
+    (good, bad)
+}
+
+fn poison_reason(what: &str) -> String {
+    outbox_core::text::bounded_error(&format!(
+        "the relay cannot read this row ({what}); fix or delete it, then `outbox retry`"
+    ))
+}
+
+/// Logs the rows a claim failed because they could not be read.
+pub(crate) fn log_poison(poison: &[Poison]) {
+    for p in poison {
+        tracing::error!(message_id = p.id, reason = %p.reason, "Message failed: its row cannot be read");
+    }
+}

@@ -49,7 +49,7 @@ pub use relay::{
 pub use signal::CommitSignal;
 
 /// Highest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
 #[doc(hidden)]

@@ -15,12 +15,33 @@
 //! `deny_unknown_fields`, every field documented with its default, and `validate()`),
 //! `transport.rs` (the `Transport` implementation) and `outcome.rs` (maps the client's errors
 //! to [`outbox_core::Outcome`]: retryable, unavailable or permanent).
+//!
+//! Before anything goes on the wire, each transport checks every envelope against its broker's
+//! documented rules (topic, subject or routing key, header names and values, sizes) and fails a
+//! violation permanently, alone, naming the field: a broker that would close the connection on
+//! it can never make one bad message look like an outage of the whole destination. Every reason
+//! is bounded and escaped (see `validate.rs`; the table is in docs/transports.md, "What each
+//! transport refuses before sending").
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 // The RocketMQ client's futures are deeply nested types: proving them `Send` needs more than
 // the default recursion limit.
 #![recursion_limit = "512"]
 
 mod error;
+// Each helper is used by some transports only: a build with fewer features leaves some unused.
+#[cfg_attr(
+    not(all(
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "redis",
+        feature = "mqtt",
+        feature = "http",
+        feature = "kafka",
+        feature = "rocketmq"
+    )),
+    allow(dead_code)
+)]
+pub(crate) mod validate;
 
 pub use error::{redact, Result, TransportError};
 

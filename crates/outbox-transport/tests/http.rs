@@ -316,6 +316,89 @@ async fn answers_are_classified() {
     .expect("test timed out");
 }
 
+/// Issue 14, finding 8: with the URL template `/tenant-a/hooks/{topic}/deliver`, a row with
+/// topic `..` was POSTed, signed, to `/tenant-a/deliver`. Now every topic is encoded as one path
+/// segment (or one query value): whatever the topic, the request path the receiver sees stays
+/// under `/tenant-a/hooks/`, and a topic whose URL would still climb (a dot segment, which URL
+/// normalisation resolves even when encoded) is refused. Finding 4 on HTTP: header names that
+/// are no HTTP token fail alone, with a bounded reason; the good messages are delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_never_leave_the_url_template_and_bad_headers_fail_alone() {
+    tokio::time::timeout(WAIT, async {
+        let rx = Receiver::start().await;
+        let t = transport(format!("{}/tenant-a/hooks/{{topic}}/deliver", rx.url)).await;
+        let msg =
+            |i: i64, topic: &str| Envelope::new(&outbox_message(i, topic, &format!(r#"{{"n":{i}}}"#)), 1);
+        let with_header = |i: i64, name: &str| {
+            let mut m = outbox_message(i, "order.paid", "{}");
+            m.headers.insert(name.to_owned(), "v".into());
+            Envelope::new(&m, 1)
+        };
+        let batch = vec![
+            msg(1, "order.paid"),
+            msg(2, ".."),
+            msg(3, "a/../../x"),
+            msg(4, "?x=1"),
+            msg(5, "."),
+            msg(6, "#frag"),
+            msg(7, "a\\..\\x"),
+            msg(8, "%2E%2E"),
+            msg(9, "..."),
+            with_header(10, &format!("{} x", "n".repeat(70_000))),
+            with_header(11, "a\r\nInjected"),
+            msg(12, "order.shipped"),
+        ];
+        let out = t.publish(&batch).await;
+        for i in [1, 4] {
+            assert_refused(&out[i], "would change the URL's path");
+            assert_refused(&out[i], "\"/tenant-a/hooks/\"");
+        }
+        assert_refused(&out[9], "cannot be sent: U+0020 (space) is not allowed in an HTTP header name");
+        assert!(reason(&out[9]).len() < 400, "the 70 KB name is not quoted whole");
+        assert_refused(&out[10], "U+000D (carriage return)");
+        for i in [0, 2, 3, 5, 6, 7, 8, 11] {
+            assert_eq!(out[i], Outcome::Delivered, "message at {i}: {:?}", out[i]);
+        }
+
+        let got = rx.received();
+        assert_eq!(got.len(), 8, "no request for a refused message");
+        for r in &got {
+            assert!(r.path.starts_with("/tenant-a/hooks/") && r.path.ends_with("/deliver"), "{}", r.path);
+            assert_eq!(r.path.matches('/').count(), 4, "one segment for the topic: {}", r.path);
+            assert!(!r.path.contains('?') && !r.path.contains('#'), "{}", r.path);
+            r.verify(now()).unwrap();
+        }
+        let mut paths: Vec<&str> = got.iter().map(|r| r.path.as_str()).collect();
+        paths.sort_unstable();
+        let mut want = vec![
+            "/tenant-a/hooks/order.paid/deliver",
+            "/tenant-a/hooks/a%2F..%2F..%2Fx/deliver",
+            "/tenant-a/hooks/%3Fx%3D1/deliver",
+            "/tenant-a/hooks/%23frag/deliver",
+            "/tenant-a/hooks/a%5C..%5Cx/deliver",
+            "/tenant-a/hooks/%252E%252E/deliver",
+            "/tenant-a/hooks/%2E%2E%2E/deliver",
+            "/tenant-a/hooks/order.shipped/deliver",
+        ];
+        want.sort_unstable();
+        assert_eq!(paths, want);
+
+        // In the query, a topic is one value: it cannot add a parameter or a fragment.
+        let q = transport(format!("{}/hooks?topic={{topic}}&v=1", rx.url)).await;
+        assert_eq!(q.publish(&[msg(20, "a&v=2#x")]).await, vec![Outcome::Delivered]);
+        assert_eq!(q.publish(&[msg(21, "..")]).await, vec![Outcome::Delivered]);
+        let got = rx.received();
+        assert_eq!(got[8].path, "/hooks?topic=a%26v%3D2%23x&v=1");
+        assert_eq!(got[9].path, "/hooks?topic=..&v=1");
+
+        // The same transport keeps sending.
+        assert_eq!(t.publish(&[msg(30, "order.paid")]).await, vec![Outcome::Delivered]);
+        assert_eq!(rx.count(), 11);
+    })
+    .await
+    .expect("test timed out");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
     tokio::time::timeout(WAIT, async {

@@ -442,6 +442,114 @@ async fn classification_of_failures() {
     .expect("test timed out");
 }
 
+/// Issue 14, finding 4: a topic with a control character made Mosquitto drop the connection,
+/// the transport called that an outage and the breaker probed the same message forever (0 of
+/// 10 good messages delivered in 90 s). Now the topic is checked before sending: the bad
+/// message fails alone, permanently, naming the problem; the good ones arrive; the connection
+/// is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+
+        // `sec.a\nb` among 10 good messages.
+        let mut batch: Vec<Envelope> =
+            (1..=10).map(|i| envelope(i, "sec.ok", None, &format!("good {i}"), false)).collect();
+        batch.insert(5, envelope(100, "sec.a\nb", None, "bad", false));
+        let out = t.publish(&batch).await;
+        assert_refused(&out[5], "control character U+000A (line feed)");
+        assert_refused(&out[5], "topic \"sec.a\\nb\"");
+        for (i, o) in out.iter().enumerate().filter(|(i, _)| *i != 5) {
+            assert_eq!(*o, Outcome::Delivered, "message at {i}");
+        }
+        let got = sub.take(10, Duration::from_secs(10)).await;
+        let mut ids: Vec<String> = got.iter().map(|m| unwrap_envelope(m).id).collect();
+        ids.sort_by_key(|id| id.parse::<i64>().unwrap());
+        assert_eq!(ids, (1..=10).map(|i| i.to_string()).collect::<Vec<_>>(), "exactly the 10 good ones");
+
+        // Every other rule, one bad message each among good ones.
+        let deep = vec!["l"; 200].join(".");
+        let cases: [(&str, &str); 6] = [
+            ("sec.a+b", "wildcard '+'"),
+            ("sec.#", "wildcard '#'"),
+            ("sec.a\u{0}b", "U+0000 (NUL)"),
+            ("sec.a\u{85}b", "control character U+0085"),
+            ("sec.a\u{fffe}", "noncharacter U+FFFE"),
+            (&deep, "levels, more than max_topic_levels (128)"),
+        ];
+        let mut batch = vec![envelope(200, "sec.first", None, "first", false)];
+        for (i, (topic, _)) in cases.iter().enumerate() {
+            batch.push(envelope(201 + i as i64, topic, None, "bad", false));
+        }
+        batch.push(envelope(300, "sec.last", None, "last", false));
+        let out = t.publish(&batch).await;
+        assert_eq!(out[0], Outcome::Delivered);
+        for (i, (_, needle)) in cases.iter().enumerate() {
+            assert_refused(&out[1 + i], needle);
+        }
+        assert_eq!(out[out.len() - 1], Outcome::Delivered);
+        let got: Vec<String> =
+            sub.take(2, Duration::from_secs(10)).await.iter().map(|m| unwrap_envelope(m).id).collect();
+        assert_eq!(got, vec!["200".to_owned(), "300".to_owned()]);
+
+        // The same connection keeps publishing.
+        assert_eq!(
+            t.publish(&[envelope(400, "sec.after", None, "after", false)]).await,
+            vec![Outcome::Delivered]
+        );
+        let got = sub.take(1, Duration::from_secs(10)).await;
+        assert_eq!(unwrap_envelope(&got[0]).id, "400");
+        t.health().await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
+/// The finding end to end, with a topic the table and `NewMessage` accept but Mosquitto answers
+/// by closing the connection (a Unicode noncharacter; a control character such as `\n` can no
+/// longer reach the table): 10 good messages and the bad one through a real relay. The 10 are
+/// sent and the bad one fails with its reason, well within the deadline (before, the breaker
+/// probed it forever and nothing was delivered).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        let db = outbox_testkit::fresh_sqlite().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let mut good = Vec::new();
+        for i in 0..5 {
+            good.push(outbox.enqueue(&NewMessage::new("sec.ok", format!("good {i}"))).await.unwrap().id);
+        }
+        let bad = outbox.enqueue(&NewMessage::new("sec.a\u{fffe}b", "bad")).await.unwrap().id;
+        for i in 5..10 {
+            good.push(outbox.enqueue(&NewMessage::new("sec.ok", format!("good {i}"))).await.unwrap().id);
+        }
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
+
+        wait_all_sent(&outbox, &good, Duration::from_secs(60)).await;
+        eventually("the bad message failed", || async {
+            outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
+        })
+        .await;
+        let last_error = outbox.get(bad).await.unwrap().unwrap().last_error.unwrap();
+        assert!(last_error.contains("noncharacter U+FFFE"), "{last_error}");
+        assert!(!last_error.chars().any(char::is_control), "{last_error:?}");
+        let got = sub.take(10, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), 10, "the 10 good messages, once each");
+
+        stop.cancel();
+        handle.await.unwrap();
+        db.drop_db().await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 /// The PUBACK correlation under stress: publishes race with connections being cut and restored.
 /// Whatever the timing, a message reported delivered must have reached the broker (the
 /// subscriber, connected directly, receives it), and every call answers within its timeout.

@@ -359,6 +359,72 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
     .expect("test timed out");
 }
 
+/// Issue 14, finding 4 on NATS: every subject or header the server (or the protocol line)
+/// would refuse fails alone, permanently, naming the problem, before it is sent; the good
+/// messages of the batch are stored; the connection is untouched. The 5000-byte subject used to
+/// make the server close the connection ("maximum control line exceeded"); the 70 KB header
+/// name with a space used to produce a reason quoting the whole name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_survives() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let js = jetstream().await;
+        let (stream, prefix) = fresh_stream(&js).await;
+        let t =
+            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+        let good = |i: i64| envelope(i, "order.paid", None, &format!(r#"{{"n":{i}}}"#), false);
+        let with_header = |i: i64, name: &str, value: &str| {
+            let mut e = good(i);
+            e.headers.insert(name.to_owned(), value.to_owned());
+            e
+        };
+        let huge_name = format!("{} x", "n".repeat(70_000));
+        let bad: Vec<(Envelope, &str)> = vec![
+            (envelope(101, "sec.a b", None, "x", false), "U+0020 (space)"),
+            (envelope(102, "sec.a\nb", None, "x", false), "U+000A (line feed)"),
+            (envelope(103, "order.*", None, "x", false), "wildcard token '*'"),
+            (envelope(104, "order.>", None, "x", false), "wildcard token '>'"),
+            (envelope(105, "order..paid", None, "x", false), "empty token"),
+            (envelope(106, &"x".repeat(5000), None, "x", false), "more than the 3840 allowed"),
+            (with_header(107, &huge_name, "v"), "contains U+0020 (space): NATS header names"),
+            (with_header(108, "x-note", "a\r\nInjected: 1"), "U+000D (carriage return)"),
+            (with_header(109, "Nats-Rollup", "all"), "reserved"),
+            (with_header(110, "Łabel", "v"), "U+0141"),
+            (with_header(111, "a:b", "v"), "':'"),
+        ];
+        // good, bad, good, bad, ...
+        let mut batch = Vec::new();
+        for (i, (e, _)) in bad.iter().enumerate() {
+            batch.push(good(i as i64 + 1));
+            batch.push(e.clone());
+        }
+        let n_good = bad.len();
+        let expected: Vec<Option<&str>> = bad.iter().flat_map(|(_, needle)| [None, Some(*needle)]).collect();
+        let out = t.publish(&batch).await;
+        assert_eq!(out.len(), batch.len());
+        for (o, needle) in out.iter().zip(&expected) {
+            match needle {
+                Some(needle) => assert_refused(o, needle),
+                None => assert_eq!(*o, Outcome::Delivered),
+            }
+        }
+        let huge = reason(&out[13]);
+        assert!(huge.len() < 400, "the 70 KB name is not quoted whole: {} bytes", huge.len());
+
+        // Exactly the good messages were stored; the connection still publishes.
+        let got = consume(&js, &stream, n_good, Duration::from_secs(10)).await;
+        let mut payloads: Vec<String> = got.iter().map(|g| g.payload.clone()).collect();
+        payloads.sort();
+        let mut want: Vec<String> = (1..=n_good as i64).map(|i| format!(r#"{{"n":{i}}}"#)).collect();
+        want.sort();
+        assert_eq!(payloads, want);
+        assert_eq!(t.publish(&[good(500)]).await, vec![Outcome::Delivered]);
+        assert_eq!(stored(&js, &stream).await, n_good as u64 + 1);
+        t.health().await.unwrap();
+    })
+    .await
+    .expect("test timed out");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -555,4 +621,72 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
     })
     .await
     .expect("test timed out");
+}
+
+/// A `nats-server` of the test's own on a free port, with JetStream, requiring the
+/// authorization `auth` gives (`--user u --pass p`, or `--auth token`); killed on drop.
+struct OwnServer(std::process::Child, u16, std::path::PathBuf);
+
+impl OwnServer {
+    fn start(auth: &[&str]) -> OwnServer {
+        let port = outbox_testkit::brokers::free_port();
+        let dir = std::env::temp_dir().join(unique("outbox-nats-auth"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = std::env::var("OUTBOX_TEST_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+        let child = std::process::Command::new(bin)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", dir.to_str().unwrap()])
+            .args(auth)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("start nats-server (it is on PATH wherever the shared NATS runs)");
+        outbox_testkit::brokers::wait_port(port, Duration::from_secs(30), "nats-server");
+        OwnServer(child, port, dir)
+    }
+}
+
+impl Drop for OwnServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.2);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credentials_in_the_url_are_used_and_never_shown() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        for (auth, good, bad) in [
+            (
+                vec!["--user", "relay", "--pass", "s3cr%t/pw"],
+                "nats://relay:s3cr%25t%2Fpw@127.0.0.1:{port}",
+                "nats://relay:wrong-s3cret@127.0.0.1:{port}",
+            ),
+            (
+                vec!["--auth", "t0ken-s3cret"],
+                "nats://t0ken-s3cret@127.0.0.1:{port}",
+                "nats://127.0.0.1:{port}",
+            ),
+        ] {
+            let server = OwnServer::start(&auth);
+            let url = |t: &str| t.replace("{port}", &server.1.to_string());
+            let mut cfg = NatsConfig {
+                url: url(good),
+                subject_prefix: Some("auth".into()),
+                stream: Some("OUTBOX_AUTH".into()),
+                create_stream: true,
+                timeout: Duration::from_secs(5),
+                ..NatsConfig::default()
+            };
+            let t = NatsTransport::connect(cfg.clone()).await.unwrap_or_else(|e| panic!("{auth:?}: {e}"));
+            assert_eq!(t.publish(&[envelope(1, "a", None, "ok", false)]).await, vec![Outcome::Delivered]);
+            cfg.url = url(bad);
+            let Err(err) = NatsTransport::connect(cfg).await else { panic!("wrong credentials accepted") };
+            let err = err.to_string();
+            assert!(!err.contains("s3cr"), "{err}");
+            assert!(err.contains("127.0.0.1"), "the error names the server: {err}");
+        }
+    })
+    .await
+    .unwrap();
 }

@@ -271,6 +271,64 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
     .expect("test timed out");
 }
 
+/// Issue 14, finding 4 on RabbitMQ: what the broker would refuse by closing the channel (a
+/// `CC` header that is not an array: 406) or the whole connection (a content header frame over
+/// `frame_max`: 501, which made the destination look down for good), and what AMQP cannot
+/// encode (short strings over 255 bytes), fails alone, permanently, naming the problem, before
+/// it is sent; the good messages are confirmed and consumed; the connection keeps working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
+    tokio::time::timeout(WAIT, async {
+        let ex = unique("ex");
+        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
+        let mut c = Consumer::bind(&ex, "#").await;
+        let good = |i: i64| Envelope::new(&outbox_message(i, "order.paid", &format!("good {i}")), 1);
+        let with_headers = |i: i64, headers: Vec<(String, String)>| {
+            let mut m = outbox_message(i, "order.paid", "bad");
+            m.headers.extend(headers);
+            Envelope::new(&m, 1)
+        };
+        // 64 headers of 4 KiB each: valid for the outbox, 256 KiB in one AMQP frame.
+        let many: Vec<(String, String)> = (0..64).map(|i| (format!("h{i}"), "v".repeat(4096))).collect();
+        let batch = vec![
+            good(1),
+            with_headers(101, vec![("CC".into(), "other.key".into())]),
+            good(2),
+            Envelope::new(&outbox_message(102, &"k".repeat(300), "bad"), 1),
+            good(3),
+            with_headers(103, many),
+            good(4),
+            with_headers(104, vec![("n".repeat(300), "v".into())]),
+            good(5),
+            with_headers(105, vec![("BCC".into(), "x".into())]),
+        ];
+        let out = t.publish(&batch).await;
+        assert_eq!(out.len(), batch.len());
+        for i in [0, 2, 4, 6, 8] {
+            assert_eq!(out[i], Outcome::Delivered, "good message at {i}: {out:?}");
+        }
+        assert_refused(&out[1], "header name \"CC\" is reserved");
+        assert_refused(&out[3], "routing key \"kkk");
+        assert_refused(&out[3], "300 bytes; AMQP allows at most 255");
+        assert_refused(&out[5], "frame_max of 131072 bytes");
+        assert_refused(&out[7], "header name \"nnn");
+        assert_refused(&out[9], "header name \"BCC\" is reserved");
+
+        let got = c.take(5, Duration::from_secs(10)).await;
+        let payloads: Vec<String> = got.iter().map(|d| String::from_utf8(d.data.clone()).unwrap()).collect();
+        assert_eq!(payloads, (1..=5).map(|i| format!("good {i}")).collect::<Vec<_>>());
+
+        // Same transport, same connection: still publishing.
+        assert_eq!(t.publish(&[good(6)]).await, vec![Outcome::Delivered]);
+        assert_eq!(c.take(1, Duration::from_secs(10)).await.len(), 1);
+        assert!(c.take(1, Duration::from_millis(300)).await.is_empty(), "nothing refused was published");
+        t.health().await.unwrap();
+        delete_exchange(&ex).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_publish_does_not_confuse_the_next_one() {
     tokio::time::timeout(WAIT, async {

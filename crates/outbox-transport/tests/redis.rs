@@ -342,6 +342,59 @@ async fn classification_of_failures() {
     .expect("test timed out");
 }
 
+/// Issue 14, finding 4 on Redis: a key or field outside the transport's bounds fails alone,
+/// permanently, naming the problem, before it is sent; the good messages are appended; the
+/// connection keeps working. (Redis keys are binary-safe: a topic with a line break is a valid
+/// key and is delivered, not refused.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let base = unique("outbox_t");
+        let t = RedisTransport::connect(RedisConfig {
+            max_payload_bytes: 1024,
+            ..config(format!("redis://{}", server()), &format!("{base}:{{topic}}"))
+        })
+        .await
+        .unwrap();
+        let good = |i: i64| envelope(i, "ok", None, &format!("good {i}"), false);
+        let with_header = |i: i64, name: &str, value: &str| {
+            let mut e = good(i);
+            e.headers.insert(name.to_owned(), value.to_owned());
+            e
+        };
+        let batch = vec![
+            good(1),
+            envelope(101, &"x".repeat(5000), None, "bad", false),
+            good(2),
+            with_header(102, &format!("{} x", "n".repeat(70_000)), "v"),
+            good(3),
+            with_header(103, "note", &"v".repeat(2000)),
+            good(4),
+            envelope(5, "sec.a\nb", None, "binary-safe key", false),
+        ];
+        let out = t.publish(&batch).await;
+        assert_eq!(out[0], Outcome::Delivered);
+        assert_refused(&out[1], "more than the 4096 allowed");
+        assert_refused(&out[1], "does not make a usable stream key");
+        assert_eq!(out[2], Outcome::Delivered);
+        assert_refused(&out[3], "header field name");
+        assert!(reason(&out[3]).len() < 400, "the 70 KB name is not quoted whole");
+        assert_eq!(out[4], Outcome::Delivered);
+        assert_refused(&out[5], "larger than max_payload_bytes (1024)");
+        assert_eq!(out[6], Outcome::Delivered);
+        assert_eq!(out[7], Outcome::Delivered);
+
+        let got: Vec<String> = read(&format!("{base}:ok")).await.into_iter().map(|g| g.id).collect();
+        assert_eq!(got, vec!["1", "2", "3", "4"]);
+        assert_eq!(read(&format!("{base}:sec.a\nb")).await.len(), 1);
+        assert_eq!(t.publish(&[good(6)]).await, vec![Outcome::Delivered]);
+        assert_eq!(read(&format!("{base}:ok")).await.len(), 5);
+        del(&[&format!("{base}:ok"), &format!("{base}:sec.a\nb")]).await;
+    })
+    .await
+    .expect("test timed out");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
     tokio::time::timeout(TEST_TIMEOUT, async {

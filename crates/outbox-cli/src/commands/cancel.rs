@@ -11,7 +11,7 @@ pub(crate) async fn run(args: CancelArgs) -> anyhow::Result<()> {
     let actor = args.actor.clone().unwrap_or_else(default_actor);
     let message = outbox.cancel(MessageId(args.id), &actor).await.with_context(|| shown.clone())?;
     if args.json {
-        println!("{}", serde_json::to_string(&message)?);
+        println!("{}", super::ops::to_json(&message)?);
     } else {
         println!(
             "message {}: cancelled (it will not be published; `outbox retry {}` re-drives it)",

@@ -1,10 +1,15 @@
 //! `outbox check`: validate a configuration file and print what it resolves to.
+//!
+//! It loads the file exactly as `outbox relay` does ([`Config::load`]: the same environment
+//! overrides, the same validation), so a file `check` accepts is one the relay starts with,
+//! short of connecting. URLs are printed redacted, names escaped.
 
 use std::path::Path;
 
 use outbox_store::redact_url;
 use serde::Serialize;
 
+use super::ops::{clean, to_json_pretty};
 use crate::config::Config;
 
 #[derive(Debug, Serialize)]
@@ -36,21 +41,22 @@ pub(crate) async fn run(config_path: &Path, json: bool) -> anyhow::Result<()> {
             .collect(),
     };
     if json {
-        println!("{}", serde_json::to_string_pretty(&resolved)?);
+        println!("{}", to_json_pretty(&resolved)?);
         return Ok(());
     }
-    println!("{}: OK", config_path.display());
+    println!("{}: OK", clean(&config_path.display().to_string(), 500));
     println!("stores:");
     for (n, u) in &resolved.stores {
-        println!("  {n:<16} {u}");
+        println!("  {:<16} {}", clean(n, 200), clean(u, 1000));
     }
     println!("destinations:");
     for (n, k) in &resolved.destinations {
-        println!("  {n:<16} {k}");
+        println!("  {:<16} {k}", clean(n, 200));
     }
     println!("routes:");
     for (t, ds) in &resolved.routes {
-        println!("  {t:<24} -> {}", ds.join(", "));
+        let ds: Vec<String> = ds.iter().map(|d| clean(d, 200)).collect();
+        println!("  {:<24} -> {}", clean(t, 300), ds.join(", "));
     }
     if resolved.routes.is_empty() {
         println!("  (none: every message would fail with \"no route\")");

@@ -113,7 +113,11 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // built-in receiver.
     let receiver = Arc::new(Receiver { quiet: args.json, ..Receiver::default() });
     let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-        .config(RelayConfig { owner: "outbox-demo".into(), ..RelayConfig::default() })
+        .config(RelayConfig {
+            owner: "outbox-demo".into(),
+            unrouted_grace: std::time::Duration::ZERO,
+            ..RelayConfig::default()
+        })
         .destination(
             Destination::new("receiver", receiver.clone())
                 .retry(RetryPolicy { initial: Duration::from_millis(300), ..RetryPolicy::default() }),

@@ -4,7 +4,7 @@ use anyhow::Context;
 use outbox_store::{ListFilter, MessageAdmin, MessageId, OutboxMessage};
 use serde::Serialize;
 
-use super::ops::{open, or_dash, short, time, Table};
+use super::ops::{open, or_dash, short, time, to_json, Table};
 use crate::cli::ListArgs;
 
 #[derive(Debug, Serialize)]
@@ -30,7 +30,7 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<()> {
     let messages = outbox.list(&filter).await.with_context(|| format!("listing messages in {shown}"))?;
     let next_after_id = if messages.len() == filter.limit { messages.last().map(|m| m.id) } else { None };
     if args.json {
-        println!("{}", serde_json::to_string(&Page { messages: &messages, next_after_id })?);
+        println!("{}", to_json(&Page { messages: &messages, next_after_id })?);
         return Ok(());
     }
     if messages.is_empty() {

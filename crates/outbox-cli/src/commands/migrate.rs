@@ -6,7 +6,7 @@ use outbox_store::{redact_url, AnyOutbox};
 use crate::cli::MigrateArgs;
 
 pub(crate) async fn run(args: MigrateArgs) -> anyhow::Result<()> {
-    let shown = redact_url(&args.database_url);
+    let shown = super::ops::clean(&redact_url(&args.database_url), 1000);
     let outbox = AnyOutbox::connect(&args.database_url, 2).await?;
     let report = outbox.migrate().await.with_context(|| format!("migrating {shown}"))?;
     if args.json {

@@ -17,7 +17,7 @@ use crate::cli::DatabaseArgs;
 /// so an unmigrated database gets a clear message instead of an SQL error. Returns the outbox
 /// and the URL as it may be shown (password redacted).
 pub(crate) async fn open(db: &DatabaseArgs) -> anyhow::Result<(AnyOutbox, String)> {
-    let shown = redact_url(&db.database_url);
+    let shown = clean(&redact_url(&db.database_url), 1000);
     if let Some(path) = sqlite_path(&db.database_url) {
         // Connecting would create an empty file; a typo in the path deserves a better answer.
         if !path.exists() {
@@ -142,15 +142,56 @@ pub(crate) fn age(d: Duration) -> String {
     }
 }
 
-/// `text` on one line, cut to `max` characters.
+/// `text` (a value from the database) on one line, cut to `max` characters: control
+/// characters escaped (`\n`, `\u{1b}`), so a row cannot move the cursor, recolour the
+/// terminal or forge a line of the output.
 pub(crate) fn short(text: &str, max: usize) -> String {
-    let one_line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
-    if one_line.chars().count() <= max {
-        return one_line;
+    let escaped = outbox_core::text::printable(text, max);
+    if escaped.chars().count() <= max {
+        return escaped.into_owned();
     }
-    let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+    let mut cut: String = escaped.chars().take(max.saturating_sub(1)).collect();
     cut.push('…');
     cut
+}
+
+/// `text` (a value from the database) for a terminal: control characters escaped, cut after
+/// `max` characters with a note of what was left out.
+pub(crate) fn clean(text: &str, max: usize) -> String {
+    outbox_core::text::printable(text, max).into_owned()
+}
+
+/// `value` as JSON for stdout. serde_json escapes the C0 control characters; this also escapes
+/// DEL, the C1 controls and the Unicode line separators and bidirectional overrides, which JSON
+/// allows raw in strings but which act on a terminal (`outbox show 42 --json` read by a person).
+/// Outside strings JSON is ASCII, so every such character is inside a string, where `\uXXXX`
+/// means the same character.
+pub(crate) fn to_json<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
+    Ok(terminal_safe(serde_json::to_string(value)?))
+}
+
+/// [`to_json`], indented.
+pub(crate) fn to_json_pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
+    Ok(terminal_safe(serde_json::to_string_pretty(value)?))
+}
+
+fn terminal_safe(json: String) -> String {
+    if !json.chars().any(acts_on_terminals) {
+        return json;
+    }
+    let mut out = String::with_capacity(json.len() + 16);
+    for c in json.chars() {
+        if acts_on_terminals(c) {
+            out.push_str(&format!("\\u{:04x}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn acts_on_terminals(c: char) -> bool {
+    matches!(c, '\u{7f}'..='\u{9f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
 }
 
 /// `-` for nothing.
@@ -220,6 +261,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn json_output_escapes_what_acts_on_terminals() {
+        let v = serde_json::json!({ "t": "a\u{1b}[2J\u{7f}\u{9b}31m\u{202e}b\r\n" });
+        let out = to_json(&v).unwrap();
+        assert!(!out.chars().any(|c| c.is_control() || acts_on_terminals(c)), "{out}");
+        let back: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(back, v);
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
         assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
@@ -259,7 +309,10 @@ mod tests {
         assert_eq!(t.render(""), "ID    TOPIC\n1     order.paid\n1000  x\n");
         assert_eq!(age(Duration::from_secs(3725)), "1h 2m");
         assert_eq!(age(Duration::from_millis(20)), "20ms");
-        assert_eq!(short("a\nb", 10), "a b");
+        assert_eq!(short("a\nb", 10), "a\\nb");
+        assert_eq!(short("\u{1b}[31mred", 40), "\\u{1b}[31mred");
+        assert_eq!(short(&"x".repeat(100), 10).chars().count(), 10);
+        assert_eq!(clean("a\rb", 10), "a\\rb");
         assert_eq!(short("abcdef", 4), "abc…");
     }
 }

@@ -91,18 +91,9 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen for ACKs on {}", config.ack.listen))?;
         tracing::info!(listen = %config.ack.listen, "ACK endpoint ready");
-        let app = crate::ack_server::router(crate::ack_server::AckState {
-            stores: std::sync::Arc::new(ack_stores),
-            secret,
-        });
-        let stop_http = stop.clone();
-        relays.push(tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(async move { stop_http.cancelled().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "ACK endpoint stopped");
-            }
-        }));
+        let limits = crate::ack_server::AckLimits::of(&config.ack);
+        let state = crate::ack_server::AckState::new(ack_stores, secret, &limits);
+        relays.push(tokio::spawn(crate::ack_server::serve(listener, state, limits, stop.clone())));
     }
     for r in relays {
         r.await.context("a relay task panicked")?;

@@ -16,7 +16,7 @@ pub(crate) async fn run(args: RetryArgs) -> anyhow::Result<()> {
         outbox.get(MessageId(id)).await.with_context(|| format!("reading message {id} in {shown}"))?;
     let message = outbox.retry(MessageId(id), &actor).await.with_context(|| shown.clone())?;
     if args.json {
-        println!("{}", serde_json::to_string(&message)?);
+        println!("{}", super::ops::to_json(&message)?);
     } else {
         let from = before.map_or_else(|| "?".to_owned(), |m| m.status.to_string());
         println!(

@@ -3,14 +3,14 @@
 use anyhow::Context;
 use outbox_store::{MessageAdmin, Stats};
 
-use super::ops::{age, open, Table};
+use super::ops::{age, clean, open, to_json, Table};
 use crate::cli::StatusArgs;
 
 pub(crate) async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let (outbox, shown) = open(&args.db).await?;
     let stats = outbox.stats().await.with_context(|| format!("reading the outbox in {shown}"))?;
     if args.json {
-        println!("{}", serde_json::to_string(&stats)?);
+        println!("{}", to_json(&stats)?);
     } else {
         print!("{}", render(&shown, &stats));
     }
@@ -22,7 +22,7 @@ fn render(shown: &str, s: &Stats) -> String {
         Some(d) => format!("oldest pending {} old", age(d)),
         None => "nothing pending".to_owned(),
     };
-    let mut out = format!("{shown}: {} messages, {} failed, {oldest}\n\n", s.total, s.failed);
+    let mut out = format!("{}: {} messages, {} failed, {oldest}\n\n", clean(shown, 500), s.total, s.failed);
     let mut t = Table::new(&["STATUS", "COUNT"]);
     for c in &s.by_status {
         t.row(vec![c.status.to_string(), c.count.to_string()]);
@@ -31,7 +31,11 @@ fn render(shown: &str, s: &Stats) -> String {
     if !s.by_topic.is_empty() {
         let mut t = Table::new(&["TOPIC", "STATUS", "COUNT"]);
         for c in &s.by_topic {
-            t.row(vec![c.topic.clone(), c.status.to_string(), c.count.to_string()]);
+            t.row(vec![
+                clean(&c.topic, outbox_core::limits::TOPIC),
+                c.status.to_string(),
+                c.count.to_string(),
+            ]);
         }
         out.push('\n');
         out.push_str(&t.render(""));
@@ -39,7 +43,11 @@ fn render(shown: &str, s: &Stats) -> String {
     if !s.by_destination.is_empty() {
         let mut t = Table::new(&["DESTINATION", "STATUS", "COUNT"]);
         for c in &s.by_destination {
-            t.row(vec![c.destination.clone(), c.status.to_string(), c.count.to_string()]);
+            t.row(vec![
+                clean(&c.destination, outbox_core::limits::DESTINATION),
+                c.status.to_string(),
+                c.count.to_string(),
+            ]);
         }
         out.push('\n');
         out.push_str(&t.render(""));

@@ -42,6 +42,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "open key",
         sql: include_str!("../../migrations/mysql/0004_open_key.sql"),
     },
+    Migration {
+        version: 5,
+        description: "bounds",
+        sql: include_str!("../../migrations/mysql/0005_bounds.sql"),
+    },
 ];
 
 const MIGRATION_LOCK: &str = "outbox_migrate";

@@ -24,13 +24,14 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{MessageId, OutboxMessage, Result, Status};
-use sqlx::mysql::MySql;
+use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
 use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
-use crate::common::{delivery_status, expired_per_message};
+use crate::common::{decode_rows, delivery_status, expired_per_message, log_poison, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
+use crate::relay::{settle_isolated, SettleWrites};
 use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
 
@@ -88,7 +89,7 @@ async fn lock_heads(
     ids: &HashSet<i64>,
     limit: usize,
     exact: bool,
-) -> Result<Vec<OutboxMessage>> {
+) -> Result<(Vec<OutboxMessage>, Vec<Poison>)> {
     let claimable = |qb: &mut QueryBuilder<'_, MySql>| {
         qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) AND ");
         qb.push(NOT_BLOCKED);
@@ -102,7 +103,7 @@ async fn lock_heads(
         qb.push_bind(i64::try_from(limit).unwrap_or(i64::MAX));
         chosen = qb.build_query_scalar::<i64>().fetch_all(&mut **tx).await.map_err(db)?;
         if chosen.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
     }
     let cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers");
@@ -115,7 +116,7 @@ async fn lock_heads(
     }
     qb.push(" FOR UPDATE SKIP LOCKED");
     let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
-    rows.iter().map(decode_message).collect()
+    Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message))
 }
 
 /// Steps 1 to 3 in a new READ COMMITTED transaction: the claimable messages, locked, in id
@@ -124,7 +125,7 @@ async fn lock_candidates(
     outbox: &Outbox<MySql>,
     limit: usize,
     exact: bool,
-) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>)> {
+) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>)> {
     let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut tx = begin_read_committed(outbox).await?;
@@ -137,25 +138,71 @@ async fn lock_candidates(
         .map_err(db)?;
     let window_full = [1, 2].iter().any(|src| found.iter().filter(|(_, s)| s == src).count() >= window);
     let ids: HashSet<i64> = found.into_iter().map(|(id, _)| id).collect();
-    let mut kept = if ids.is_empty() { Vec::new() } else { lock_heads(&mut tx, &ids, limit, exact).await? };
+    let (mut kept, mut poison) = if ids.is_empty() {
+        (Vec::new(), Vec::new())
+    } else {
+        lock_heads(&mut tx, &ids, limit, exact).await?
+    };
     // Only when the window is full and did not hold enough heads (rows held back behind their
     // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
-    if window_full && kept.len() < limit {
+    if window_full && kept.len() + poison.len() < limit {
         let heads: Vec<Option<i64>> = sqlx::query_scalar(HEADS).fetch_all(&mut *tx).await.map_err(db)?;
         let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
         if !more.is_empty() {
-            let extra = lock_heads(&mut tx, &more, limit - kept.len(), exact).await?;
+            let (extra, bad) = lock_heads(&mut tx, &more, limit - kept.len() - poison.len(), exact).await?;
             kept.extend(extra);
+            poison.extend(bad);
         }
     }
     kept.sort_by_key(|m| m.id);
-    Ok((tx, kept))
+    if !poison.is_empty() {
+        // The rows are locked by this transaction (`pending`): fail them in it.
+        log_poison(&poison);
+        for p in &poison {
+            if let Err(e) = fail_one(&mut tx, "", p.id, &p.reason).await {
+                tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
+            }
+        }
+    }
+    Ok((tx, kept, poison))
+}
+
+/// One message `failed` with its reason, for a row this relay holds (`pending` under its lock,
+/// `sending` under its lease): a row that cannot be read, or whose outcome could not be
+/// written. Times a permissive `sql_mode` let in as zero dates (before schema version 5
+/// refused them) are repaired so that the row passes the table's checks again.
+const FAIL_ONE: &str = "UPDATE outbox_message SET status = 'failed', attempts = attempts + 1, last_error = ?, \
+     next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), lease_owner = NULL, lease_until = NULL, \
+     updated_at = UTC_TIMESTAMP(6), \
+     created_at = IF(created_at >= '1970-01-01', created_at, UTC_TIMESTAMP(6)) \
+     WHERE id = ? AND (status = 'pending' OR (status = 'sending' AND lease_owner = ?))";
+
+async fn fail_one(conn: &mut MySqlConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
+    let done =
+        sqlx::query(FAIL_ONE).bind(reason).bind(id).bind(owner).execute(&mut *conn).await.map_err(db)?;
+    Ok(done.rows_affected())
+}
+
+/// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
+struct MySqlWrites<'a> {
+    owner: &'a str,
+    owned: &'a HashSet<i64>,
+}
+
+impl SettleWrites<MySql> for MySqlWrites<'_> {
+    async fn write(&self, conn: &mut MySqlConnection, s: &Settlement) -> Result<SettleReport> {
+        write_settlement(conn, self.owner, s, self.owned).await
+    }
+
+    async fn fail(&self, conn: &mut MySqlConnection, id: i64, reason: &str) -> Result<u64> {
+        fail_one(conn, self.owner, id, reason).await
+    }
 }
 
 /// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
 /// `tx`.
 async fn write_settlement(
-    tx: &mut sqlx::Transaction<'static, MySql>,
+    conn: &mut MySqlConnection,
     owner: &str,
     s: &Settlement,
     owned: &HashSet<i64>,
@@ -183,7 +230,7 @@ async fn write_settlement(
         .bind(d.last_error.as_deref())
         // NULL when the destination needs no ACK: the deadline is NULL too.
         .bind(d.ack_timeout.map(|t| ms(t) * 1000))
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await
         .map_err(db)?;
     }
@@ -197,7 +244,7 @@ async fn write_settlement(
         qb.push_bind(owner.to_owned());
         qb.push(" WHERE id IN ");
         in_list(&mut qb, sent);
-        qb.build().execute(&mut **tx).await.map_err(db)?;
+        qb.build().execute(&mut *conn).await.map_err(db)?;
     }
     for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
         sqlx::query(
@@ -215,7 +262,7 @@ async fn write_settlement(
         .bind(w.attempted)
         .bind(owner)
         .bind(w.id.0)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await
         .map_err(db)?;
     }
@@ -258,7 +305,7 @@ impl RelayStore for Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept) = lock_candidates(self, limit, false).await?;
+        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, false).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -296,7 +343,7 @@ impl RelayStore for Outbox<MySql> {
         if limit == 0 {
             return Ok(None);
         }
-        let (mut tx, kept) = lock_candidates(self, limit, true).await?;
+        let (mut tx, kept, poison) = lock_candidates(self, limit, true).await?;
         if !kept.is_empty() {
             // MariaDB ends a transaction left idle longer than this, so a relay that vanishes
             // without closing its connection loses the claim after `lease`. MySQL 8 has no such
@@ -309,7 +356,11 @@ impl RelayStore for Outbox<MySql> {
             }
         }
         if kept.is_empty() {
-            tx.rollback().await.map_err(db)?;
+            if poison.is_empty() {
+                tx.rollback().await.map_err(db)?;
+            } else {
+                tx.commit().await.map_err(db)?;
+            }
             return Ok(None);
         }
         let ids = kept.iter().map(|m| m.id).collect();
@@ -323,7 +374,7 @@ impl RelayStore for Outbox<MySql> {
             _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
         };
         let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
-        let report = write_settlement(&mut tx, owner, s, &held).await?;
+        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
         // application's own transactions may use it.
         let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await;
@@ -362,7 +413,7 @@ impl RelayStore for Outbox<MySql> {
         qb.push(" FOR UPDATE");
         let owned: HashSet<i64> =
             qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-        let report = write_settlement(&mut tx, owner, s, &owned).await?;
+        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &owned }, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }

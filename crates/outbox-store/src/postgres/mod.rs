@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "open key",
         sql: include_str!("../../migrations/postgres/0004_open_key.sql"),
     },
+    Migration {
+        version: 5,
+        description: "bounds",
+        sql: include_str!("../../migrations/postgres/0005_bounds.sql"),
+    },
 ];
 
 /// Key of the advisory lock that serializes concurrent migrations ("outbox" in ASCII).
@@ -72,11 +77,84 @@ const ENQUEUE_BATCH: &str = "INSERT INTO outbox_message \
     ON CONFLICT (biz_type, biz_key) DO UPDATE SET biz_type = EXCLUDED.biz_type \
     RETURNING id, biz_type, biz_key, (xmax = 0) AS created";
 
+/// A time column as read by the relay and the admin queries: clamped into
+/// 1970-01-01 .. 9999-12-31, so that a foreign row holding `infinity`, `-infinity` or a year
+/// past chrono's range (which the driver's decoder cannot represent, and panicked on) reads as
+/// a time at the edge of the range. Schema version 5 refuses such values at INSERT; this keeps
+/// rows written before it readable. NULL stays NULL.
+macro_rules! pg_time {
+    ($m:literal, $col:literal) => {
+        concat!(
+            "CASE WHEN ",
+            $m,
+            ".",
+            $col,
+            " < '1970-01-01 00:00:00+00'::timestamptz THEN '1970-01-01 00:00:00+00'::timestamptz ",
+            "WHEN ",
+            $m,
+            ".",
+            $col,
+            " > '9999-12-31 00:00:00+00'::timestamptz THEN '9999-12-31 00:00:00+00'::timestamptz ",
+            "ELSE ",
+            $m,
+            ".",
+            $col,
+            " END AS ",
+            $col
+        )
+    };
+}
+
+/// Columns read into an [`OutboxMessage`] from the table or alias `$m`, in [`decode_message`]'s
+/// order.
+macro_rules! message_columns {
+    ($m:literal) => {
+        concat!(
+            $m,
+            ".id, ",
+            $m,
+            ".biz_type, ",
+            $m,
+            ".biz_key, ",
+            $m,
+            ".topic, ",
+            $m,
+            ".msg_key, ",
+            $m,
+            ".tag, ",
+            $m,
+            ".headers::text AS headers, ",
+            $m,
+            ".payload, ",
+            $m,
+            ".status, ",
+            $m,
+            ".attempts, ",
+            $m,
+            ".max_attempts, ",
+            pg_time!($m, "next_attempt_at"),
+            ", ",
+            pg_time!($m, "last_attempt_at"),
+            ", ",
+            $m,
+            ".last_error, ",
+            $m,
+            ".lease_owner, ",
+            pg_time!($m, "lease_until"),
+            ", ",
+            $m,
+            ".created_by, ",
+            $m,
+            ".updated_by, ",
+            pg_time!($m, "created_at"),
+            ", ",
+            pg_time!($m, "updated_at")
+        )
+    };
+}
+
 /// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
-pub(crate) const MESSAGE_COLUMNS: &str =
-    "id, biz_type, biz_key, topic, msg_key, tag, headers::text AS headers, \
-    payload, status, attempts, max_attempts, next_attempt_at, last_attempt_at, last_error, lease_owner, \
-    lease_until, created_by, updated_by, created_at, updated_at";
+pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
 impl OutboxDatabase for Postgres {
     async fn migrate(pool: &PgPool) -> Result<MigrationReport> {

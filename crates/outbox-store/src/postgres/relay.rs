@@ -17,11 +17,14 @@ use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
+use crate::common::{decode_rows, log_poison, Poison};
 use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
+use crate::relay::{settle_isolated, SettleWrites};
 use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
+use sqlx::postgres::PgConnection;
 
 /// The channel the `outbox_message_notify` trigger notifies.
 pub(crate) const CHANNEL: &str = "outbox_message";
@@ -112,53 +115,6 @@ FOR UPDATE SKIP LOCKED"
     };
 }
 
-macro_rules! message_columns {
-    ($m:literal) => {
-        concat!(
-            $m,
-            ".id, ",
-            $m,
-            ".biz_type, ",
-            $m,
-            ".biz_key, ",
-            $m,
-            ".topic, ",
-            $m,
-            ".msg_key, ",
-            $m,
-            ".tag, ",
-            $m,
-            ".headers::text AS headers, ",
-            $m,
-            ".payload, ",
-            $m,
-            ".status, ",
-            $m,
-            ".attempts, ",
-            $m,
-            ".max_attempts, ",
-            $m,
-            ".next_attempt_at, ",
-            $m,
-            ".last_attempt_at, ",
-            $m,
-            ".last_error, ",
-            $m,
-            ".lease_owner, ",
-            $m,
-            ".lease_until, ",
-            $m,
-            ".created_by, ",
-            $m,
-            ".updated_by, ",
-            $m,
-            ".created_at, ",
-            $m,
-            ".updated_at"
-        )
-    };
-}
-
 /// The lease claim: one statement that locks the candidates and leases them (`$3` = 0 and `$4`
 /// empty: see `CLAIM_LOCKED`; `$5` owner, `$6` lease in ms).
 const CLAIM: &str = concat!(
@@ -243,6 +199,18 @@ SET status = CASE WHEN d.status = 'acked' THEN d.status ELSE EXCLUDED.status END
     ack_deadline = CASE WHEN d.status = 'acked' THEN NULL ELSE EXCLUDED.ack_deadline END,
     updated_at = now()";
 
+/// One message `failed` with its reason, for a row this relay holds (`pending` under its lock,
+/// `sending` under its lease): a row that cannot be read, or whose outcome could not be
+/// written. A `created_at` out of range (written before schema version 5 refused it) is
+/// repaired so that the row passes the table's checks again.
+const FAIL_ONE: &str = "\
+UPDATE outbox_message
+SET status = 'failed', attempts = attempts + 1, last_error = $2, next_attempt_at = now(),
+    last_attempt_at = now(), lease_owner = NULL, lease_until = NULL, updated_at = now(),
+    created_at = CASE WHEN created_at BETWEEN '1970-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00'
+                      THEN created_at ELSE now() END
+WHERE id = $1 AND (status = 'pending' OR (status = 'sending' AND lease_owner = $3))";
+
 /// ACK mode: sent deliveries whose ACK deadline has passed. Rows another transaction holds (an
 /// ACK being recorded, another reaper) are skipped, never waited for.
 const DUE_ACKS: &str = "\
@@ -284,7 +252,7 @@ fn claim_sizes(limit: usize) -> (i64, i64) {
 /// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
 /// `tx`; `mark_sent` is [`MARK_SENT`] (lease) or [`MARK_SENT_LOCKED`].
 async fn write_settlement(
-    tx: &mut sqlx::Transaction<'static, Postgres>,
+    conn: &mut PgConnection,
     owner: &str,
     s: &Settlement,
     owned: &[i64],
@@ -304,13 +272,13 @@ async fn write_settlement(
             .bind(d.iter().map(|w| w.attempted).collect::<Vec<_>>())
             .bind(owned)
             .bind(d.iter().map(|w| w.ack_timeout.map(ms)).collect::<Vec<_>>())
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await
             .map_err(db)?;
     }
     if !s.sent.is_empty() {
         let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| held.contains(i)).collect();
-        sqlx::query(mark_sent).bind(sent).bind(owner).execute(&mut **tx).await.map_err(db)?;
+        sqlx::query(mark_sent).bind(sent).bind(owner).execute(&mut *conn).await.map_err(db)?;
     }
     if !s.messages.is_empty() {
         let m = &s.messages;
@@ -323,11 +291,46 @@ async fn write_settlement(
             .bind(m.iter().map(|w| w.attempted).collect::<Vec<_>>())
             .bind(owner)
             .bind(owned)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await
             .map_err(db)?;
     }
     Ok(SettleReport::of(&all, &held))
+}
+
+/// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
+struct PgWrites<'a> {
+    owner: &'a str,
+    owned: &'a [i64],
+    mark_sent: &'static str,
+}
+
+impl SettleWrites<Postgres> for PgWrites<'_> {
+    async fn write(&self, conn: &mut PgConnection, s: &Settlement) -> Result<SettleReport> {
+        write_settlement(conn, self.owner, s, self.owned, self.mark_sent).await
+    }
+
+    async fn fail(&self, conn: &mut PgConnection, id: i64, reason: &str) -> Result<u64> {
+        fail_one(conn, self.owner, id, reason).await
+    }
+}
+
+async fn fail_one(conn: &mut PgConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
+    let done =
+        sqlx::query(FAIL_ONE).bind(id).bind(reason).bind(owner).execute(&mut *conn).await.map_err(db)?;
+    Ok(done.rows_affected())
+}
+
+/// Fails the claimed rows that could not be read, each alone (a row whose own write fails is
+/// left to its lease or lock, and logged).
+async fn fail_poison(conn: &mut PgConnection, owner: &str, poison: &[Poison]) -> Result<()> {
+    log_poison(poison);
+    for p in poison {
+        if let Err(e) = fail_one(conn, owner, p.id, &p.reason).await {
+            tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
+        }
+    }
+    Ok(())
 }
 
 /// The per-destination rows of these messages.
@@ -376,7 +379,11 @@ impl RelayStore for Outbox<Postgres> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let mut out = rows.iter().map(decode_message).collect::<Result<Vec<_>>>()?;
+        let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+        if !poison.is_empty() {
+            let mut conn = self.pool().acquire().await.map_err(db)?;
+            fail_poison(&mut conn, owner, &poison).await?;
+        }
         out.sort_by_key(|m| m.id);
         Ok(out)
     }
@@ -387,7 +394,7 @@ impl RelayStore for Outbox<Postgres> {
 
     async fn claim_locked(
         &self,
-        _owner: &str,
+        owner: &str,
         limit: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, LockedClaim)>> {
@@ -397,9 +404,10 @@ impl RelayStore for Outbox<Postgres> {
         let begin = format!("BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}", ms(lease).max(1));
         let mut tx = sqlx::Transaction::begin(conn, Some(begin.into())).await.map_err(db)?;
         let mut out: Vec<OutboxMessage> = Vec::new();
+        let mut poison: Vec<Poison> = Vec::new();
         for pass in 0..LOCKED_PASSES {
             let offset = pass * window;
-            let taken: Vec<i64> = out.iter().map(|m| m.id.0).collect();
+            let taken: Vec<i64> = out.iter().map(|m| m.id.0).chain(poison.iter().map(|p| p.id)).collect();
             let want = limit - i64::try_from(out.len()).unwrap_or(limit);
             let rows = sqlx::query(CLAIM_LOCKED)
                 .bind(want)
@@ -414,17 +422,29 @@ impl RelayStore for Outbox<Postgres> {
             for r in &rows {
                 win_rows = r.try_get("win_rows").map_err(db)?;
                 walked = r.try_get::<Option<bool>, _>("walked").map_err(db)?.unwrap_or(false);
-                if r.try_get::<Option<i64>, _>("id").map_err(db)?.is_some() {
-                    out.push(decode_message(r)?);
-                }
             }
+            let (good, bad) =
+                decode_rows(&rows, |r| r.try_get::<Option<i64>, _>("id").ok().flatten(), decode_message);
+            out.extend(good);
+            poison.extend(bad);
             // Done when the batch is full, when this window was the last due one, or when the
             // pass walked the heads of every key (a further window holds nothing new).
-            if i64::try_from(out.len()).unwrap_or(limit) >= limit || win_rows < window || walked {
+            if i64::try_from(out.len() + poison.len()).unwrap_or(limit) >= limit
+                || win_rows < window
+                || walked
+            {
                 break;
             }
         }
+        if !poison.is_empty() {
+            // Written in the claim's transaction: committed with the batch's settlement.
+            fail_poison(&mut tx, owner, &poison).await?;
+        }
         if out.is_empty() {
+            if !poison.is_empty() {
+                tx.commit().await.map_err(db)?;
+                return Ok(None);
+            }
             tx.rollback().await.map_err(db)?;
             return Ok(None);
         }
@@ -440,7 +460,8 @@ impl RelayStore for Outbox<Postgres> {
             _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
         };
         let held: Vec<i64> = raw_ids(&claim.ids);
-        let report = write_settlement(&mut tx, owner, s, &held, MARK_SENT_LOCKED).await?;
+        let w = PgWrites { owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
+        let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
@@ -463,17 +484,15 @@ impl RelayStore for Outbox<Postgres> {
 
     async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
         if s.messages.is_empty() && s.deliveries.is_empty() {
-            // The common case: one statement, no transaction round trips.
-            let done = sqlx::query(MARK_SENT)
-                .bind(raw_ids(&s.sent))
-                .bind(owner)
-                .execute(self.pool())
-                .await
-                .map_err(db)?;
-            let settled = usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
-            let lost_lease =
-                if settled == s.sent.len() { Vec::new() } else { self.not_owned(owner, &s.sent).await? };
-            return Ok(SettleReport { settled, lost_lease });
+            // The common case: one statement, no transaction round trips. Should it fail for
+            // another reason than the connection, the general path below isolates the row.
+            let done = sqlx::query(MARK_SENT).bind(raw_ids(&s.sent)).bind(owner).execute(self.pool()).await;
+            if let Ok(done) = done {
+                let settled = usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
+                let lost_lease =
+                    if settled == s.sent.len() { Vec::new() } else { self.not_owned(owner, &s.sent).await? };
+                return Ok(SettleReport { settled, lost_lease, ..SettleReport::default() });
+            }
         }
         let mut tx = self.pool().begin().await.map_err(db)?;
         let owned: Vec<i64> = sqlx::query_scalar(OWNED)
@@ -482,7 +501,8 @@ impl RelayStore for Outbox<Postgres> {
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-        let report = write_settlement(&mut tx, owner, s, &owned, MARK_SENT).await?;
+        let w = PgWrites { owner, owned: &owned, mark_sent: MARK_SENT };
+        let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }

@@ -12,7 +12,7 @@ use outbox_core::{Error, MessageId, OutboxMessage, Result, Status};
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
 use sqlx::{Connection, QueryBuilder, Row};
 
-use super::{decode_message, from_millis, get, MESSAGE_COLUMNS};
+use super::{from_millis, get, read_message, MESSAGE_COLUMNS};
 use crate::admin::{
     check_actor, check_age, check_batch, check_retry_filter, refused, report, DeliveryRecord,
     DestinationCount, ListFilter, MessageAdmin, MessageDetail, Progress, Stats, TopicCount,
@@ -206,7 +206,7 @@ impl MessageAdmin for Outbox<Sqlite> {
         push_filter(&mut qb, filter);
         qb.push(" ORDER BY id LIMIT ").push_bind(filter.limit_i64());
         let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
-        rows.iter().map(decode_message).collect()
+        rows.iter().map(read_message).collect()
     }
 
     async fn show(&self, id: MessageId) -> Result<MessageDetail> {

@@ -39,6 +39,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "open key",
         sql: include_str!("../../migrations/sqlite/0004_open_key.sql"),
     },
+    Migration {
+        version: 5,
+        description: "bounds",
+        sql: include_str!("../../migrations/sqlite/0005_bounds.sql"),
+    },
 ];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
@@ -173,11 +178,12 @@ pub async fn enqueue_batch(conn: &mut SqliteConnection, msgs: &[NewMessage]) -> 
     Ok(out)
 }
 
-/// Reads one message by id.
+/// Reads one message by id (text that is not valid UTF-8, which only a foreign writer can
+/// store, reads as U+FFFD).
 pub async fn get(conn: &mut SqliteConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
     let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?1");
     let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
-    row.as_ref().map(decode_message).transpose()
+    row.as_ref().map(read_message).transpose()
 }
 
 /// Milliseconds since the epoch to a UTC instant.
@@ -185,8 +191,28 @@ pub(crate) fn from_millis(ms: i64) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp_millis(ms)
 }
 
-/// Decodes a row selected with [`MESSAGE_COLUMNS`].
+/// How a reader treats a text column that is not valid UTF-8. SQLite stores whatever bytes a
+/// writer gives it (`CAST(x'fffe' AS TEXT)`); only a foreign writer can store such a row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Utf8 {
+    /// The relay: the row cannot be published as it is, so it fails alone with the column named.
+    Strict,
+    /// People and applications reading a row (`get`, `outbox list` and `show`): the bad bytes
+    /// read as U+FFFD, so a row the relay failed can be seen and cancelled.
+    Lossy,
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`] for the relay ([`Utf8::Strict`]).
 pub(crate) fn decode_message(row: &SqliteRow) -> Result<OutboxMessage> {
+    decode_message_as(row, Utf8::Strict)
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`] for a reader ([`Utf8::Lossy`]).
+pub(crate) fn read_message(row: &SqliteRow) -> Result<OutboxMessage> {
+    decode_message_as(row, Utf8::Lossy)
+}
+
+fn decode_message_as(row: &SqliteRow, utf8: Utf8) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
     let malformed =
         |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
@@ -199,27 +225,42 @@ pub(crate) fn decode_message(row: &SqliteRow) -> Result<OutboxMessage> {
         ms.map(|ms| from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time"))))
             .transpose()
     };
-    let headers: String = row.try_get("headers").map_err(db)?;
-    let status: String = row.try_get("status").map_err(db)?;
+    let opt_text = |col: &'static str| -> Result<Option<String>> {
+        let Some(bytes) = row.try_get::<Option<&[u8]>, _>(col).map_err(db)? else {
+            return Ok(None);
+        };
+        match (std::str::from_utf8(bytes), utf8) {
+            (Ok(s), _) => Ok(Some(s.to_owned())),
+            (Err(_), Utf8::Lossy) => Ok(Some(String::from_utf8_lossy(bytes).into_owned())),
+            (Err(e), Utf8::Strict) => {
+                Err(malformed(format!("{col} is not valid UTF-8 (at byte {})", e.valid_up_to())))
+            }
+        }
+    };
+    let text = |col: &'static str| -> Result<String> {
+        opt_text(col)?.ok_or_else(|| malformed(format!("{col} is NULL")))
+    };
+    let headers = text("headers")?;
+    let status = text("status")?;
     Ok(OutboxMessage {
         id: MessageId(id),
-        biz_type: row.try_get("biz_type").map_err(db)?,
-        biz_key: row.try_get("biz_key").map_err(db)?,
-        topic: row.try_get("topic").map_err(db)?,
-        key: row.try_get("msg_key").map_err(db)?,
-        tag: row.try_get("tag").map_err(db)?,
+        biz_type: opt_text("biz_type")?,
+        biz_key: opt_text("biz_key")?,
+        topic: text("topic")?,
+        key: opt_text("msg_key")?,
+        tag: opt_text("tag")?,
         headers: decode_headers(&headers).map_err(malformed)?,
-        payload: row.try_get("payload").map_err(db)?,
+        payload: text("payload")?,
         status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
         attempts: row.try_get("attempts").map_err(db)?,
         max_attempts: row.try_get("max_attempts").map_err(db)?,
         next_attempt_at: time("next_attempt_at")?,
         last_attempt_at: opt_time("last_attempt_at")?,
-        last_error: row.try_get("last_error").map_err(db)?,
-        lease_owner: row.try_get("lease_owner").map_err(db)?,
+        last_error: opt_text("last_error")?,
+        lease_owner: opt_text("lease_owner")?,
         lease_until: opt_time("lease_until")?,
-        created_by: row.try_get("created_by").map_err(db)?,
-        updated_by: row.try_get("updated_by").map_err(db)?,
+        created_by: opt_text("created_by")?,
+        updated_by: opt_text("updated_by")?,
         created_at: time("created_at")?,
         updated_at: time("updated_at")?,
     })

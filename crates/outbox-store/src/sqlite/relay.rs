@@ -10,11 +10,14 @@ use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
+use crate::common::{decode_rows, log_poison};
 use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
+use crate::relay::{settle_isolated, SettleWrites};
 use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
 use crate::signal::CommitSignal;
+use sqlx::sqlite::SqliteConnection;
 
 macro_rules! now_ms {
     () => {
@@ -101,6 +104,114 @@ fn in_list(qb: &mut QueryBuilder<'_, Sqlite>, ids: impl IntoIterator<Item = i64>
     sep.push_unseparated(")");
 }
 
+/// The settlement's writes and [`FAIL_ONE`] for [`settle_isolated`], for the rows `owned`
+/// (leased by `owner`).
+struct SqliteWrites<'a> {
+    owner: &'a str,
+    owned: &'a HashSet<i64>,
+}
+
+impl SettleWrites<Sqlite> for SqliteWrites<'_> {
+    async fn write(&self, conn: &mut SqliteConnection, s: &Settlement) -> Result<SettleReport> {
+        for d in s.deliveries.iter().filter(|d| self.owned.contains(&d.message_id.0)) {
+            sqlx::query(concat!(
+                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
+                 last_attempt_at, last_error, ack_deadline, updated_at) VALUES (?1, ?2, ?3, ?4, ",
+                now_ms!(),
+                " + ?5, CASE WHEN ?6 THEN ",
+                now_ms!(),
+                " END, ?7, ",
+                now_ms!(),
+                " + ?8, ",
+                now_ms!(),
+                ") ON CONFLICT (message_id, destination) DO UPDATE SET \
+                 status = CASE WHEN status = 'acked' THEN status ELSE excluded.status END, \
+                 attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at, \
+                 last_attempt_at = COALESCE(excluded.last_attempt_at, last_attempt_at), \
+                 last_error = COALESCE(excluded.last_error, last_error), \
+                 ack_deadline = CASE WHEN status = 'acked' THEN NULL ELSE excluded.ack_deadline END, \
+                 updated_at = excluded.updated_at"
+            ))
+            .bind(d.message_id.0)
+            .bind(&d.destination)
+            .bind(d.status.as_str())
+            .bind(d.attempts)
+            .bind(ms(d.retry_in))
+            .bind(d.attempted)
+            .bind(d.last_error.as_deref())
+            // NULL when the destination needs no ACK: the deadline is NULL too.
+            .bind(d.ack_timeout.map(ms))
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        }
+        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| self.owned.contains(i)).collect();
+        if !sent.is_empty() {
+            let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
+                now_ms!(),
+                ", last_attempt_at = ",
+                now_ms!(),
+                ", updated_at = ",
+                now_ms!(),
+                ", updated_by = "
+            ));
+            qb.push_bind(self.owner.to_owned());
+            qb.push(" WHERE id IN ");
+            in_list(&mut qb, sent);
+            qb.build().execute(&mut *conn).await.map_err(db)?;
+        }
+        for w in s.messages.iter().filter(|w| self.owned.contains(&w.id.0)) {
+            sqlx::query(concat!(
+                "UPDATE outbox_message SET status = ?1, attempts = ?2, next_attempt_at = ",
+                now_ms!(),
+                " + ?3, last_error = COALESCE(?4, last_error), \
+                 last_attempt_at = CASE WHEN ?5 THEN ",
+                now_ms!(),
+                " ELSE last_attempt_at END, lease_owner = NULL, lease_until = NULL, updated_at = ",
+                now_ms!(),
+                ", updated_by = ?6 WHERE id = ?7"
+            ))
+            .bind(w.status.as_str())
+            .bind(w.attempts)
+            .bind(ms(w.retry_in))
+            .bind(w.last_error.as_deref())
+            .bind(w.attempted)
+            .bind(self.owner)
+            .bind(w.id.0)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        }
+        let all = s.ids();
+        let lost_lease: Vec<MessageId> =
+            all.iter().copied().filter(|id| !self.owned.contains(&id.0)).collect();
+        Ok(SettleReport { settled: all.len() - lost_lease.len(), lost_lease, ..SettleReport::default() })
+    }
+
+    async fn fail(&self, conn: &mut SqliteConnection, id: i64, reason: &str) -> Result<u64> {
+        fail_one(conn, self.owner, id, reason).await
+    }
+}
+
+/// One message `failed` with its reason (a row `owner` leases): a row that cannot be read, or
+/// whose outcome could not be written.
+const FAIL_ONE: &str = concat!(
+    "UPDATE outbox_message SET status = 'failed', attempts = attempts + 1, last_error = ?2, next_attempt_at = ",
+    now_ms!(),
+    ", last_attempt_at = ",
+    now_ms!(),
+    ", lease_owner = NULL, lease_until = NULL, updated_at = ",
+    now_ms!(),
+    " WHERE id = ?1 AND status = 'sending' AND lease_owner = ?3"
+);
+
+async fn fail_one(conn: &mut SqliteConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
+    let done =
+        sqlx::query(FAIL_ONE).bind(id).bind(reason).bind(owner).execute(&mut *conn).await.map_err(db)?;
+    Ok(done.rows_affected())
+}
+
 impl RelayStore for Outbox<Sqlite> {
     async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
@@ -112,7 +223,16 @@ impl RelayStore for Outbox<Sqlite> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let mut out = rows.iter().map(decode_message).collect::<Result<Vec<_>>>()?;
+        let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+        if !poison.is_empty() {
+            log_poison(&poison);
+            let mut conn = self.pool().acquire().await.map_err(db)?;
+            for p in &poison {
+                if let Err(e) = fail_one(&mut conn, owner, p.id, &p.reason).await {
+                    tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
+                }
+            }
+        }
         out.sort_by_key(|m| m.id);
         Ok(out)
     }
@@ -159,80 +279,9 @@ impl RelayStore for Outbox<Sqlite> {
         in_list(&mut qb, all.iter().map(|i| i.0));
         let owned: HashSet<i64> =
             qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-
-        for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
-            sqlx::query(concat!(
-                "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
-                 last_attempt_at, last_error, ack_deadline, updated_at) VALUES (?1, ?2, ?3, ?4, ",
-                now_ms!(),
-                " + ?5, CASE WHEN ?6 THEN ",
-                now_ms!(),
-                " END, ?7, ",
-                now_ms!(),
-                " + ?8, ",
-                now_ms!(),
-                ") ON CONFLICT (message_id, destination) DO UPDATE SET \
-                 status = CASE WHEN status = 'acked' THEN status ELSE excluded.status END, \
-                 attempts = excluded.attempts, next_attempt_at = excluded.next_attempt_at, \
-                 last_attempt_at = COALESCE(excluded.last_attempt_at, last_attempt_at), \
-                 last_error = COALESCE(excluded.last_error, last_error), \
-                 ack_deadline = CASE WHEN status = 'acked' THEN NULL ELSE excluded.ack_deadline END, \
-                 updated_at = excluded.updated_at"
-            ))
-            .bind(d.message_id.0)
-            .bind(&d.destination)
-            .bind(d.status.as_str())
-            .bind(d.attempts)
-            .bind(ms(d.retry_in))
-            .bind(d.attempted)
-            .bind(d.last_error.as_deref())
-            // NULL when the destination needs no ACK: the deadline is NULL too.
-            .bind(d.ack_timeout.map(ms))
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-        let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
-        if !sent.is_empty() {
-            let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
-                now_ms!(),
-                ", last_attempt_at = ",
-                now_ms!(),
-                ", updated_at = ",
-                now_ms!(),
-                ", updated_by = "
-            ));
-            qb.push_bind(owner.to_owned());
-            qb.push(" WHERE id IN ");
-            in_list(&mut qb, sent);
-            qb.build().execute(&mut *tx).await.map_err(db)?;
-        }
-        for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
-            sqlx::query(concat!(
-                "UPDATE outbox_message SET status = ?1, attempts = ?2, next_attempt_at = ",
-                now_ms!(),
-                " + ?3, last_error = COALESCE(?4, last_error), \
-                 last_attempt_at = CASE WHEN ?5 THEN ",
-                now_ms!(),
-                " ELSE last_attempt_at END, lease_owner = NULL, lease_until = NULL, updated_at = ",
-                now_ms!(),
-                ", updated_by = ?6 WHERE id = ?7"
-            ))
-            .bind(w.status.as_str())
-            .bind(w.attempts)
-            .bind(ms(w.retry_in))
-            .bind(w.last_error.as_deref())
-            .bind(w.attempted)
-            .bind(owner)
-            .bind(w.id.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
+        let report = settle_isolated(&mut *tx, &SqliteWrites { owner, owned: &owned }, s).await?;
         tx.commit().await.map_err(db)?;
-        let lost_lease = all.iter().copied().filter(|id| !owned.contains(&id.0)).collect();
-        Ok(SettleReport { settled: owned.len(), lost_lease })
+        Ok(report)
     }
 
     async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {

@@ -20,6 +20,137 @@ pub const MIN_SECRET_BYTES: usize = 16;
 /// The placeholder in [`HttpConfig::url`] replaced by the message's topic.
 pub const TOPIC_PLACEHOLDER: &str = "{topic}";
 
+/// The part of the URL a `{topic}` placeholder sits in, which decides how the topic is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Part {
+    /// In the path: one path segment's worth (see [`encode_component`]).
+    Path,
+    /// In the query (`?...`).
+    Query,
+    /// In the fragment (`#...`; not sent, but kept consistent).
+    Fragment,
+}
+
+/// A marker that cannot occur in a URL template's own text (checked), standing for the topic
+/// when the template's shape is worked out.
+const SENTINEL: &str = "outbox-topic-sentinel-7f3a";
+
+/// `value` percent-encoded for `part`: every byte outside the RFC 3986 unreserved characters
+/// (`A-Z a-z 0-9 - . _ ~`) becomes `%XX`, so `/`, `?`, `#`, `%`, `&`, `=`, `\`, spaces and
+/// everything non-ASCII are encoded and the value stays one path segment or one query value.
+/// In the path, a value made only of dots (`.`, `..`) has its dots encoded too (`%2E`, `%2E%2E`),
+/// so it is not a literal dot segment; [`UrlTemplate::render`] still refuses any result whose
+/// path climbs (WHATWG URL parsing, which reqwest uses, resolves `%2E%2E` like `..`).
+pub(crate) fn encode_component(value: &str, part: Part) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let dots_only = part == Part::Path && !value.is_empty() && value.bytes().all(|b| b == b'.');
+    let mut out = String::with_capacity(value.len());
+    for &b in value.as_bytes() {
+        let unreserved = b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~');
+        if unreserved && !(dots_only && b == b'.') {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+    }
+    out
+}
+
+/// The URL template split at its `{topic}` placeholders, with the shape every rendered URL
+/// must keep: the topic may fill its path segment or query value, never add, remove or climb
+/// path segments, and never reach the scheme, host or port (refused by the configuration).
+#[derive(Debug, Clone)]
+pub(crate) struct UrlTemplate {
+    /// The literal text around the placeholders: `pieces.len() == parts.len() + 1`.
+    pieces: Vec<String>,
+    /// The part of the URL each placeholder sits in.
+    parts: Vec<Part>,
+    /// The template parsed with a sentinel in place of the topic.
+    sample: reqwest::Url,
+    /// When a placeholder is in the path: the parsed path before the first one.
+    path_prefix: Option<String>,
+}
+
+impl UrlTemplate {
+    /// Splits `url` (which must hold the placeholder only in its path, query or fragment).
+    pub(crate) fn parse(url: &str) -> Result<UrlTemplate, String> {
+        if url.contains(SENTINEL) {
+            return Err("contains the reserved text outbox-topic-sentinel-7f3a".into());
+        }
+        let start = url.find("://").map_or(0, |i| i + 3);
+        let authority_end = url[start..].find(['/', '?', '#']).map_or(url.len(), |i| start + i);
+        let fragment = url[authority_end..].find('#').map_or(url.len(), |i| authority_end + i);
+        let query = url[authority_end..fragment].find('?').map_or(fragment, |i| authority_end + i);
+        let mut pieces = Vec::new();
+        let mut parts = Vec::new();
+        let mut last = 0;
+        for (at, _) in url.match_indices(TOPIC_PLACEHOLDER) {
+            let part = if at < authority_end {
+                return Err(format!(
+                    "{TOPIC_PLACEHOLDER} may appear only in the path, the query or the fragment: a topic \
+                     must never choose the scheme, host or port"
+                ));
+            } else if at < query {
+                Part::Path
+            } else if at < fragment {
+                Part::Query
+            } else {
+                Part::Fragment
+            };
+            pieces.push(url[last..at].to_owned());
+            parts.push(part);
+            last = at + TOPIC_PLACEHOLDER.len();
+        }
+        pieces.push(url[last..].to_owned());
+        let sample =
+            reqwest::Url::parse(&url.replace(TOPIC_PLACEHOLDER, SENTINEL)).map_err(|e| e.to_string())?;
+        let path_prefix = if parts.contains(&Part::Path) {
+            let path = sample.path();
+            let at = path.find(SENTINEL).ok_or("the URL's path does not keep the placeholder")?;
+            Some(path[..at].to_owned())
+        } else {
+            None
+        };
+        Ok(UrlTemplate { pieces, parts, sample, path_prefix })
+    }
+
+    /// The URL for `topic`, or why there is none (the reason quotes the topic bounded).
+    pub(crate) fn render(&self, topic: &str) -> Result<reqwest::Url, String> {
+        use crate::validate::quote;
+        let mut text =
+            String::with_capacity(self.pieces.iter().map(String::len).sum::<usize>() + topic.len());
+        for (piece, part) in self.pieces.iter().zip(&self.parts) {
+            text.push_str(piece);
+            text.push_str(&encode_component(topic, *part));
+        }
+        text.push_str(self.pieces.last().map_or("", String::as_str));
+        let url = reqwest::Url::parse(&text)
+            .map_err(|e| format!("topic {} does not make a valid URL: {e}", quote(topic)))?;
+        let same_origin = url.scheme() == self.sample.scheme()
+            && url.host_str() == self.sample.host_str()
+            && url.port_or_known_default() == self.sample.port_or_known_default();
+        let same_path = match &self.path_prefix {
+            Some(prefix) => {
+                url.path().starts_with(prefix.as_str())
+                    && url.path_segments().map(Iterator::count)
+                        == self.sample.path_segments().map(Iterator::count)
+            }
+            None => url.path() == self.sample.path(),
+        };
+        if !same_origin || !same_path {
+            return Err(format!(
+                "topic {} would change the URL's path (a \".\" or \"..\" path segment, which URL \
+                 normalisation resolves and which would climb out of {}); refused",
+                quote(topic),
+                quote(self.path_prefix.as_deref().unwrap_or(self.sample.path()))
+            ));
+        }
+        Ok(url)
+    }
+}
+
 /// Where and how to POST messages.
 ///
 /// ```toml
@@ -33,10 +164,13 @@ pub const TOPIC_PLACEHOLDER: &str = "{topic}";
 #[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
-    /// The URL each message is POSTed to, `http://` or `https://`. May contain `{topic}`,
-    /// replaced by the message's topic, percent-encoded (every byte but `A-Z a-z 0-9 - . _ ~`),
-    /// so it is safe in a path segment or a query value. Required. A password in it never
-    /// appears in errors or logs.
+    /// The URL each message is POSTed to, `http://` or `https://`. May contain `{topic}` in its
+    /// path, query or fragment (not in the host: a topic must never choose where a signed
+    /// request goes), replaced by the message's topic percent-encoded as one path segment or
+    /// one query value (every byte but `A-Z a-z 0-9 - . _ ~`; a topic of dots only has them
+    /// encoded too): a topic such as `a/b`, `?x=1` or `..` can never add a path segment, climb
+    /// the path or inject a query; a topic whose URL would still change the path is refused
+    /// (permanent). Required. A password in it never appears in errors or logs.
     pub url: String,
     /// The shared secret requests are signed with (HMAC-SHA256, see the module docs). Required
     /// unless `unsigned = true`; at least 16 bytes. Never logged or printed by `Debug`.
@@ -157,6 +291,9 @@ impl HttpConfig {
                     crate::redact(&self.url)
                 ),
             ));
+        }
+        if let Err(e) = UrlTemplate::parse(&self.url) {
+            return Err(err("url", format!("{:?}: {e}", crate::redact(&self.url))));
         }
         match reqwest::Url::parse(&url) {
             Ok(u)
@@ -288,6 +425,7 @@ mod tests {
         assert_eq!(key_of(with(&|c| c.url = "ftp://h/x".into())), "url");
         assert_eq!(key_of(with(&|c| c.url = "not a url".into())), "url");
         assert_eq!(key_of(with(&|c| c.url = "http://h/{other}".into())), "url");
+        assert_eq!(key_of(with(&|c| c.url = "http://{topic}.example.com/x".into())), "url");
         assert_eq!(key_of(with(&|c| c.secret = None)), "secret");
         assert_eq!(key_of(with(&|c| c.secret = Some(WebhookSecret::new("short")))), "secret");
         assert_eq!(key_of(with(&|c| c.unsigned = true)), "unsigned");
@@ -308,6 +446,53 @@ mod tests {
             c.headers.insert("Authorization".into(), "Bearer t".into());
         })
         .unwrap();
+    }
+
+    #[test]
+    fn topics_cannot_climb_the_path_or_inject_a_query() {
+        let t = UrlTemplate::parse("http://h/tenant-a/hooks/{topic}/deliver").unwrap();
+        let path = |topic: &str| t.render(topic).map(|u| u.path().to_owned());
+        assert_eq!(path("order.paid").unwrap(), "/tenant-a/hooks/order.paid/deliver");
+        assert_eq!(path("a/../../x").unwrap(), "/tenant-a/hooks/a%2F..%2F..%2Fx/deliver");
+        assert_eq!(path("?x=1").unwrap(), "/tenant-a/hooks/%3Fx%3D1/deliver");
+        assert_eq!(t.render("?x=1").unwrap().query(), None);
+        assert_eq!(path("#frag").unwrap(), "/tenant-a/hooks/%23frag/deliver");
+        assert_eq!(path("a\\b").unwrap(), "/tenant-a/hooks/a%5Cb/deliver");
+        assert_eq!(path("%2E%2E").unwrap(), "/tenant-a/hooks/%252E%252E/deliver");
+        assert_eq!(path("...").unwrap(), "/tenant-a/hooks/%2E%2E%2E/deliver");
+        assert_eq!(path("a..").unwrap(), "/tenant-a/hooks/a../deliver");
+        assert_eq!(path("é x").unwrap(), "/tenant-a/hooks/%C3%A9%20x/deliver");
+        for climbing in ["..", "."] {
+            let e = path(climbing).unwrap_err();
+            assert!(e.contains("would change the URL's path") && e.contains("/tenant-a/hooks/"), "{e}");
+        }
+        assert_eq!(encode_component("..", Part::Path), "%2E%2E");
+        assert_eq!(encode_component(".", Part::Path), "%2E");
+        assert_eq!(encode_component("..", Part::Query), "..");
+        assert_eq!(encode_component("a.b/c", Part::Path), "a.b%2Fc");
+
+        // Inside a segment, dots are just text.
+        let t = UrlTemplate::parse("http://h/hooks/x{topic}").unwrap();
+        assert_eq!(t.render("..").unwrap().path(), "/hooks/x%2E%2E");
+        // In the query: one value, whatever it holds.
+        let t = UrlTemplate::parse("http://h/hooks?topic={topic}&v=1").unwrap();
+        let u = t.render("a&b=c#d").unwrap();
+        assert_eq!(u.path(), "/hooks");
+        assert_eq!(u.query(), Some("topic=a%26b%3Dc%23d&v=1"));
+        assert_eq!(u.query_pairs().count(), 2);
+        assert_eq!(t.render("..").unwrap().query(), Some("topic=..&v=1"));
+        // Twice in a path segment: still one segment, never a dot segment.
+        let t = UrlTemplate::parse("http://h/a/{topic}{topic}/b").unwrap();
+        assert!(t.render(".").is_err());
+        assert_eq!(t.render("x").unwrap().path(), "/a/xx/b");
+        // No placeholder: always the same URL.
+        assert_eq!(UrlTemplate::parse("http://h/x").unwrap().render("..").unwrap().path(), "/x");
+        // Never in the host.
+        for bad in
+            ["http://{topic}/x", "http://{topic}.example.com/", "http://h:{topic}/", "http://u:{topic}@h/"]
+        {
+            assert!(UrlTemplate::parse(bad).unwrap_err().contains("only in the path"), "{bad}");
+        }
     }
 
     #[test]

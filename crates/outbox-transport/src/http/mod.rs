@@ -11,7 +11,7 @@
 //!
 //! # The request
 //! ```text
-//! POST <url, with {topic} replaced by the percent-encoded topic>
+//! POST <url, with {topic} replaced by the topic, percent-encoded as one path segment or query value>
 //! Content-Type: application/json                (the `content_type` setting)
 //! Outbox-Timestamp: 1700000000                  (Unix seconds when the request was signed)
 //! Outbox-Signature: v1=6948a2dc...              (see below; absent when `unsigned = true`)
@@ -43,6 +43,15 @@
 //! non-ASCII text, spaces or line breaks, arrives intact and cannot inject headers. Decode with
 //! any percent-decoder that leaves `+` alone, or [`decode_header_value`]. Mapped headers may
 //! take at most [`MAX_HEADER_BYTES`] (32 KiB); more fails the message permanently.
+//!
+//! **The URL.** `{topic}` may appear in the path, the query or the fragment, never in the host.
+//! Each occurrence is replaced by the topic percent-encoded: every byte outside `A-Z a-z 0-9 -
+//! . _ ~` becomes `%XX` (so `/`, `?`, `#`, `%`, `&`, `=`, `\` and spaces are encoded), and in the
+//! path a topic made only of dots has its dots encoded too. A topic is therefore one path
+//! segment (or one query value): `a/../../x` arrives as `a%2F..%2F..%2Fx`, `?x=1` as `%3Fx%3D1`.
+//! A topic that would still change the path's shape, i.e. `.` or `..` filling a whole segment
+//! (URL parsing resolves `%2E%2E` like `..`, so it cannot be sent as a segment), fails
+//! permanently: a signed request never leaves the configured path.
 //!
 //! # Signature (how to verify a request, in any language)
 //! With the shared `secret` (its UTF-8 bytes are the key):
@@ -76,7 +85,7 @@
 //! | connection refused, DNS failure, TLS failure, connect timeout | `Unavailable` | the receiver is unreachable |
 //! | no response within `timeout` | `Unavailable` | as the relay's own publish timeout: a receiver that does not answer is unavailable; the message is sent again with the same id when it recovers |
 //! | connection broken while sending or reading | `Retryable` | |
-//! | payload over `max_payload_bytes`, invalid header name, headers too large, URL invalid for the topic | `Permanent`, no request | |
+//! | payload over `max_payload_bytes`, a header name that is not an HTTP token, headers too large, a topic whose URL is invalid or would change the path | `Permanent`, no request | |
 //!
 //! Only the delta-seconds form of `Retry-After` is honoured (capped at 24 h). Body snippets in
 //! reasons are cleaned of control characters and of any configured secret the receiver might

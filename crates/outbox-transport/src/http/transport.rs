@@ -10,8 +10,9 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AF
 use reqwest::{Client, Url};
 use sha2::Sha256;
 
-use super::config::{HttpConfig, TOPIC_PLACEHOLDER};
+use super::config::{HttpConfig, UrlTemplate, TOPIC_PLACEHOLDER};
 use super::outcome;
+use crate::validate::{quote, refuse};
 use crate::TransportError;
 
 const KIND: &str = "http";
@@ -64,7 +65,7 @@ pub struct HttpTransport {
 
 enum Target {
     Fixed(Url),
-    Template(String),
+    Template(UrlTemplate),
 }
 
 impl fmt::Debug for HttpTransport {
@@ -88,7 +89,7 @@ impl HttpTransport {
         let config_err =
             |key: &'static str, reason: String| TransportError::Config { transport: KIND, key, reason };
         let target = if config.url.contains(TOPIC_PLACEHOLDER) {
-            Target::Template(config.url.clone())
+            Target::Template(UrlTemplate::parse(&config.url).map_err(|e| config_err("url", e))?)
         } else {
             Target::Fixed(Url::parse(&config.url).map_err(|e| config_err("url", e.to_string()))?)
         };
@@ -135,10 +136,7 @@ impl HttpTransport {
     fn url_for(&self, topic: &str) -> Result<Url, String> {
         match &self.target {
             Target::Fixed(u) => Ok(u.clone()),
-            Target::Template(t) => {
-                Url::parse(&t.replace(TOPIC_PLACEHOLDER, &percent_encode_component(topic)))
-                    .map_err(|e| format!("the URL for topic {topic:?} is invalid: {e}"))
-            }
+            Target::Template(t) => t.render(topic),
         }
     }
 
@@ -149,24 +147,31 @@ impl HttpTransport {
         let mut total = 0usize;
         for (name, value) in &e.headers {
             let http_name = http_header_name(name);
+            if let Err(why) = check_header_name(&http_name) {
+                return Err(refuse(format!("message header {} cannot be sent: {why}", quote(name))));
+            }
             let Ok(n) = HeaderName::from_bytes(http_name.as_bytes()) else {
-                return Err(Outcome::permanent(format!(
-                    "message header {:?} cannot be sent: not a valid HTTP header name",
-                    name.chars().take(64).collect::<String>()
+                return Err(refuse(format!(
+                    "message header {} cannot be sent: not a valid HTTP header name",
+                    quote(name)
                 )));
             };
             let encoded = encode_header_value(value);
             total += http_name.len() + encoded.len();
+            if total > MAX_HEADER_BYTES {
+                break;
+            }
             let Ok(v) = HeaderValue::from_str(&encoded) else {
-                return Err(Outcome::permanent(format!(
-                    "message header {name:?} has a value that cannot be sent"
+                return Err(refuse(format!(
+                    "message header {} has a value that cannot be sent",
+                    quote(name)
                 )));
             };
             headers.insert(n, v);
         }
         if total > MAX_HEADER_BYTES {
-            return Err(Outcome::permanent(format!(
-                "message headers take {total} bytes on the wire, more than the {MAX_HEADER_BYTES} allowed"
+            return Err(refuse(format!(
+                "message headers take more than the {MAX_HEADER_BYTES} bytes allowed on the wire"
             )));
         }
         Ok(headers)
@@ -174,7 +179,7 @@ impl HttpTransport {
 
     async fn send(&self, e: &Envelope) -> Outcome {
         if e.payload.len() > self.config.max_payload_bytes {
-            return Outcome::permanent(format!(
+            return refuse(format!(
                 "payload is {} bytes, larger than max_payload_bytes ({})",
                 e.payload.len(),
                 self.config.max_payload_bytes
@@ -182,7 +187,7 @@ impl HttpTransport {
         }
         let url = match self.url_for(&e.topic) {
             Ok(u) => u,
-            Err(reason) => return Outcome::permanent(reason),
+            Err(reason) => return refuse(reason),
         };
         let mut headers = match self.headers_for(e) {
             Ok(h) => h,
@@ -259,7 +264,9 @@ impl Transport for HttpTransport {
         // batch never holds two messages with the same key, so this reorders nothing that must
         // stay ordered.)
         let requests: Vec<_> = batch.iter().map(|e| self.send(e)).collect();
-        futures::stream::iter(requests).buffered(self.config.concurrency).collect().await
+        let out: Vec<Outcome> =
+            futures::stream::iter(requests).buffered(self.config.concurrency).collect().await;
+        out.into_iter().map(crate::validate::bounded).collect()
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {
@@ -379,19 +386,20 @@ fn hex_val(b: u8) -> Option<u8> {
     }
 }
 
-/// Percent-encodes everything but the RFC 3986 unreserved characters.
-fn percent_encode_component(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for &b in s.as_bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX_UPPER[usize::from(b >> 4)]));
-            out.push(char::from(HEX_UPPER[usize::from(b & 0xf)]));
-        }
+/// Why `name` is not an HTTP header name (RFC 9110 `token`: 1 or more of ``! # $ % & ' * + - .
+/// ^ _ ` | ~``, digits and letters), if it is not.
+pub(crate) fn check_header_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty header name".into());
     }
-    out
+    let tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    match name.chars().find(|&c| !tchar(c)) {
+        Some(c) => Err(format!(
+            "{} is not allowed in an HTTP header name (a token: letters, digits and !#$%&'*+-.^_`|~)",
+            crate::validate::describe_char(c)
+        )),
+        None => Ok(()),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -610,10 +618,18 @@ mod tests {
     }
 
     #[test]
-    fn topics_are_encoded_into_urls() {
-        assert_eq!(percent_encode_component("order.paid"), "order.paid");
-        assert_eq!(percent_encode_component("a/b c?d"), "a%2Fb%20c%3Fd");
-        assert_eq!(percent_encode_component("é"), "%C3%A9");
+    fn header_names_are_tokens() {
+        assert_eq!(check_header_name("outbox-header-X_Custom.1"), Ok(()));
+        for (bad, shown) in [
+            ("outbox-header-a b", "U+0020 (space)"),
+            ("outbox-header-a:b", "':'"),
+            ("outbox-header-a\r\nInjected", "U+000D"),
+            ("outbox-header-é", "U+00E9"),
+            ("outbox-header-a\u{0}", "U+0000"),
+        ] {
+            assert!(check_header_name(bad).unwrap_err().contains(shown), "{bad:?}");
+        }
+        assert!(check_header_name("").is_err());
     }
 
     #[test]

@@ -258,17 +258,21 @@ impl KafkaConfig {
 }
 
 /// Why `topic` is not a legal Kafka topic name, if it is not: 1 to 249 characters of
-/// `[A-Za-z0-9._-]`, not `.` or `..`.
+/// `[A-Za-z0-9._-]`, not `.` or `..` (Kafka's `Topic.validate`). The reason quotes at most a
+/// bounded, escaped part of the name.
 pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, quote};
     if topic.is_empty() || topic.len() > 249 {
-        return Err(format!("{topic:?} must have 1 to 249 characters"));
+        return Err(format!("{} must have 1 to 249 characters (it has {} bytes)", quote(topic), topic.len()));
     }
     if topic == "." || topic == ".." {
-        return Err(format!("{topic:?} is not a legal topic name"));
+        return Err(format!("{} is not a legal topic name", quote(topic)));
     }
     if let Some(c) = topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
         return Err(format!(
-            "{topic:?} contains {c:?}; Kafka topics allow only ASCII letters, digits, '.', '_' and '-'"
+            "{} contains {}; Kafka topics allow only ASCII letters, digits, '.', '_' and '-'",
+            quote(topic),
+            describe_char(c)
         ));
     }
     Ok(())
@@ -361,5 +365,8 @@ mod tests {
         assert!(check_topic("a/b").is_err());
         assert!(check_topic("订单").is_err());
         assert!(check_topic(&"x".repeat(250)).is_err());
+        assert!(check_topic("sec.a\nb").unwrap_err().contains("U+000A (line feed)"));
+        let e = check_topic(&format!("{} x", "n".repeat(70_000))).unwrap_err();
+        assert!(e.len() < 200, "bounded: {e}");
     }
 }

@@ -50,7 +50,7 @@
 //! | --- | --- |
 //! | delivery report without error | delivered |
 //! | message (key, value, headers) over `max_message_bytes`, broker's `MESSAGE_TOO_LARGE` | permanent |
-//! | topic unknown to the cluster, invalid topic name, topic authorization failed, invalid record, policy violation | permanent |
+//! | topic unknown to the cluster, invalid topic name (checked before sending: 1 to 249 of `[A-Za-z0-9._-]`, not `.`/`..`), topic authorization failed, invalid record, bad message, invalid argument, policy violation | permanent |
 //! | message timed out, all brokers down, transport failure, no leader, not enough replicas, request timed out, cluster authorization or SASL failure | unavailable |
 //! | the producer's local queue is full | unavailable |
 //! | fatal producer error, producer fenced, unknown producer id, out-of-order sequence (the producer is rebuilt) | unavailable |

@@ -4,6 +4,8 @@
 use outbox_core::Outcome;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode as C};
 
+use crate::validate::quote;
+
 /// Whether `e` means the idempotent producer's identity is no longer accepted (fenced, unknown
 /// to a restarted broker, out of sequence): only a new producer can publish again.
 pub(crate) fn needs_rebuild(e: &KafkaError) -> bool {
@@ -22,7 +24,8 @@ pub(crate) fn needs_rebuild(e: &KafkaError) -> bool {
 
 /// The outcome of a failed produce (at enqueue into the producer or in the delivery report).
 pub(crate) fn produce_error(e: &KafkaError, topic: &str) -> Outcome {
-    let reason = format!("produce to Kafka topic {topic:?} failed: {e}");
+    let topic = &quote(topic);
+    let reason = format!("produce to Kafka topic {topic} failed: {e}");
     let Some(code) = e.rdkafka_error_code() else {
         return Outcome::retryable(reason);
     };
@@ -40,9 +43,13 @@ pub(crate) fn produce_error(e: &KafkaError, topic: &str) -> Outcome {
                 "{reason} (the topic does not exist and the cluster does not create it)"
             ))
         }
-        C::TopicAuthorizationFailed | C::InvalidRecord | C::PolicyViolation | C::InvalidRequiredAcks => {
-            Outcome::permanent(reason)
-        }
+        // About this message (its record, its headers, its request).
+        C::TopicAuthorizationFailed
+        | C::InvalidRecord
+        | C::PolicyViolation
+        | C::InvalidRequiredAcks
+        | C::BadMessage
+        | C::InvalidArgument => Outcome::permanent(reason),
         // The cluster, or the partition's leader, cannot take writes right now: not the
         // message's fault, costs no attempt.
         C::MessageTimedOut
@@ -76,13 +83,17 @@ pub(crate) fn produce_error(e: &KafkaError, topic: &str) -> Outcome {
 /// The producer was dropped (rebuilt) before it reported the delivery.
 pub(crate) fn cancelled(topic: &str) -> Outcome {
     Outcome::unavailable(format!(
-        "the Kafka producer was rebuilt before reporting the delivery to {topic:?}; it will be published again"
+        "the Kafka producer was rebuilt before reporting the delivery to {}; it will be published again",
+        quote(topic)
     ))
 }
 
 /// No delivery report within the transport's timeout.
 pub(crate) fn deadline(timeout: std::time::Duration, topic: &str) -> Outcome {
-    Outcome::unavailable(format!("no delivery report from Kafka for topic {topic:?} within {timeout:?}"))
+    Outcome::unavailable(format!(
+        "no delivery report from Kafka for topic {} within {timeout:?}",
+        quote(topic)
+    ))
 }
 
 /// The message is over the configured limit.
@@ -96,8 +107,9 @@ pub(crate) fn oversized(size: usize, limit: usize) -> Outcome {
 /// The topic does not exist on the cluster.
 pub(crate) fn unknown_topic(topic: &str, brokers: &str) -> Outcome {
     Outcome::permanent(format!(
-        "Kafka topic {topic:?} does not exist on {brokers} and the cluster does not create it \
-         (create the topic, or route this outbox topic elsewhere; then `outbox retry` the message)"
+        "Kafka topic {} does not exist on {brokers} and the cluster does not create it \
+         (create the topic, or route this outbox topic elsewhere; then `outbox retry` the message)",
+        quote(topic)
     ))
 }
 
@@ -129,6 +141,10 @@ mod tests {
         assert!(needs_rebuild(&KafkaError::MessageProduction(C::OutOfOrderSequenceNumber)));
         assert!(!needs_rebuild(&KafkaError::MessageProduction(C::MessageTimedOut)));
         assert_eq!(k(C::InvalidMessage), FailureKind::Retryable);
+        assert_eq!(k(C::BadMessage), FailureKind::Permanent);
+        assert_eq!(k(C::InvalidArgument), FailureKind::Permanent);
+        let long = produce_error(&KafkaError::MessageProduction(C::MessageTimedOut), &"t".repeat(10_000));
+        assert!(format!("{long:?}").len() < 400, "the topic is quoted bounded");
         assert_eq!(kind(&oversized(10, 5)), FailureKind::Permanent);
         assert_eq!(kind(&unknown_topic("t", "b:1")), FailureKind::Permanent);
         assert_eq!(kind(&cancelled("t")), FailureKind::Unavailable);

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::config::{check_topic, KafkaConfig};
 use super::outcome;
+use crate::validate::{quote, refuse};
 use crate::TransportError;
 
 const KIND: &str = "kafka";
@@ -258,9 +259,8 @@ struct Prepared {
 
 fn prepare(config: &KafkaConfig, env: &Envelope) -> Result<Prepared, Outcome> {
     let topic = config.topic_for(&env.topic);
-    check_topic(&topic).map_err(|r| {
-        Outcome::permanent(format!("topic {:?} does not make a valid Kafka topic: {r}", env.topic))
-    })?;
+    check_topic(&topic)
+        .map_err(|r| refuse(format!("topic {} does not make a valid Kafka topic: {r}", quote(&env.topic))))?;
     let mut headers = OwnedHeaders::new_with_capacity(env.headers.len() + 1);
     // Record overhead is small; count what the message carries.
     let mut size = env.payload.len() + env.key.as_deref().map_or(0, str::len);
@@ -323,7 +323,8 @@ impl Transport for KafkaTransport {
             }
             if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
                 out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                    "not sent: an earlier message with key {} in this batch was not published",
+                    quote(k)
                 )));
                 continue;
             }
@@ -394,7 +395,7 @@ impl Transport for KafkaTransport {
                 tracing::error!(error = %e, "Cannot rebuild the Kafka producer");
             }
         }
-        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+        crate::validate::finish(out)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -15,6 +15,12 @@ pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
 /// and a remaining length of at most 268,435,455 bytes.
 pub(crate) const PROTOCOL_MAX_PACKET: usize = 268_435_455 + 5;
 
+/// Longest MQTT topic, in bytes of UTF-8 (a two-byte length prefix on the wire).
+pub(crate) const MAX_TOPIC_BYTES: usize = 65_535;
+
+/// Default [`MqttConfig::max_topic_levels`].
+pub(crate) const DEFAULT_MAX_TOPIC_LEVELS: usize = 128;
+
 /// How a message is laid out in the MQTT payload.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -68,6 +74,11 @@ pub struct MqttConfig {
     /// an MQTT 3.1.1 broker answers an oversized packet only by closing the connection, which
     /// would look like an outage. Defaults to `1048576` (1 MiB).
     pub max_packet_bytes: usize,
+    /// Most levels (`/`-separated parts) of a topic; a message whose topic has more fails
+    /// permanently without being sent. Brokers limit the depth and close the connection of a
+    /// client publishing deeper (Mosquitto 2.0: about 200 levels; EMQX: `max_topic_levels`,
+    /// 128 by default; AWS IoT: 8). Defaults to `128`.
+    pub max_topic_levels: usize,
     /// PUBLISH packets awaiting their PUBACK at once (MQTT flow control). Defaults to `100`.
     pub inflight: u16,
     /// Longest time one `publish` call may take, sending and awaiting every PUBACK, in
@@ -99,6 +110,7 @@ impl Default for MqttConfig {
             retain: false,
             client_id: None,
             max_packet_bytes: 1024 * 1024,
+            max_topic_levels: DEFAULT_MAX_TOPIC_LEVELS,
             inflight: 100,
             timeout: Duration::from_millis(5000),
             connect_timeout: Duration::from_millis(5000),
@@ -118,6 +130,7 @@ impl std::fmt::Debug for MqttConfig {
             .field("retain", &self.retain)
             .field("client_id", &self.client_id)
             .field("max_packet_bytes", &self.max_packet_bytes)
+            .field("max_topic_levels", &self.max_topic_levels)
             .field("inflight", &self.inflight)
             .field("timeout", &self.timeout)
             .field("connect_timeout", &self.connect_timeout)
@@ -143,12 +156,15 @@ impl MqttConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
         self.broker()?;
+        if self.max_topic_levels == 0 || self.max_topic_levels > MAX_TOPIC_BYTES {
+            return Err(invalid("max_topic_levels", format!("must be 1 to {MAX_TOPIC_BYTES}")));
+        }
         if self.topic.is_empty() {
             return Err(invalid("topic", "must not be empty"));
         }
-        if self.topic.contains(['+', '#']) || self.topic.contains('\0') {
-            return Err(invalid("topic", "must not contain the wildcards '+' or '#' (or NUL)"));
-        }
+        // The template itself must make a valid topic (with a one-level topic in place).
+        check_topic(&self.topic.replace(TOPIC_PLACEHOLDER, "t"), self.max_topic_levels)
+            .map_err(|r| invalid("topic", r))?;
         if let Some(id) = &self.client_id {
             if id.is_empty() || id.len() > 65_535 {
                 return Err(invalid("client_id", "must be 1 to 65535 bytes"));
@@ -227,6 +243,38 @@ impl MqttConfig {
     }
 }
 
+/// Why `topic` cannot be published to, if it cannot: the rules of MQTT 3.1.1 / 5.0 (section
+/// 4.7 "Topic Names", 1.5.3 "UTF-8 Encoded String") as brokers enforce them, each of which
+/// makes Mosquitto close the connection:
+/// - 1 to 65535 bytes of UTF-8;
+/// - no wildcard `+` or `#` (they are for subscriptions);
+/// - no U+0000, no control character (U+0001 to U+001F, U+007F to U+009F), no Unicode
+///   noncharacter (U+FDD0 to U+FDEF, U+xFFFE, U+xFFFF);
+/// - at most `max_levels` levels.
+pub(crate) fn check_topic(topic: &str, max_levels: usize) -> Result<(), String> {
+    use crate::validate::{describe_char, first_control, is_noncharacter};
+    if topic.is_empty() {
+        return Err("is empty".into());
+    }
+    if topic.len() > MAX_TOPIC_BYTES {
+        return Err(format!("is {} bytes, more than the {MAX_TOPIC_BYTES} MQTT allows", topic.len()));
+    }
+    if let Some(c) = topic.chars().find(|c| matches!(c, '+' | '#')) {
+        return Err(format!("contains the wildcard {} (not allowed in a publish topic)", describe_char(c)));
+    }
+    if let Some(c) = first_control(topic) {
+        return Err(format!("contains the control character {}", describe_char(c)));
+    }
+    if let Some(c) = topic.chars().find(|&c| is_noncharacter(c)) {
+        return Err(format!("contains the Unicode noncharacter {}", describe_char(c)));
+    }
+    let levels = topic.bytes().filter(|&b| b == b'/').count() + 1;
+    if levels > max_levels {
+        return Err(format!("has {levels} levels, more than max_topic_levels ({max_levels})"));
+    }
+    Ok(())
+}
+
 /// A timeout must be positive and at most 10 minutes.
 fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
     crate::error::check_timeout(KIND, key, d)
@@ -270,6 +318,8 @@ mod tests {
         assert_eq!(bad(|c| c.url = "mqtt://h/path".into()), "url");
         assert_eq!(bad(|c| c.topic = "a/+/b".into()), "topic");
         assert_eq!(bad(|c| c.topic = String::new()), "topic");
+        assert_eq!(bad(|c| c.topic = "a\n/{topic}".into()), "topic");
+        assert_eq!(bad(|c| c.max_topic_levels = 0), "max_topic_levels");
         assert_eq!(bad(|c| c.client_id = Some(String::new())), "client_id");
         assert_eq!(bad(|c| c.max_packet_bytes = 10), "max_packet_bytes");
         assert_eq!(bad(|c| c.inflight = 0), "inflight");
@@ -277,6 +327,30 @@ mod tests {
         assert_eq!(bad(|c| c.connect_timeout = Duration::ZERO), "connect_timeout");
         assert_eq!(bad(|c| c.keep_alive = Duration::from_secs(1)), "keep_alive");
         assert_eq!(bad(|c| c.reconnect_max_delay = Duration::ZERO), "reconnect_max_delay");
+    }
+
+    #[test]
+    fn topics_follow_the_mqtt_rules() {
+        let ok = |t: &str| check_topic(t, 128);
+        let longest = "x".repeat(65_535);
+        for t in ["a/b", "sec/a b", "$aws/things/x", "/", "a//b", "é/ü", "a\u{202e}b", longest.as_str()] {
+            assert_eq!(ok(t), Ok(()), "{t:?}");
+        }
+        let err = |t: &str| ok(t).unwrap_err();
+        assert!(err("").contains("empty"));
+        assert!(err("sec/a\nb").contains("control character U+000A (line feed)"), "{}", err("sec/a\nb"));
+        assert!(err("a\0b").contains("U+0000"));
+        assert!(err("a\tb").contains("U+0009"));
+        assert!(err("a\u{7f}").contains("U+007F"));
+        assert!(err("a\u{85}").contains("U+0085"));
+        assert!(err("a\u{fffe}").contains("noncharacter U+FFFE"));
+        assert!(err("a\u{fdd0}").contains("noncharacter"));
+        assert!(err("a/+/b").contains("wildcard '+'"));
+        assert!(err("a/#").contains("wildcard '#'"));
+        assert!(err(&"x".repeat(65_536)).contains("65535"));
+        let deep = vec!["x"; 129].join("/");
+        assert!(err(&deep).contains("129 levels"), "{}", err(&deep));
+        assert_eq!(check_topic(&deep, 200), Ok(()));
     }
 
     #[test]

@@ -50,7 +50,14 @@
 //! | not connected, connection lost before the PUBACK, no PUBACK within the timeout | unavailable |
 //! | broker refused the connection (bad credentials, not authorized) | unavailable (the destination is unusable until fixed; costs no attempt) |
 //! | client request queue full or closed | unavailable |
-//! | packet over `max_packet_bytes`, topic with a wildcard, empty or over 65535 bytes (checked before sending) | permanent |
+//! | packet over `max_packet_bytes`; topic (as built from the template) empty, over 65535 bytes, with a wildcard `+`/`#`, a NUL or other control character (U+0001-U+001F, U+007F-U+009F), a Unicode noncharacter, or more than `max_topic_levels` levels (all checked before sending) | permanent |
+//!
+//! **Why the topic is checked here.** An MQTT 3.1.1 broker has no way to refuse one message: it
+//! closes the connection (Mosquitto does for every rule above). Sent, such a message would look
+//! like an outage: reported unavailable, the destination's breaker would probe with it forever
+//! and nothing else would be delivered. Checked before sending, it fails alone, naming the rule,
+//! and the connection is never touched. (MQTT 5 user properties, which brokers also validate,
+//! are not used: the transport speaks 3.1.1.)
 
 mod config;
 mod outcome;

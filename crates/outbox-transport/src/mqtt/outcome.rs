@@ -62,7 +62,10 @@ pub(crate) fn not_connected(address: &str, last_error: Option<&str>) -> Outcome 
 
 /// No PUBACK within the time limit.
 pub(crate) fn no_puback(timeout: Duration, topic: &str) -> Outcome {
-    Outcome::unavailable(format!("no PUBACK for the publish to {topic:?} within {timeout:?}"))
+    Outcome::unavailable(format!(
+        "no PUBACK for the publish to {} within {timeout:?}",
+        crate::validate::quote(topic)
+    ))
 }
 
 /// The PUBLISH packet would exceed the configured limit.
@@ -72,9 +75,19 @@ pub(crate) fn oversized(size: usize, limit: usize) -> Outcome {
     ))
 }
 
-/// The envelope's topic does not make a valid MQTT topic.
-pub(crate) fn invalid_topic(topic: &str, why: &str) -> Outcome {
-    Outcome::permanent(format!("{topic:?} is not a valid MQTT topic: {why}"))
+/// The envelope's topic does not make a valid MQTT topic: refused before sending (a broker
+/// closes the connection on it, which would look like an outage).
+pub(crate) fn invalid_topic(message_topic: &str, mqtt_topic: &str, why: &str) -> Outcome {
+    use crate::validate::{quote, refuse};
+    if message_topic == mqtt_topic {
+        refuse(format!("topic {} is not a valid MQTT topic: it {why}", quote(mqtt_topic)))
+    } else {
+        refuse(format!(
+            "topic {} makes the MQTT topic {}, which {why}",
+            quote(message_topic),
+            quote(mqtt_topic)
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -119,6 +132,10 @@ mod tests {
         assert_eq!(kind(&no_puback(Duration::from_secs(1), "a/b")), FailureKind::Unavailable);
         assert_eq!(kind(&oversized(20, 10)), FailureKind::Permanent);
         assert!(format!("{:?}", oversized(20, 10)).contains("max_packet_bytes of 10 bytes"));
-        assert_eq!(kind(&invalid_topic("a/+", "wildcard")), FailureKind::Permanent);
+        let o = invalid_topic("sec.a\nb", "sec/a\nb", "contains the control character U+000A");
+        assert_eq!(kind(&o), FailureKind::Permanent);
+        let Outcome::Failed { reason, .. } = &o else { unreachable!() };
+        assert!(reason.starts_with("topic \"sec.a\\nb\" makes the MQTT topic \"sec/a\\nb\""), "{reason}");
+        assert!(!reason.contains('\n'));
     }
 }

@@ -21,7 +21,7 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::config::{MqttConfig, MqttFormat};
+use super::config::{check_topic, MqttConfig, MqttFormat};
 use super::outcome;
 use crate::{redact, TransportError};
 
@@ -175,22 +175,17 @@ impl MqttTransport {
 
     /// The MQTT topic and payload of `env`, or why it cannot be published.
     fn prepare(&self, env: &Envelope) -> Result<(String, Vec<u8>), Outcome> {
+        // Checked on the topic as built from the template: what the broker would see.
         let topic = self.config.topic_for(&env.topic);
-        if topic.is_empty() {
-            return Err(outcome::invalid_topic(&topic, "empty"));
-        }
-        if topic.contains(['+', '#', '\0']) {
-            return Err(outcome::invalid_topic(&topic, "contains a wildcard ('+', '#') or NUL"));
-        }
-        if topic.len() > 65_535 {
-            return Err(outcome::invalid_topic(&topic, "longer than 65535 bytes"));
+        if let Err(why) = check_topic(&topic, self.config.max_topic_levels) {
+            return Err(outcome::invalid_topic(&env.topic, &topic, &why));
         }
         let body = match self.config.format {
             MqttFormat::Raw => env.payload.as_bytes().to_vec(),
             MqttFormat::Envelope => {
                 let wire = Wire { id: env.id.to_string(), headers: &env.headers, payload: &env.payload };
                 serde_json::to_vec(&wire)
-                    .map_err(|e| Outcome::permanent(format!("cannot encode the JSON envelope: {e}")))?
+                    .map_err(|e| crate::validate::refuse(format!("cannot encode the JSON envelope: {e}")))?
             }
         };
         let size = packet_size(topic.len(), body.len());
@@ -276,7 +271,8 @@ impl Transport for MqttTransport {
         for (i, env) in batch.iter().enumerate() {
             if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
                 out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                    "not sent: an earlier message with key {} in this batch was not published",
+                    crate::validate::quote(k)
                 )));
                 continue;
             }
@@ -324,7 +320,7 @@ impl Transport for MqttTransport {
         for (i, o) in answers {
             out[i] = Some(o);
         }
-        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+        crate::validate::finish(out)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -154,23 +154,88 @@ impl NatsConfig {
     }
 }
 
-/// Why `subject` cannot be published to, if it cannot: empty tokens, wildcards or whitespace.
+/// Longest subject published, in bytes. The server reads a publish as one protocol line
+/// (`HPUB <subject> <reply inbox> <header size> <total size>`) and closes the connection when the
+/// line exceeds its `max_control_line` (4096 bytes by default): what would look like an outage.
+/// 3840 leaves room for the reply inbox and the sizes.
+pub(crate) const MAX_SUBJECT_BYTES: usize = 3840;
+
+/// Why `subject` cannot be published to, if it cannot (the NATS subject rules, as the server
+/// and the clients apply them): 1 to [`MAX_SUBJECT_BYTES`] bytes, no whitespace or control
+/// character (they end the protocol line's field or the line), no empty token (leading,
+/// trailing or double `.`), no wildcard token `*` or `>` (publish subjects are literal). The
+/// reason quotes at most a bounded, escaped part of the subject.
 pub(crate) fn check_subject(subject: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, quote};
     if subject.is_empty() {
         return Err("must not be empty".into());
     }
-    if subject.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("{subject:?} contains whitespace or control characters"));
+    if subject.len() > MAX_SUBJECT_BYTES {
+        return Err(format!(
+            "{} is {} bytes, more than the {MAX_SUBJECT_BYTES} allowed (the server's max_control_line)",
+            quote(subject),
+            subject.len()
+        ));
+    }
+    if let Some(c) = subject.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{} contains {}: no whitespace or control characters",
+            quote(subject),
+            describe_char(c)
+        ));
     }
     for token in subject.split('.') {
         if token.is_empty() {
-            return Err(format!("{subject:?} has an empty token (leading, trailing or double '.')"));
+            return Err(format!("{} has an empty token (leading, trailing or double '.')", quote(subject)));
         }
         if token == "*" || token == ">" {
-            return Err(format!("{subject:?} contains a wildcard token; publish subjects must be literal"));
+            return Err(format!(
+                "{} contains the wildcard token '{token}'; publish subjects must be literal",
+                quote(subject)
+            ));
         }
     }
     Ok(())
+}
+
+/// Why a message header name cannot be a NATS header name, if it cannot: 1 or more printable
+/// ASCII characters (`!` to `~`) other than `:` (the header block is `Name: value` lines, as in
+/// HTTP), and not starting with `Nats-` (any case): those names are instructions to the server
+/// (`Nats-Msg-Id` is the transport's own; `Nats-Expected-*`, `Nats-Rollup`, `Nats-TTL` would
+/// make a message's headers reject, roll up or expire stream content).
+pub(crate) fn check_header_name(name: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, quote};
+    if name.is_empty() {
+        return Err("header name is empty".into());
+    }
+    if let Some(c) = name.chars().find(|&c| !matches!(c, '!'..='~') || c == ':') {
+        return Err(format!(
+            "header name {} contains {}: NATS header names are printable ASCII without ':' or spaces",
+            quote(name),
+            describe_char(c)
+        ));
+    }
+    if name.len() >= 5 && name[..5].eq_ignore_ascii_case("nats-") {
+        return Err(format!(
+            "header name {} is reserved: names starting with Nats- are instructions to the NATS server",
+            quote(name)
+        ));
+    }
+    Ok(())
+}
+
+/// Why a header value cannot be a NATS header value, if it cannot: no CR or LF (they end the
+/// header line).
+pub(crate) fn check_header_value(name: &str, value: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, quote};
+    match value.chars().find(|c| matches!(c, '\r' | '\n')) {
+        Some(c) => Err(format!(
+            "the value of header {} contains {}: NATS header values cannot hold line breaks",
+            quote(name),
+            describe_char(c)
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Whether the stream subject `filter` (which may hold wildcards) matches every subject that
@@ -239,6 +304,50 @@ mod tests {
         let c = NatsConfig { url: "nats://u:hunter2@h:4222".into(), ..NatsConfig::default() };
         let s = format!("{c:?}");
         assert!(!s.contains("hunter2"), "{s}");
+    }
+
+    #[test]
+    fn subjects_follow_the_nats_rules() {
+        let longest = "x".repeat(MAX_SUBJECT_BYTES);
+        for s in ["a", "order.paid", "a.b-c_d", "a*b.c>d", "é.ü", longest.as_str()] {
+            assert_eq!(check_subject(s), Ok(()), "{s:?}");
+        }
+        let err = |s: &str| check_subject(s).unwrap_err();
+        assert!(err("").contains("empty"));
+        assert!(err("a b").contains("U+0020 (space)"), "{}", err("a b"));
+        assert!(err("a\tb").contains("U+0009"));
+        assert!(err("sec.a\nb").contains("U+000A (line feed)"));
+        assert!(err("a\u{85}").contains("U+0085"));
+        assert!(err("a\u{a0}b").contains("U+00A0"));
+        assert!(err(".a").contains("empty token"));
+        assert!(err("a..b").contains("empty token"));
+        assert!(err("a.").contains("empty token"));
+        assert!(err("a.*").contains("wildcard token '*'"));
+        assert!(err("a.>").contains("wildcard token '>'"));
+        let long = err(&"x".repeat(MAX_SUBJECT_BYTES + 1));
+        assert!(long.contains("3841 bytes") && long.len() < 300, "{long}");
+    }
+
+    #[test]
+    fn header_names_and_values_follow_the_nats_rules() {
+        for n in ["outbox-message-id", "traceparent", "X-Custom_1", "a!#$%&'*+.^`|~"] {
+            assert_eq!(check_header_name(n), Ok(()), "{n:?}");
+        }
+        let err = |n: &str| check_header_name(n).unwrap_err();
+        assert!(err("").contains("empty"));
+        assert!(err("bad name").contains("U+0020 (space)"));
+        assert!(err("a:b").contains("':'"));
+        assert!(err("a\nb").contains("U+000A"));
+        assert!(err("Łx").contains("U+0141"), "non-ASCII (async-nats would accept it: 'Ł' as u8 is 'A')");
+        assert!(err("a\u{7f}").contains("U+007F"));
+        assert!(err("Nats-Rollup").contains("reserved"));
+        assert!(err("nats-expected-stream").contains("reserved"));
+        // The 70 KB name with a space: the reason stays short.
+        let huge = format!("{} x", "n".repeat(70_000));
+        assert!(err(&huge).len() < 300, "{}", err(&huge).len());
+        assert_eq!(check_header_value("h", "any text, ünïcode\tand tabs"), Ok(()));
+        assert!(check_header_value("h", "a\r\nInjected: x").unwrap_err().contains("U+000D"));
+        assert!(check_header_value("h", "a\nb").unwrap_err().contains("line breaks"));
     }
 
     #[test]

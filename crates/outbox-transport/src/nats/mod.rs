@@ -41,7 +41,8 @@
 //! | stream full (discard new), account/storage/memory limits | retryable | may clear as the stream is consumed or trimmed |
 //! | "message size exceeds maximum allowed" (the stream's `max_msg_size`) | permanent | the same message will never fit |
 //! | message over the server's `max_payload` or `max_payload_bytes` (checked before sending) | permanent | the server would close the connection |
-//! | topic that makes no valid subject, invalid header name or value (checked before sending) | permanent | the message cannot be expressed in NATS |
+//! | subject (as built from the configuration) empty, over 3840 bytes, with whitespace, a control character, an empty token or a wildcard token `*`/`>`; header name not printable ASCII, with `:`, or starting with `Nats-`; header value with CR or LF (checked before sending) | permanent | the message cannot be expressed in NATS; an over-long protocol line makes the server close the connection |
+//! | a client error about the message itself (invalid subject or header, too large) | permanent | |
 //! | other JetStream 4xx errors | permanent | the request itself is wrong |
 //! | other JetStream errors, an unparsable ack | retryable | unknown: costs an attempt, so it ends `failed` if it persists |
 //!

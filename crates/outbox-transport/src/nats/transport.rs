@@ -12,8 +12,9 @@ use bytes::Bytes;
 use outbox_core::{Envelope, Outcome, Transport};
 use tokio::time::Instant;
 
-use super::config::{check_subject, covers, NatsConfig};
+use super::config::{check_header_name, check_header_value, check_subject, covers, NatsConfig};
 use super::outcome;
+use crate::validate::quote;
 use crate::{redact, TransportError};
 
 const KIND: &str = "nats";
@@ -46,6 +47,42 @@ struct Prepared {
     payload: Bytes,
 }
 
+/// Credentials written into a server URL: `nats://user:password@host` or `nats://token@host`.
+#[derive(Debug, PartialEq, Eq)]
+enum Credentials {
+    UserPassword(String, String),
+    Token(String),
+}
+
+/// The credentials of the URLs in `servers` (percent-decoded): those of the first URL that has
+/// any; every other URL with credentials must carry the same, as the client sends one set to
+/// whichever server it reaches. The error never holds a credential.
+fn credentials(servers: &[async_nats::ServerAddr]) -> Result<Option<Credentials>, String> {
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|c| c.into_owned())
+            .map_err(|_| "the credentials in the URL are not valid UTF-8 once percent-decoded".to_owned())
+    };
+    let mut found: Option<Credentials> = None;
+    for server in servers {
+        let this = match (server.username(), server.password()) {
+            (Some(user), Some(password)) => Credentials::UserPassword(decode(user)?, decode(password)?),
+            (Some(token), None) => Credentials::Token(decode(token)?),
+            (None, Some(_)) => return Err("a URL has a password without a user name".to_owned()),
+            (None, None) => continue,
+        };
+        match &found {
+            Some(first) if *first != this => {
+                return Err("the server URLs carry different credentials; give every URL the same".to_owned())
+            }
+            Some(_) => {}
+            None => found = Some(this),
+        }
+    }
+    Ok(found)
+}
+
 impl NatsTransport {
     /// Validates `config`, connects, and checks the stream (see [`NatsConfig::stream`]). Fails
     /// with [`TransportError::Config`] naming the key, or [`TransportError::Connect`] (URL
@@ -67,7 +104,15 @@ impl NatsTransport {
             .map_err(|e| fail(e.to_string()))?;
         let timeout = config.timeout;
         let connect_timeout = config.connect_timeout;
-        let options = async_nats::ConnectOptions::new()
+        // async-nats reads credentials from its options only, never from the server URL.
+        let options = match credentials(&servers).map_err(fail)? {
+            Some(Credentials::UserPassword(user, password)) => {
+                async_nats::ConnectOptions::with_user_and_password(user, password)
+            }
+            Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
+            None => async_nats::ConnectOptions::new(),
+        };
+        let options = options
             .name(&config.name)
             .connection_timeout(connect_timeout)
             .request_timeout(Some(timeout))
@@ -161,18 +206,23 @@ impl NatsTransport {
     }
 
     fn prepare(&self, env: &Envelope, limit: (usize, &'static str)) -> Result<Prepared, Outcome> {
+        // Checked on the subject as built from the configuration: what the server would see.
         let subject = self.config.subject_for(&env.topic);
-        check_subject(&subject).map_err(|r| {
-            Outcome::permanent(format!("topic {:?} does not make a valid NATS subject: {r}", env.topic))
-        })?;
+        check_subject(&subject).map_err(|r| outcome::invalid_subject(&env.topic, &r))?;
         let mut headers = HeaderMap::new();
         // Wire size of the header block: "NATS/1.0\r\n" ... "\r\n".
         let mut size = 12 + env.payload.len();
         for (name, value) in &env.headers {
-            let n = HeaderName::from_str(name)
-                .map_err(|_| Outcome::permanent(format!("header name {name:?} is not valid in NATS")))?;
-            let v = HeaderValue::from_str(value)
-                .map_err(|_| Outcome::permanent(format!("header {name:?} has a value with a line break")))?;
+            // Our own checks first: async-nats's accepts some names the protocol does not
+            // (it tests `c as u8`, so 'Ł' passes as 'A').
+            check_header_name(name).map_err(|r| outcome::invalid_header(&r))?;
+            check_header_value(name, value).map_err(|r| outcome::invalid_header(&r))?;
+            let n = HeaderName::from_str(name).map_err(|_| {
+                outcome::invalid_header(&format!("header name {} is not valid in NATS", quote(name)))
+            })?;
+            let v = HeaderValue::from_str(value).map_err(|_| {
+                outcome::invalid_header(&format!("the value of header {} is not valid in NATS", quote(name)))
+            })?;
             size += name.len() + value.len() + 4;
             headers.insert(n, v);
         }
@@ -215,7 +265,8 @@ impl Transport for NatsTransport {
         for (i, env) in batch.iter().enumerate() {
             if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
                 out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                    "not sent: an earlier message with key {} in this batch was not published",
+                    quote(k)
                 )));
                 continue;
             }
@@ -255,7 +306,7 @@ impl Transport for NatsTransport {
         for (i, o) in acks {
             out[i] = Some(o);
         }
-        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+        crate::validate::finish(out)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -18,6 +18,84 @@ pub const BROKER_MAX_MESSAGE_SIZE: usize = 128 * 1024 * 1024;
 /// Longest AMQP short string (exchange names, routing keys, header names, property values), bytes.
 pub(crate) const SHORT_STRING_MAX: usize = 255;
 
+/// Headers RabbitMQ reads as routing instructions ("sender-selected distribution"): they must
+/// be arrays of routing keys, and any other value makes the broker close the channel
+/// (`406 PRECONDITION_FAILED - invalid message: {unacceptable_type_in_header,"CC",longstr}`).
+pub(crate) const ROUTING_HEADERS: [&str; 2] = ["CC", "BCC"];
+
+/// Bytes of AMQP framing around a frame's payload (type, channel, size; frame end).
+pub(crate) const FRAME_OVERHEAD: usize = 8;
+
+/// Why a message cannot be published as AMQP, if it cannot: the routing key and every header
+/// name are short strings (at most 255 bytes), the tag (`type` property) too, and no header
+/// may be named `CC` or `BCC` ([`ROUTING_HEADERS`]). The reason names the field and quotes at
+/// most a bounded, escaped part of the value.
+pub(crate) fn check_message<'a>(
+    routing_key: &str,
+    tag: Option<&str>,
+    header_names: impl IntoIterator<Item = &'a String>,
+) -> Result<(), String> {
+    use crate::validate::quote;
+    if routing_key.len() > SHORT_STRING_MAX {
+        return Err(format!(
+            "routing key {} is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
+            quote(routing_key),
+            routing_key.len()
+        ));
+    }
+    for name in header_names {
+        if name.len() > SHORT_STRING_MAX {
+            return Err(format!(
+                "header name {} is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
+                quote(name),
+                name.len()
+            ));
+        }
+        if ROUTING_HEADERS.contains(&name.as_str()) {
+            return Err(format!(
+                "header name {} is reserved: RabbitMQ reads CC and BCC as extra routing keys and \
+                 closes the channel on a text value; rename the header",
+                quote(name)
+            ));
+        }
+    }
+    if let Some(tag) = tag {
+        if tag.len() > SHORT_STRING_MAX {
+            return Err(format!(
+                "tag {} is {} bytes; the AMQP `type` property allows at most {SHORT_STRING_MAX}",
+                quote(tag),
+                tag.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Size in bytes of the content header frame carrying these properties (one frame: AMQP cannot
+/// split it, and a frame over the connection's `frame_max` makes RabbitMQ close the whole
+/// connection with `501 FRAME_ERROR`). Matches the broker's count: class, weight, body size and
+/// property flags (14 bytes), each short string with its length byte, the headers table with
+/// its 4-byte length and each entry as name, type `S` and a 4-byte length, the timestamp (8)
+/// and delivery mode (1), plus [`FRAME_OVERHEAD`].
+pub(crate) fn content_header_frame_bytes<'a>(
+    content_type: &str,
+    message_id: &str,
+    app_id: &str,
+    tag: Option<&str>,
+    headers: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> usize {
+    let table: usize = headers.into_iter().map(|(n, v)| 1 + n.len() + 1 + 4 + v.len()).sum::<usize>() + 4;
+    let short = |s: &str| 1 + s.len();
+    let properties = short(content_type)
+        + table
+        + 1 // delivery mode
+        + 8 // timestamp
+        + tag.map_or(0, short)
+        + short(message_id)
+        + short(app_id);
+    FRAME_OVERHEAD + 14 + properties
+}
+
 /// Where and how to publish on RabbitMQ (AMQP 0-9-1).
 ///
 /// ```toml
@@ -235,6 +313,51 @@ impl fmt::Debug for RabbitMqConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("declare", &self.declare)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod message_tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn short_strings_and_routing_headers() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            check_message("order.paid", Some("urgent"), &names(&["outbox-topic", "cc", "Bcc2"])),
+            Ok(())
+        );
+        let long = "k".repeat(256);
+        let e = check_message(&long, None, &names(&[])).unwrap_err();
+        assert!(e.starts_with("routing key \"kkk") && e.contains("256 bytes") && e.len() < 200, "{e}");
+        let e = check_message("k", None, &names(&[&"n".repeat(70_000)])).unwrap_err();
+        assert!(e.contains("header name") && e.contains("70000 bytes") && e.len() < 200, "{e}");
+        let e = check_message("k", None, &names(&["CC"])).unwrap_err();
+        assert!(e.contains("\"CC\" is reserved"), "{e}");
+        assert!(check_message("k", None, &names(&["BCC"])).is_err());
+        let e = check_message("k", Some(&"t".repeat(300)), &names(&[])).unwrap_err();
+        assert!(e.starts_with("tag"), "{e}");
+    }
+
+    #[test]
+    fn the_content_header_size_matches_the_broker_count() {
+        // RabbitMQ 3.10 refused exactly this message with
+        // `501 FRAME_ERROR - {frame_too_large,262893,131064}` (payload 262893 = frame - 8).
+        let mut headers = BTreeMap::new();
+        for i in 0..64 {
+            headers.insert(format!("h{i}"), "v".repeat(4096));
+        }
+        headers.insert("outbox-message-id".to_string(), "5".to_string());
+        headers.insert("outbox-topic".to_string(), "a.b".to_string());
+        headers.insert("outbox-attempt".to_string(), "1".to_string());
+        headers.insert("outbox-created-at".to_string(), "2024-05-01T10:00:00.123456+00:00".to_string());
+        let n = content_header_frame_bytes("text/plain; charset=utf-8", "5", "outbox", None, &headers);
+        assert_eq!(n, 262_893 + FRAME_OVERHEAD);
+        let with_tag =
+            content_header_frame_bytes("text/plain; charset=utf-8", "5", "outbox", Some("t"), &headers);
+        assert_eq!(with_tag, n + 2);
     }
 }
 

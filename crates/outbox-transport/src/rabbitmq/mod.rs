@@ -55,6 +55,11 @@
 //!   `max_message_size`); larger messages fail permanently before publishing.
 //! - Routing key, header names, tag and content type: AMQP short strings, at most 255 bytes;
 //!   longer ones fail permanently before publishing.
+//! - The properties and headers travel in one content header frame, which AMQP cannot split:
+//!   larger than the connection's `frame_max` (128 KiB by default), RabbitMQ would close the
+//!   whole connection (`501 FRAME_ERROR`), so such a message fails permanently before publishing.
+//! - Headers named `CC` or `BCC` are routing instructions to RabbitMQ (arrays of routing keys);
+//!   with a text value the broker closes the channel, so they fail permanently before publishing.
 //! - lapin itself logs each returned (unroutable) message at `WARN`, payload included; filter the
 //!   `lapin` target if payloads must not reach the logs.
 //!
@@ -64,11 +69,11 @@
 //! | `basic.ack`, message not returned | `Delivered` |
 //! | `basic.return` (no queue bound for the routing key), then the ack | `Permanent` |
 //! | `basic.nack` | `Retryable` |
-//! | over `max_payload_bytes`, or a short string over 255 bytes | `Permanent`, nothing published |
+//! | over `max_payload_bytes`, a short string over 255 bytes, a `CC`/`BCC` header, a content header frame over `frame_max` | `Permanent`, nothing published |
 //! | connection refused or lost, missed heartbeats, channel/connection closed, connection-level AMQP errors, connection blocked by a broker alarm | `Unavailable` |
 //! | channel closed with 404 (exchange missing) or 403 (access refused): the destination itself is misconfigured | `Unavailable` |
-//! | channel closed with 311 content-too-large | `Permanent` |
-//! | channel closed with another soft error (e.g. 406; the broker does not say which message) | `Retryable` |
+//! | channel closed with 406 precondition-failed or 311 content-too-large (the broker does not say which message) | every message in flight is published again alone: the one that still closes the channel is `Permanent`, the others get their own answer |
+//! | channel closed with another soft error | `Retryable` |
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), outbox_transport::TransportError> {

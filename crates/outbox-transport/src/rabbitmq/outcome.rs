@@ -5,11 +5,12 @@
 //! | publisher confirm `basic.ack`, message not returned | `Delivered` |
 //! | `basic.return` (mandatory, no queue bound), then ack | `Permanent`: no queue bound for the routing key |
 //! | `basic.nack` (the broker could not take it, e.g. an internal error in a queue) | `Retryable` |
-//! | payload over `max_payload_bytes`, routing key or header name over 255 bytes | `Permanent`, before publishing |
+//! | payload over `max_payload_bytes` | `Permanent`, before publishing |
 //! | connection refused / lost, heartbeat missed, channel or connection closed, broker connection-level (hard) AMQP errors such as 320 connection-forced or 541 internal-error | `Unavailable` |
 //! | channel closed with 404 NOT_FOUND (exchange missing) or 403 ACCESS_REFUSED | `Unavailable`: the whole destination is misconfigured, so the breaker holds messages back instead of failing each one |
-//! | channel closed with 311 CONTENT_TOO_LARGE | `Permanent` |
-//! | channel closed with 406 PRECONDITION_FAILED or another soft error (the broker does not say which message caused it) | `Retryable` |
+//! | routing key, header name or tag over 255 bytes, a header named `CC` or `BCC`, a content header frame over the connection's `frame_max` | `Permanent`, before publishing (RabbitMQ would close the channel, or the whole connection) |
+//! | channel closed with 406 PRECONDITION_FAILED or 311 CONTENT_TOO_LARGE while several messages were in flight | each is published again alone; the one that still makes the broker close the channel is `Permanent` ("refused when published alone"), the others get their own answer |
+//! | channel closed with another soft error (the broker does not say which message caused it) | `Retryable` |
 //! | any other client error | `Retryable` |
 
 use lapin::protocol::AMQPError;
@@ -21,6 +22,9 @@ pub(crate) mod code {
     pub(crate) const CONTENT_TOO_LARGE: u16 = 311;
     /// 312 no-route (a mandatory message that no queue is bound for).
     pub(crate) const NO_ROUTE: u16 = 312;
+    /// 406 precondition-failed (e.g. `invalid message`, `message size ... larger than
+    /// configured max size`).
+    pub(crate) const PRECONDITION_FAILED: u16 = 406;
     /// 403 access-refused.
     pub(crate) const ACCESS_REFUSED: u16 = 403;
     /// 404 not-found.
@@ -30,16 +34,55 @@ pub(crate) mod code {
 /// The outcome of a message the broker returned (`basic.return`): with `mandatory` set this
 /// means no queue is bound for its routing key, which retrying will not change.
 pub(crate) fn returned(exchange: &str, routing_key: &str, reply_code: u16, reply_text: &str) -> Outcome {
-    let ex = if exchange.is_empty() { "(default)" } else { exchange };
+    use crate::validate::quote;
+    let ex = quote(if exchange.is_empty() { "(default)" } else { exchange });
+    let rk = quote(routing_key);
     if reply_code == code::NO_ROUTE {
         Outcome::permanent(format!(
-            "no queue bound for routing key {routing_key:?} on exchange {ex:?} (the broker returned the message: {reply_code} {reply_text})"
+            "no queue bound for routing key {rk} on exchange {ex} (the broker returned the message: {reply_code} {reply_text})"
         ))
     } else {
         Outcome::permanent(format!(
-            "the broker returned the message published with routing key {routing_key:?} on exchange {ex:?}: {reply_code} {reply_text}"
+            "the broker returned the message published with routing key {rk} on exchange {ex}: {reply_code} {reply_text}"
         ))
     }
+}
+
+/// Whether `err` closed the channel for a reason that may be one message's content (406, 311):
+/// RabbitMQ does not say which of the messages in flight it was.
+pub(crate) fn may_be_the_message(err: &lapin::Error) -> bool {
+    use lapin::protocol::AMQPErrorKind;
+    matches!(err, lapin::Error::ProtocolError(e)
+        if matches!(e.kind(), AMQPErrorKind::Soft(_))
+            && matches!(e.get_id(), code::PRECONDITION_FAILED | code::CONTENT_TOO_LARGE))
+}
+
+/// Whether `err` only says the channel (or connection) was already closed: the publish failed
+/// because of an earlier error, not its own.
+pub(crate) fn channel_closed(err: &lapin::Error) -> bool {
+    matches!(err, lapin::Error::InvalidChannelState(_) | lapin::Error::InvalidChannel(_))
+}
+
+/// The outcome of a message that made RabbitMQ close the channel when published alone: the
+/// broker refuses its content, and publishing it again cannot help.
+pub(crate) fn refused_alone(o: Outcome) -> Outcome {
+    match o {
+        Outcome::Failed { reason, .. } => {
+            let reason = reason.trim_end_matches(" (caused by one of the messages in flight)");
+            crate::validate::refuse(format!("RabbitMQ refused this message (published alone): {reason}"))
+        }
+        d @ Outcome::Delivered => d,
+    }
+}
+
+/// The content header frame (properties and headers) exceeds the connection's `frame_max`:
+/// AMQP cannot split it, and RabbitMQ would close the whole connection (`501 FRAME_ERROR`).
+pub(crate) fn header_frame_too_large(size: usize, frame_max: usize) -> Outcome {
+    crate::validate::refuse(format!(
+        "the message's headers and properties take {size} bytes in one AMQP frame, more than the \
+         connection's frame_max of {frame_max} bytes (RabbitMQ would close the connection); send \
+         fewer or smaller headers"
+    ))
 }
 
 /// The outcome of a `basic.nack`: the broker did not take responsibility for the message.
@@ -85,9 +128,11 @@ fn from_amqp(e: &AMQPError) -> Outcome {
             Outcome::unavailable(format!("RabbitMQ closed the connection: {id} {text}"))
         }
         AMQPErrorKind::Soft(_) => match id {
-            code::CONTENT_TOO_LARGE => {
-                Outcome::permanent(format!("RabbitMQ refused the message: {id} {text}"))
-            }
+            // Which message of those in flight? The transport publishes them again one by one
+            // (`may_be_the_message`, `refused_alone`).
+            code::CONTENT_TOO_LARGE | code::PRECONDITION_FAILED => Outcome::retryable(format!(
+                "RabbitMQ closed the channel: {id} {text} (caused by one of the messages in flight)"
+            )),
             code::NO_ROUTE => Outcome::permanent(format!("no queue bound for the routing key: {id} {text}")),
             code::NOT_FOUND | code::ACCESS_REFUSED => Outcome::unavailable(format!(
                 "RabbitMQ closed the channel: {id} {text} (fix the destination's exchange or permissions)"
@@ -149,15 +194,30 @@ mod tests {
         assert_eq!(kind(&missing), FailureKind::Unavailable);
         assert!(reason(&missing).contains("no exchange 'x'"));
         assert_eq!(kind(&from_error(&amqp(403, "ACCESS_REFUSED"))), FailureKind::Unavailable);
-        assert_eq!(kind(&from_error(&amqp(311, "CONTENT_TOO_LARGE"))), FailureKind::Permanent);
         assert_eq!(kind(&from_error(&amqp(312, "NO_ROUTE"))), FailureKind::Permanent);
-        assert_eq!(
-            kind(&from_error(&amqp(
-                406,
-                "PRECONDITION_FAILED - message size 2 is larger than configured max size 1"
-            ))),
-            FailureKind::Retryable
+        // 406 and 311 name no message: retryable for each in flight, until the transport has
+        // published them again one by one.
+        let too_large =
+            amqp(406, "PRECONDITION_FAILED - message size 2 is larger than configured max size 1");
+        assert_eq!(kind(&from_error(&too_large)), FailureKind::Retryable);
+        assert!(may_be_the_message(&too_large));
+        assert!(may_be_the_message(&amqp(311, "CONTENT_TOO_LARGE")));
+        assert_eq!(kind(&from_error(&amqp(311, "CONTENT_TOO_LARGE"))), FailureKind::Retryable);
+        assert!(!may_be_the_message(&amqp(404, "NOT_FOUND")));
+        assert!(!may_be_the_message(&amqp(320, "CONNECTION_FORCED")));
+        assert!(channel_closed(&lapin::Error::InvalidChannelState(lapin::ChannelState::Closed)));
+        assert!(!channel_closed(&too_large));
+        let alone = refused_alone(from_error(&too_large));
+        assert_eq!(kind(&alone), FailureKind::Permanent);
+        assert!(
+            reason(&alone).starts_with(
+                "RabbitMQ refused this message (published alone): RabbitMQ closed the channel: 406"
+            ),
+            "{}",
+            reason(&alone)
         );
+        assert!(!reason(&alone).contains("in flight"), "{}", reason(&alone));
+        assert_eq!(kind(&header_frame_too_large(262_901, 131_072)), FailureKind::Permanent);
     }
 
     #[test]

@@ -12,14 +12,18 @@ use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, Exchange
 use outbox_core::{Envelope, Outcome, Transport};
 use tokio::sync::Mutex;
 
-use super::config::{scrub, RabbitMqConfig, SHORT_STRING_MAX};
+use super::config::{check_message, content_header_frame_bytes, scrub, RabbitMqConfig};
 use super::outcome;
+use crate::validate::refuse;
 use crate::TransportError;
 
 const KIND: &str = "rabbitmq";
 
 /// AMQP `delivery_mode` of a persistent message.
 const PERSISTENT: u8 = 2;
+
+/// The `app_id` property of every message.
+const APP_ID: &str = "outbox";
 
 /// Publishes to a RabbitMQ exchange with publisher confirms. Build it with
 /// [`RabbitMqTransport::connect`]; see the [module docs](super) for the guarantees.
@@ -58,6 +62,8 @@ struct Prepared {
     index: usize,
     routing_key: String,
     properties: BasicProperties,
+    /// Size of the content header frame (checked against the connection's `frame_max`).
+    header_frame: usize,
 }
 
 impl RabbitMqTransport {
@@ -84,28 +90,17 @@ impl RabbitMqTransport {
 
     fn prepare(&self, index: usize, e: &Envelope) -> Result<Prepared, Outcome> {
         if e.payload.len() > self.config.max_payload_bytes {
-            return Err(Outcome::permanent(format!(
+            return Err(refuse(format!(
                 "payload is {} bytes, larger than max_payload_bytes ({})",
                 e.payload.len(),
                 self.config.max_payload_bytes
             )));
         }
         let routing_key = self.config.routing_key.clone().unwrap_or_else(|| e.topic.clone());
-        if routing_key.len() > SHORT_STRING_MAX {
-            return Err(Outcome::permanent(format!(
-                "routing key is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
-                routing_key.len()
-            )));
-        }
+        check_message(&routing_key, e.tag.as_deref(), e.headers.keys())
+            .map_err(|r| refuse(format!("{r}; the message cannot be published to RabbitMQ")))?;
         let mut headers = FieldTable::default();
         for (name, value) in &e.headers {
-            if name.len() > SHORT_STRING_MAX {
-                return Err(Outcome::permanent(format!(
-                    "header name {:?}... is {} bytes; AMQP allows at most {SHORT_STRING_MAX}",
-                    name.chars().take(32).collect::<String>(),
-                    name.len()
-                )));
-            }
             headers.insert(
                 ShortString::from(name.clone()),
                 AMQPValue::LongString(LongString::from(value.clone())),
@@ -116,25 +111,22 @@ impl RabbitMqTransport {
             None if looks_like_json(&e.payload) => "application/json".to_owned(),
             None => "text/plain; charset=utf-8".to_owned(),
         };
+        let message_id = e.id.to_string();
+        let header_frame =
+            content_header_frame_bytes(&content_type, &message_id, APP_ID, e.tag.as_deref(), &e.headers);
         let mut properties = BasicProperties::default()
-            .with_message_id(ShortString::from(e.id.to_string()))
+            .with_message_id(ShortString::from(message_id))
             .with_delivery_mode(PERSISTENT)
             .with_content_type(ShortString::from(content_type))
-            .with_app_id(ShortString::from("outbox"))
+            .with_app_id(ShortString::from(APP_ID))
             .with_headers(headers);
         if let Ok(ts) = u64::try_from(e.created_at.timestamp()) {
             properties = properties.with_timestamp(ts);
         }
         if let Some(tag) = &e.tag {
-            if tag.len() > SHORT_STRING_MAX {
-                return Err(Outcome::permanent(format!(
-                    "tag is {} bytes; the AMQP `type` property allows at most {SHORT_STRING_MAX}",
-                    tag.len()
-                )));
-            }
             properties = properties.with_type(ShortString::from(tag.clone()));
         }
-        Ok(Prepared { index, routing_key, properties })
+        Ok(Prepared { index, routing_key, properties, header_frame })
     }
 
     /// A usable link, reconnecting (or reopening the channel) when needed.
@@ -195,31 +187,51 @@ impl RabbitMqTransport {
     }
 
     /// Publishes every prepared envelope on the channel (pipelined), then awaits every confirm.
+    /// Returns the envelopes that met a channel error which may have been caused by any one
+    /// message of the batch (RabbitMQ closes the channel with 406 or 311 for a message it
+    /// refuses, and every publish in flight on it fails with the same error): the caller
+    /// publishes those again one at a time to find the culprit.
     async fn publish_on(
         &self,
         link: &mut Link,
         batch: &[Envelope],
-        prepared: Vec<Prepared>,
+        prepared: &[Prepared],
         outcomes: &mut [Option<Outcome>],
-    ) {
+    ) -> Vec<usize> {
         link.busy = true;
+        let frame_max = usize::try_from(link.connection.configuration().frame_max()).unwrap_or(usize::MAX);
+        let mut suspects = Vec::new();
+        // Envelopes that failed only because the channel was already closed (by whichever
+        // message): published again alone too when the closing may have been a message's fault.
+        let mut collateral = Vec::new();
         let mut pending = Vec::with_capacity(prepared.len());
         let mut broken: Option<Outcome> = None;
         for p in prepared {
+            if p.header_frame > frame_max {
+                // A frame over frame_max makes RabbitMQ close the whole connection (501).
+                outcomes[p.index] = Some(outcome::header_frame_too_large(p.header_frame, frame_max));
+                continue;
+            }
             if let Some(o) = &broken {
                 outcomes[p.index] = Some(o.clone());
+                collateral.push(p.index);
                 continue;
             }
             let options = BasicPublishOptions { mandatory: true, immediate: false };
             let payload = batch[p.index].payload.as_bytes();
             match link
                 .channel
-                .basic_publish(&self.config.exchange, &p.routing_key, options, payload, p.properties)
+                .basic_publish(&self.config.exchange, &p.routing_key, options, payload, p.properties.clone())
                 .await
             {
-                Ok(confirm) => pending.push((p.index, p.routing_key, confirm)),
+                Ok(confirm) => pending.push((p.index, p.routing_key.as_str(), confirm)),
                 Err(e) => {
                     let o = self.scrubbed(outcome::from_error(&e));
+                    if outcome::may_be_the_message(&e) {
+                        suspects.push(p.index);
+                    } else if outcome::channel_closed(&e) {
+                        collateral.push(p.index);
+                    }
                     outcomes[p.index] = Some(o.clone());
                     broken = Some(o);
                 }
@@ -240,6 +252,11 @@ impl RabbitMqTransport {
                     continue;
                 }
                 Err(e) => {
+                    if outcome::may_be_the_message(&e) {
+                        suspects.push(index);
+                    } else if outcome::channel_closed(&e) {
+                        collateral.push(index);
+                    }
                     outcomes[index] = Some(self.scrubbed(outcome::from_error(&e)));
                     continue;
                 }
@@ -253,12 +270,44 @@ impl RabbitMqTransport {
         }
         for (index, routing_key, acked) in answered {
             outcomes[index] = Some(match returned.get(&batch[index].id.to_string()) {
-                Some((code, text)) => outcome::returned(&self.config.exchange, &routing_key, *code, text),
+                Some((code, text)) => outcome::returned(&self.config.exchange, routing_key, *code, text),
                 None if acked => Outcome::Delivered,
                 None => outcome::nacked(),
             });
         }
         link.busy = false;
+        if !suspects.is_empty() {
+            suspects.extend(collateral);
+            suspects.sort_unstable();
+        }
+        suspects
+    }
+
+    /// Publishes each of `suspects` alone (on a fresh channel when the last one was closed): a
+    /// message that still makes RabbitMQ close the channel is refused for its content
+    /// (permanent); the others get their own outcome.
+    async fn isolate(
+        &self,
+        slot: &mut Option<Link>,
+        batch: &[Envelope],
+        prepared: &[Prepared],
+        suspects: Vec<usize>,
+        outcomes: &mut [Option<Outcome>],
+    ) {
+        for index in suspects {
+            let Some(p) = prepared.iter().find(|p| p.index == index) else { continue };
+            let link = match self.ensure_link(slot).await {
+                Ok(link) => link,
+                Err(o) => {
+                    outcomes[index] = Some(o);
+                    continue;
+                }
+            };
+            let again = self.publish_on(link, batch, std::slice::from_ref(p), outcomes).await;
+            if !again.is_empty() {
+                outcomes[index] = outcomes[index].take().map(outcome::refused_alone);
+            }
+        }
     }
 
     fn scrubbed(&self, o: Outcome) -> Outcome {
@@ -290,10 +339,23 @@ impl Transport for RabbitMqTransport {
             let mut slot = self.link.lock().await;
             match self.ensure_link(&mut slot).await {
                 Ok(link) => {
-                    self.publish_on(link, batch, prepared, &mut outcomes).await;
+                    let suspects = self.publish_on(link, batch, &prepared, &mut outcomes).await;
                     let dead = !link.connection.status().connected();
                     if dead {
                         *slot = None;
+                    } else if !suspects.is_empty() {
+                        // A channel error names no message: when several were in flight, find
+                        // the one RabbitMQ refuses by publishing each again alone.
+                        if prepared.len() == 1 {
+                            for i in suspects {
+                                outcomes[i] = outcomes[i].take().map(outcome::refused_alone);
+                            }
+                        } else {
+                            self.isolate(&mut slot, batch, &prepared, suspects, &mut outcomes).await;
+                        }
+                        if slot.as_ref().is_some_and(|l| !l.connection.status().connected()) {
+                            *slot = None;
+                        }
                     }
                 }
                 Err(o) => {
@@ -303,10 +365,7 @@ impl Transport for RabbitMqTransport {
                 }
             }
         }
-        outcomes
-            .into_iter()
-            .map(|o| o.unwrap_or_else(|| Outcome::retryable("internal error: no outcome for this message")))
-            .collect()
+        crate::validate::finish(outcomes)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -11,6 +11,44 @@ const KIND: &str = "redis";
 /// The placeholder of [`RedisConfig::stream`] replaced by the envelope's topic.
 pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
 
+/// Longest stream key, in bytes. Redis keys are binary-safe up to 512 MB; the bound keeps a
+/// foreign row's topic from creating an unbounded key (a topic is at most 255 characters).
+pub(crate) const MAX_KEY_BYTES: usize = 4096;
+
+/// Longest entry field name (header prefix and header name), in bytes.
+pub(crate) const MAX_FIELD_BYTES: usize = 4096;
+
+/// Redis's default `proto-max-bulk-len` (512 MB): a longer argument makes the server answer
+/// `invalid bulk length` and close the connection, so `max_payload_bytes` may not exceed it.
+pub(crate) const PROTO_MAX_BULK_LEN: usize = 512 * 1024 * 1024;
+
+/// Why `key` cannot be the stream key, if it cannot: 1 to [`MAX_KEY_BYTES`] bytes.
+pub(crate) fn check_stream_key(key: &str) -> Result<(), String> {
+    if key.is_empty() {
+        return Err("stream key is empty".into());
+    }
+    if key.len() > MAX_KEY_BYTES {
+        return Err(format!(
+            "stream key {} is {} bytes, more than the {MAX_KEY_BYTES} allowed",
+            crate::validate::quote(key),
+            key.len()
+        ));
+    }
+    Ok(())
+}
+
+/// Why `field` cannot be an entry field name, if it cannot: at most [`MAX_FIELD_BYTES`] bytes.
+pub(crate) fn check_field(field: &str) -> Result<(), String> {
+    if field.len() > MAX_FIELD_BYTES {
+        return Err(format!(
+            "header field name {} is {} bytes, more than the {MAX_FIELD_BYTES} allowed",
+            crate::validate::quote(field),
+            field.len()
+        ));
+    }
+    Ok(())
+}
+
 /// Settings of a [`RedisTransport`](super::RedisTransport). Every field has a default, so an
 /// empty table appends each message to a local Redis stream named after its topic.
 ///
@@ -47,7 +85,8 @@ pub struct RedisConfig {
     pub connect_timeout: Duration,
     /// Largest payload to append, in bytes; larger messages fail permanently without being
     /// sent. Redis itself accepts up to `proto-max-bulk-len` (512 MB by default), but entries that
-    /// large hurt every consumer of the stream. Defaults to `8388608` (8 MiB).
+    /// large hurt every consumer of the stream. Header values are bounded by it too. Defaults to
+    /// `8388608` (8 MiB); at most `536870912` (512 MiB, Redis's `proto-max-bulk-len`).
     pub max_payload_bytes: usize,
 }
 
@@ -107,9 +146,14 @@ impl RedisConfig {
         for (key, d) in [("timeout", self.timeout), ("connect_timeout", self.connect_timeout)] {
             check_duration(key, d)?;
         }
-        if self.max_payload_bytes == 0 {
-            return Err(invalid("max_payload_bytes", "must be positive"));
+        if self.max_payload_bytes == 0 || self.max_payload_bytes > PROTO_MAX_BULK_LEN {
+            return Err(invalid(
+                "max_payload_bytes",
+                format!("must be 1 to {PROTO_MAX_BULK_LEN} (Redis's proto-max-bulk-len)"),
+            ));
         }
+        check_stream_key(&self.stream.replace(TOPIC_PLACEHOLDER, "t")).map_err(|r| invalid("stream", r))?;
+        check_field(&self.header_prefix).map_err(|r| invalid("header_prefix", r))?;
         Ok(())
     }
 
@@ -153,6 +197,20 @@ mod tests {
         assert_eq!(bad(|c| c.timeout = Duration::ZERO), "timeout");
         assert_eq!(bad(|c| c.connect_timeout = Duration::ZERO), "connect_timeout");
         assert_eq!(bad(|c| c.max_payload_bytes = 0), "max_payload_bytes");
+        assert_eq!(bad(|c| c.max_payload_bytes = PROTO_MAX_BULK_LEN + 1), "max_payload_bytes");
+        assert_eq!(bad(|c| c.stream = "s".repeat(MAX_KEY_BYTES + 1)), "stream");
+    }
+
+    #[test]
+    fn keys_and_fields_are_bounded() {
+        assert_eq!(check_stream_key("outbox:order.paid"), Ok(()));
+        assert_eq!(check_stream_key("a\nb c"), Ok(()), "keys are binary-safe");
+        assert!(check_stream_key("").unwrap_err().contains("empty"));
+        let e = check_stream_key(&"k".repeat(MAX_KEY_BYTES + 1)).unwrap_err();
+        assert!(e.contains("4097 bytes") && e.len() < 200, "{e}");
+        assert_eq!(check_field("h:traceparent"), Ok(()));
+        let e = check_field(&format!("h:{}", "n".repeat(70_000))).unwrap_err();
+        assert!(e.contains("header field name") && e.len() < 200, "{e}");
     }
 
     #[test]

@@ -22,8 +22,10 @@
 //! its own and gets its own outcome). Messages with the same key keep their order (one
 //! connection); one that could not be sent holds back later ones with its key.
 //!
-//! **Limits.** Payloads over `max_payload_bytes` (8 MiB by default) fail permanently without
-//! being sent. Each `publish` call is bounded by `timeout`. Redis Cluster redirections are
+//! **Limits.** Payloads over `max_payload_bytes` (8 MiB by default, at most Redis's
+//! `proto-max-bulk-len` of 512 MiB, beyond which the server closes the connection) fail
+//! permanently without being sent. Keys and field names are binary-safe (a topic with a line
+//! break is a valid key) but bounded to 4096 bytes. Each `publish` call is bounded by `timeout`. Redis Cluster redirections are
 //! not followed (point the transport at a standalone server, a primary behind Sentinel's
 //! address, or a cluster proxy).
 //!
@@ -40,7 +42,7 @@
 //! | `LOADING`, `READONLY` (a replica after failover), `MASTERDOWN`, `TRYAGAIN`, `CLUSTERDOWN`, `OOM`, `MISCONF`, `BUSY`, `NOAUTH`/`WRONGPASS`, too many clients | unavailable (the server refuses every write for now: not the message's fault, costs no attempt) |
 //! | `WRONGTYPE` (the key exists and is not a stream) | permanent |
 //! | `NOPERM` (an ACL forbids this key), `MOVED`/`ASK`/`CROSSSLOT` (cluster) | permanent |
-//! | payload over `max_payload_bytes` (checked before sending) | permanent |
+//! | payload or a header value over `max_payload_bytes`, stream key (as built from the template) empty or over 4096 bytes, field name over 4096 bytes (checked before sending) | permanent |
 //! | any other error reply (`ERR ...`), an unexpected reply | retryable |
 
 mod config;

@@ -1,15 +1,22 @@
 //! How the answers of the `redis` client map onto [`Outcome`]s (the table is in the module
 //! documentation of [`crate::redis`]).
 
+use outbox_core::text::printable;
 use outbox_core::Outcome;
 use redis::{ErrorKind, RedisError, Value};
+
+use crate::validate::quote;
 
 /// The outcome of one `XADD` reply.
 pub(crate) fn reply(value: Value, stream: &str) -> Outcome {
     match value {
         Value::BulkString(_) | Value::SimpleString(_) | Value::VerbatimString { .. } => Outcome::Delivered,
         Value::ServerError(e) => error(&RedisError::from(e), stream),
-        other => Outcome::retryable(format!("unexpected reply to XADD on {stream:?}: {other:?}")),
+        other => Outcome::retryable(format!(
+            "unexpected reply to XADD on {}: {}",
+            quote(stream),
+            printable(&format!("{other:?}"), 256)
+        )),
     }
 }
 
@@ -18,7 +25,8 @@ pub(crate) fn error(e: &RedisError, stream: &str) -> Outcome {
     if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() || e.is_connection_refusal() {
         return Outcome::unavailable(format!("Redis unreachable: {e}"));
     }
-    let reason = format!("XADD to {stream:?} failed: {e}");
+    let shown = quote(stream);
+    let reason = format!("XADD to {shown} failed: {e}");
     match e.kind() {
         ErrorKind::BusyLoadingError
         | ErrorKind::TryAgain
@@ -33,7 +41,7 @@ pub(crate) fn error(e: &RedisError, stream: &str) -> Outcome {
         )),
         _ => match e.code().unwrap_or("") {
             "WRONGTYPE" => {
-                Outcome::permanent(format!("{reason} (key {stream:?} holds a value that is not a stream)"))
+                Outcome::permanent(format!("{reason} (key {shown} holds a value that is not a stream)"))
             }
             "NOPERM" => Outcome::permanent(reason),
             // The server refuses every write for now: out of memory, failing persistence,

@@ -6,8 +6,9 @@ use std::time::Duration;
 use outbox_core::{Envelope, Outcome, Transport};
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 
-use super::config::RedisConfig;
+use super::config::{check_field, check_stream_key, RedisConfig};
 use super::outcome;
+use crate::validate::{quote, refuse};
 use crate::{redact, TransportError};
 
 const KIND: &str = "redis";
@@ -71,6 +72,26 @@ impl RedisTransport {
         Ok(RedisTransport { conn, config, address, timeout })
     }
 
+    /// Checks the stream key (as built from the template) and every field before sending.
+    fn check(&self, env: &Envelope, stream: &str) -> Result<(), Outcome> {
+        check_stream_key(stream).map_err(|r| {
+            refuse(format!("topic {} does not make a usable stream key: {r}", quote(&env.topic)))
+        })?;
+        for (name, value) in &env.headers {
+            check_field(&format!("{}{name}", self.config.header_prefix))
+                .map_err(|r| refuse(format!("{r}; the message cannot be appended to Redis")))?;
+            if value.len() > self.config.max_payload_bytes {
+                return Err(refuse(format!(
+                    "the value of header {} is {} bytes, larger than max_payload_bytes ({})",
+                    quote(name),
+                    value.len(),
+                    self.config.max_payload_bytes
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn xadd(&self, env: &Envelope, stream: &str) -> redis::Cmd {
         let mut cmd = redis::cmd("XADD");
         cmd.arg(stream);
@@ -99,7 +120,8 @@ impl Transport for RedisTransport {
         for (i, env) in batch.iter().enumerate() {
             if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
                 out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {k:?} in this batch was not published"
+                    "not sent: an earlier message with key {} in this batch was not published",
+                    quote(k)
                 )));
                 continue;
             }
@@ -109,6 +131,11 @@ impl Transport for RedisTransport {
                 continue;
             }
             let stream = self.config.stream_for(&env.topic);
+            if let Err(o) = self.check(env, &stream) {
+                out[i] = Some(o);
+                held.extend(env.key.as_deref());
+                continue;
+            }
             pipe.add_command(self.xadd(env, &stream));
             sent.push((i, stream));
         }
@@ -141,7 +168,7 @@ impl Transport for RedisTransport {
                 }
             }
         }
-        out.into_iter().map(|o| o.unwrap_or_else(|| Outcome::retryable("no outcome recorded"))).collect()
+        crate::validate::finish(out)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

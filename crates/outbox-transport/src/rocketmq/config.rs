@@ -158,18 +158,71 @@ impl RocketMqConfig {
     }
 }
 
-/// Why `topic` is not a legal RocketMQ topic, if it is not: 1 to 127 characters of
-/// `[%|a-zA-Z0-9_-]` (the Java client's `Validators.checkTopic`).
+/// Most bytes of a message's properties (headers, keys, tag and the client's own): the broker
+/// stores them behind a two-byte length and refuses more than 32767 (`MESSAGE_ILLEGAL`); 1 KiB
+/// is left for the properties the client adds.
+pub(crate) const MAX_PROPERTIES_BYTES: usize = 32_767 - 1024;
+
+/// Why `topic` is not a legal RocketMQ topic to send to, if it is not: 1 to 127 characters of
+/// `[%|a-zA-Z0-9_-]` (the Java client's `Validators.checkTopic`), and not a system topic
+/// (`TBW102`, `SCHEDULE_TOPIC_XXXX`, `rmq_sys_*`, ...: `TopicValidator`).
 pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, quote};
+    use rocketmq_model::common::topic::TopicValidator;
     if topic.is_empty() || topic.len() > 127 {
-        return Err(format!("{topic:?} must have 1 to 127 characters"));
+        return Err(format!("{} must have 1 to 127 characters (it has {} bytes)", quote(topic), topic.len()));
     }
     if let Some(c) =
         topic.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
     {
         return Err(format!(
-            "{topic:?} contains {c:?}; RocketMQ topics allow only ASCII letters, digits, '_', '-', '%' and '|' \
-             (route with a fixed `topic` and use the tag, or rename the outbox topic)"
+            "{} contains {}; RocketMQ topics allow only ASCII letters, digits, '_', '-', '%' and '|' \
+             (route with a fixed `topic` and use the tag, or rename the outbox topic)",
+            quote(topic),
+            describe_char(c)
+        ));
+    }
+    if TopicValidator::is_system_topic(topic) || TopicValidator::is_not_allowed_send_topic(topic) {
+        return Err(format!("{} is a RocketMQ system topic; sending to it is not allowed", quote(topic)));
+    }
+    Ok(())
+}
+
+/// Why `tag` cannot be a RocketMQ tag, if it cannot: no `|` (subscriptions separate tags with
+/// `||`), no control character (properties travel as `name\u{1}value\u{2}`).
+pub(crate) fn check_tag(tag: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, first_control, quote};
+    if tag.contains('|') {
+        return Err(format!("tag {} contains '|' (subscriptions separate tags with \"||\")", quote(tag)));
+    }
+    if let Some(c) = first_control(tag) {
+        return Err(format!("tag {} contains the control character {}", quote(tag), describe_char(c)));
+    }
+    Ok(())
+}
+
+/// Why `key` cannot be a RocketMQ key, if it cannot: no control character (keys travel in the
+/// `KEYS` property, as `name\u{1}value\u{2}`). Spaces separate keys and are replaced by `_`.
+pub(crate) fn check_key(key: &str) -> Result<(), String> {
+    use crate::validate::{describe_char, first_control, quote};
+    match first_control(key) {
+        Some(c) => Err(format!("key {} contains the control character {}", quote(key), describe_char(c))),
+        None => Ok(()),
+    }
+}
+
+/// Why a header cannot be a RocketMQ user property, if it cannot: a non-empty name, and no
+/// `\u{1}` or `\u{2}` in the name or the value (the property separators). Names the system
+/// uses (`KEYS`, `TAGS`, ...) are refused by the client's builder.
+pub(crate) fn check_property(name: &str, value: &str) -> Result<(), String> {
+    use crate::validate::quote;
+    if name.is_empty() {
+        return Err("a header name is empty".into());
+    }
+    if [name, value].iter().any(|s| s.contains(['\u{1}', '\u{2}'])) {
+        return Err(format!(
+            "header {} contains a \\u0001 or \\u0002 character, which RocketMQ properties cannot carry",
+            quote(name)
         ));
     }
     Ok(())
@@ -234,5 +287,25 @@ mod tests {
         assert!(check_topic("order.paid").is_err());
         assert!(check_topic("").is_err());
         assert!(check_topic(&"x".repeat(128)).is_err());
+        assert!(check_topic("a\nb").unwrap_err().contains("U+000A (line feed)"));
+        assert!(check_topic(&format!("{} x", "n".repeat(70_000))).unwrap_err().len() < 200);
+        for system in ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_anything"] {
+            assert!(check_topic(system).unwrap_err().contains("system topic"), "{system}");
+        }
+    }
+
+    #[test]
+    fn tags_keys_and_properties() {
+        assert_eq!(check_tag("paid"), Ok(()));
+        assert!(check_tag("a||b").unwrap_err().contains("'|'"));
+        assert!(check_tag("a\u{1}b").unwrap_err().contains("U+0001"));
+        assert_eq!(check_key("order 42"), Ok(()));
+        assert!(check_key("k\u{2}").unwrap_err().contains("U+0002"));
+        assert_eq!(check_property("tenant", "t1"), Ok(()));
+        assert!(check_property("", "v").is_err());
+        assert!(check_property("a\u{1}", "v").unwrap_err().contains("\\u0001"));
+        assert!(check_property("n", "v\u{2}").is_err());
+        let e = check_property(&format!("{}\u{1}", "n".repeat(70_000)), "v").unwrap_err();
+        assert!(e.len() < 300, "{e}");
     }
 }

@@ -47,7 +47,7 @@
 //! | body over `max_message_bytes` (checked before sending), broker `MESSAGE_ILLEGAL` (13) | permanent |
 //! | broker `TOPIC_NOT_EXIST` (17), no route for the topic (auto-create off) | permanent |
 //! | broker `NO_PERMISSION` (16), unsupported request or version | permanent |
-//! | invalid topic name, tag, or header (checked before sending), client validation errors | permanent |
+//! | invalid topic name or a system topic, tag with `|` or a control character, key with a control character, header with `\u0001`/`\u0002` or an empty name, properties over 31743 bytes, empty body (checked before sending), client validation errors | permanent |
 //! | broker `SYSTEM_BUSY` (2), `SERVICE_NOT_AVAILABLE` (14), flush/slave codes as errors | unavailable |
 //! | timeouts, connection failures, no broker reachable, ACL authentication failures | unavailable |
 //! | broker `SYSTEM_ERROR` (1), anything else | retryable |

@@ -6,6 +6,8 @@ use rocketmq_client_rust::ClientError;
 use rocketmq_error::ErrorClass;
 use rocketmq_model::result::SendStatus;
 
+use crate::validate::quote;
+
 /// RocketMQ remoting response codes (`org.apache.rocketmq.remoting.protocol.ResponseCode`).
 mod code {
     pub(super) const SYSTEM_ERROR: i32 = 1;
@@ -23,26 +25,28 @@ mod code {
 
 /// The outcome of a send answered with `status`.
 pub(crate) fn status(status: SendStatus, topic: &str) -> Outcome {
+    let topic = &quote(topic);
     match status {
         SendStatus::SendOk => Outcome::Delivered,
         // Stored on the master, but not flushed or replicated as the broker is configured to
         // guarantee: not confirmed durable, so it counts as a failed attempt and is sent again.
         other => Outcome::retryable(format!(
-            "RocketMQ broker answered {other:?} for topic {topic:?} instead of SEND_OK (not confirmed durable)"
+            "RocketMQ broker answered {other:?} for topic {topic} instead of SEND_OK (not confirmed durable)"
         )),
     }
 }
 
 /// The outcome of a send that failed with `e`.
 pub(crate) fn error(e: &ClientError, topic: &str) -> Outcome {
-    let reason = format!("send to RocketMQ topic {topic:?} failed: {e}");
+    let topic = &quote(topic);
+    let reason = format!("send to RocketMQ topic {topic} failed: {e}");
     if let Some(c) = e.broker_response_code() {
         return match c {
             code::MESSAGE_ILLEGAL => {
                 Outcome::permanent(format!("{reason} (the broker refused the message as illegal)"))
             }
             code::TOPIC_NOT_EXIST => Outcome::permanent(format!(
-                "{reason} (topic {topic:?} does not exist and the broker does not create it; create it, then \
+                "{reason} (topic {topic} does not exist and the broker does not create it; create it, then \
                  `outbox retry` the message)"
             )),
             code::NO_PERMISSION | code::REQUEST_CODE_NOT_SUPPORTED | code::VERSION_NOT_SUPPORTED => {
@@ -57,10 +61,10 @@ pub(crate) fn error(e: &ClientError, topic: &str) -> Outcome {
             _ => Outcome::retryable(reason),
         };
     }
-    if e.is(&rocketmq_error::ROUTE_TOPIC_NOT_FOUND) {
-        // The name server answered that no broker serves this topic.
+    if is_route_miss(e) {
+        // The name server knows no broker that serves this topic (asked twice: see `send`).
         return Outcome::permanent(format!(
-            "{reason} (no broker serves topic {topic:?} and auto-create is off; create the topic, then \
+            "{reason} (no broker serves topic {topic} and auto-create is off; create the topic, then \
              `outbox retry` the message)"
         ));
     }
@@ -84,9 +88,29 @@ pub(crate) fn error(e: &ClientError, topic: &str) -> Outcome {
     }
 }
 
+/// Whether `e` is the client's own "no route for this topic" (no broker answered): the name
+/// server knows no route, or the client's route table entry was empty when it looked.
+pub(crate) fn is_route_miss(e: &ClientError) -> bool {
+    if e.broker_response_code().is_some() {
+        return false;
+    }
+    if e.is(&rocketmq_error::ROUTE_TOPIC_NOT_FOUND) {
+        return true;
+    }
+    // The selector path reports it as an invalid-argument error whose source holds the text.
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    while let Some(c) = cause {
+        if c.to_string().contains("No route info") {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 /// No answer within the transport's timeout.
 pub(crate) fn deadline(timeout: std::time::Duration, topic: &str) -> Outcome {
-    Outcome::unavailable(format!("no answer from RocketMQ for topic {topic:?} within {timeout:?}"))
+    Outcome::unavailable(format!("no answer from RocketMQ for topic {} within {timeout:?}", quote(topic)))
 }
 
 /// The body is over the configured limit.
@@ -106,6 +130,19 @@ mod tests {
             Outcome::Failed { kind, .. } => *kind,
             Outcome::Delivered => panic!("not a failure"),
         }
+    }
+
+    #[test]
+    fn route_misses_are_told_from_other_errors() {
+        let selector = ClientError::from(rocketmq_client_rust::MQClientException::new(
+            "No route info for this topic, OutboxOrders",
+        ));
+        assert!(is_route_miss(&selector));
+        assert!(is_route_miss(&ClientError::route_not_found("OutboxOrders")));
+        assert_eq!(kind(&error(&selector, "OutboxOrders")), FailureKind::Permanent);
+        let other = ClientError::from(rocketmq_client_rust::MQClientException::new("message body is empty"));
+        assert!(!is_route_miss(&other));
+        assert!(!is_route_miss(&ClientError::broker_operation_failed("send", code::TOPIC_NOT_EXIST, "x")));
     }
 
     #[test]

@@ -5,17 +5,23 @@ use std::time::Duration;
 
 use outbox_core::{Envelope, Outcome, Transport};
 use rocketmq_client_rust::{
-    AclClientRPCHook, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, SessionCredentials,
+    AclClientRPCHook, ClientError, ClientRuntime, ClientRuntimeConfig, DefaultMQProducer, SessionCredentials,
 };
 use rocketmq_model::common::message::message_queue::MessageQueue;
 use rocketmq_model::common::message::message_single::Message;
 use rocketmq_runtime::{RuntimeConfig, RuntimeOwner};
 
-use super::config::{check_topic, RocketMqConfig};
+use super::config::{
+    check_key, check_property, check_tag, check_topic, RocketMqConfig, MAX_PROPERTIES_BYTES,
+};
 use super::outcome;
+use crate::validate::{quote, refuse};
 use crate::TransportError;
 
 const KIND: &str = "rocketmq";
+
+/// How long a send that missed its topic's route waits before its one second try.
+const ROUTE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
 /// Publishes to RocketMQ and reports a message delivered only when the broker answered
 /// `SEND_OK`. One producer (and the client's own small runtime) per transport.
@@ -23,6 +29,8 @@ pub struct RocketMqTransport {
     config: RocketMqConfig,
     producer: DefaultMQProducer,
     client: Arc<ClientRuntime>,
+    /// Serialises second tries after a route miss (see [`RocketMqTransport::send`]).
+    route_retry: tokio::sync::Mutex<()>,
     /// Owns the threads the client runs on; dropped last.
     _owner: RuntimeOwner,
 }
@@ -88,7 +96,13 @@ impl RocketMqTransport {
             .await
             .map_err(|_| fail(format!("the producer did not start within {:?}", config.timeout)))?
             .map_err(|e| fail(format!("the producer did not start: {e}")))?;
-        let transport = RocketMqTransport { config, producer, client, _owner: owner };
+        let transport = RocketMqTransport {
+            config,
+            producer,
+            client,
+            route_retry: tokio::sync::Mutex::new(()),
+            _owner: owner,
+        };
         if let Err(e) = transport.probe_namesrv().await {
             return Err(fail(e));
         }
@@ -109,48 +123,76 @@ impl RocketMqTransport {
     }
 
     fn message(&self, env: &Envelope, topic: &str) -> Result<Message, Outcome> {
+        let refused = |r: String| refuse(format!("{r}; the message cannot be sent to RocketMQ"));
         if env.payload.len() > self.config.max_message_bytes {
             return Err(outcome::oversized(env.payload.len(), self.config.max_message_bytes));
+        }
+        if env.payload.is_empty() {
+            return Err(refused("the payload is empty (RocketMQ refuses empty bodies)".into()));
+        }
+        if let Some(k) = &env.key {
+            check_key(k).map_err(refused)?;
+        }
+        if let Some(tag) = &env.tag {
+            check_tag(tag).map_err(refused)?;
+        }
+        let mut properties = env.key.as_deref().map_or(0, str::len) + env.tag.as_deref().map_or(0, str::len);
+        for (name, value) in &env.headers {
+            check_property(name, value).map_err(refused)?;
+            properties += name.len() + value.len() + 2;
+        }
+        if properties > MAX_PROPERTIES_BYTES {
+            return Err(refused(format!(
+                "headers, key and tag take {properties} bytes of properties, more than the \
+                 {MAX_PROPERTIES_BYTES} RocketMQ stores"
+            )));
         }
         let mut keys = vec![env.id.to_string()];
         keys.extend(env.key.iter().map(|k| k.replace(' ', "_")));
         let mut b = Message::builder().topic(topic).body_slice(env.payload.as_bytes()).keys(keys);
         if let Some(tag) = &env.tag {
-            if tag.contains('|') || tag.chars().any(char::is_control) {
-                return Err(Outcome::permanent(format!(
-                    "tag {tag:?} cannot be a RocketMQ tag ('|' separates tags in subscriptions)"
-                )));
-            }
             b = b.tags(tag.as_str());
         }
         if let Some(k) = &env.key {
             b = b.sharding_key(k.as_str());
         }
         for (name, value) in &env.headers {
-            // Properties travel as name\u{1}value\u{2}: those two characters cannot appear.
-            if [name, value].iter().any(|s| s.contains(['\u{1}', '\u{2}'])) {
-                return Err(Outcome::permanent(format!(
-                    "header {name:?} contains a \\u0001 or \\u0002 character, which RocketMQ properties cannot carry"
-                )));
-            }
             b = b.raw_property(name.as_str(), value.as_str()).map_err(|e| {
-                Outcome::permanent(format!("header {name:?} cannot be a RocketMQ user property: {e}"))
+                refuse(format!("header {} cannot be a RocketMQ user property: {e}", quote(name)))
             })?;
         }
-        b.build().map_err(|e| Outcome::permanent(format!("not a valid RocketMQ message: {e}")))
+        b.build().map_err(|e| refuse(format!("not a valid RocketMQ message: {e}")))
     }
 
+    /// Sends `env`. A client-side route miss ("no route info for this topic") is only believed
+    /// on a second try: the client keeps one route table entry per topic and several concurrent
+    /// first sends to a topic being auto-created can see each other's empty placeholder, so a
+    /// miss may be a race and not a missing topic. The second try runs alone (behind
+    /// `route_retry`), after a short pause; a topic that truly has no route fails it the same way.
     async fn send(&self, env: &Envelope) -> Outcome {
         let topic = self.config.topic_for(&env.topic);
         if let Err(r) = check_topic(&topic) {
-            return Outcome::permanent(format!(
-                "topic {:?} does not make a valid RocketMQ topic: {r}",
-                env.topic
-            ));
+            return refuse(format!("topic {} does not make a valid RocketMQ topic: {r}", quote(&env.topic)));
         }
-        let msg = match self.message(env, &topic) {
+        match self.send_once(env, &topic).await {
+            Err(e) if outcome::is_route_miss(&e) => {
+                let _alone = self.route_retry.lock().await;
+                tokio::time::sleep(ROUTE_RETRY_PAUSE).await;
+                match self.send_once(env, &topic).await {
+                    Err(e) => outcome::error(&e, &topic),
+                    Ok(o) => o,
+                }
+            }
+            Err(e) => outcome::error(&e, &topic),
+            Ok(o) => o,
+        }
+    }
+
+    /// One send of `env` to `topic`; `Err` is the client's error, to be classified.
+    async fn send_once(&self, env: &Envelope, topic: &str) -> Result<Outcome, ClientError> {
+        let msg = match self.message(env, topic) {
             Ok(m) => m,
-            Err(o) => return o,
+            Err(o) => return Ok(o),
         };
         let timeout_ms = u64::try_from(self.config.timeout.as_millis()).unwrap_or(u64::MAX);
         // The client bounds the send by its timeout; this bounds everything around it too.
@@ -169,11 +211,11 @@ impl RocketMqTransport {
             _ => tokio::time::timeout(bound, self.producer.send_with_timeout(msg, timeout_ms)).await,
         };
         match sent {
-            Err(_) => outcome::deadline(self.config.timeout, &topic),
-            Ok(Err(e)) => outcome::error(&e, &topic),
-            Ok(Ok(Some(result))) => outcome::status(result.send_status, &topic),
+            Err(_) => Ok(outcome::deadline(self.config.timeout, topic)),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(Some(result))) => Ok(outcome::status(result.send_status, topic)),
             Ok(Ok(None)) => {
-                Outcome::retryable(format!("RocketMQ returned no send result for topic {topic:?}"))
+                Ok(Outcome::retryable(format!("RocketMQ returned no send result for topic {}", quote(topic))))
             }
         }
     }
@@ -211,7 +253,8 @@ impl Transport for RocketMqTransport {
             for i in chain {
                 let o = match &blocked {
                     Some(k) => Outcome::unavailable(format!(
-                        "not sent: an earlier message with key {k:?} in this batch was not published"
+                        "not sent: an earlier message with key {} in this batch was not published",
+                        quote(k)
                     )),
                     None => self.send(&batch[i]).await,
                 };
@@ -223,11 +266,11 @@ impl Transport for RocketMqTransport {
             out
         }))
         .await;
-        let mut out = vec![Outcome::retryable("no outcome recorded"); batch.len()];
+        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
         for (i, o) in results.into_iter().flatten() {
-            out[i] = o;
+            out[i] = Some(o);
         }
-        out
+        crate::validate::finish(out)
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -27,6 +27,7 @@ pub(crate) fn relay_config(owner: &str) -> RelayConfig {
         publish_timeout: Duration::from_secs(5),
         shutdown_timeout: Duration::from_secs(5),
         lock_claims: true,
+        ..RelayConfig::default()
     }
 }
 
@@ -49,7 +50,16 @@ pub(crate) async fn wait_all_sent<DB: OutboxDatabase>(
         if st.iter().all(|s| *s == Status::Sent) {
             return;
         }
-        assert!(!st.contains(&Status::Failed), "a message failed: {st:?}");
+        if st.contains(&Status::Failed) {
+            let mut why = Vec::new();
+            for (id, s) in ids.iter().zip(&st) {
+                if *s == Status::Failed {
+                    let m = outbox.get(*id).await.unwrap().expect("message exists");
+                    why.push(format!("{}: {:?}", id.0, m.last_error));
+                }
+            }
+            panic!("a message failed: {st:?}; why: {why:?}");
+        }
         assert!(Instant::now() < deadline, "not all sent in {within:?}: {st:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -220,4 +230,18 @@ pub(crate) async fn enqueue_all<DB: OutboxDatabase>(
         tx.commit().await.unwrap();
     }
     ids
+}
+
+/// Asserts that `o` is a permanent failure whose reason mentions `needle`, fits a `last_error`
+/// column (at most `limits::ERROR` characters) and holds no raw control character.
+pub(crate) fn assert_refused(o: &Outcome, needle: &str) {
+    match o {
+        Outcome::Failed { kind: FailureKind::Permanent, reason, .. } => {
+            assert!(reason.contains(needle), "reason {reason:?} does not mention {needle:?}");
+            let n = reason.chars().count();
+            assert!(n <= outbox_core::limits::ERROR, "reason is {n} characters long");
+            assert!(!reason.chars().any(char::is_control), "raw control character in {reason:?}");
+        }
+        other => panic!("expected a permanent failure mentioning {needle:?}, got {other:?}"),
+    }
 }

@@ -1,0 +1,486 @@
+//! The daemon's ACK endpoint against hostile clients, over real sockets (`outbox relay` as a
+//! process, SQLite, a local webhook receiver; no external server):
+//! - hundreds of connections that send half a request head and stall (slowloris), beyond
+//!   `ack.max_connections`, under a file-descriptor limit smaller than their number: a real ACK
+//!   still gets its answer at once, every stalled connection is closed, and the ones within
+//!   the limit not before `ack.header_timeout`;
+//! - connections busy with a request whose body never ends fill the limit: a new connection
+//!   is answered 503 at once (never queued), the slow ones 408 after `ack.request_timeout`;
+//! - CR/LF/ESC in a request (percent-encoded, and raw where the parser lets them through to a
+//!   4xx) never reach the log raw, and 1,000 refused ACKs write a handful of log lines that
+//!   count them all.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const SECRET: &str = "hostile-test-secret-0123456789";
+/// The daemon's file-descriptor limit: fewer than the stalled connections the tests open.
+const FD_LIMIT: u32 = 256;
+
+fn temp_dir(name: &str) -> PathBuf {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("outbox-ack-hostile-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// The `[ack]` bounds of one daemon.
+struct Limits {
+    max_connections: usize,
+    header_timeout: &'static str,
+    request_timeout: &'static str,
+}
+
+/// The daemon: one SQLite store, one webhook destination that requires ACKs.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+    db_url: String,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if !std::thread::panicking() {
+            if let Some(dir) = self.log.parent() {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+        }
+    }
+}
+
+impl Daemon {
+    /// Starts `outbox relay` under `ulimit -n FD_LIMIT` and waits until the ACK endpoint serves.
+    async fn start(name: &str, hook_port: u16, limits: Limits) -> Daemon {
+        let dir = temp_dir(name);
+        let db_url = format!("sqlite:{}", dir.join("shop.db").display());
+        let port = free_port();
+        let config = dir.join("outbox.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r##"
+[relay]
+idle_interval = "100ms"
+shutdown_timeout = "5s"
+
+[[stores]]
+name = "shop"
+url = "{db_url}"
+migrate = true
+
+[destinations.hook]
+ack = {{ timeout = "5m" }}
+[destinations.hook.transport]
+type = "http"
+url = "http://127.0.0.1:{hook_port}/hook"
+unsigned = true
+
+[[routes]]
+topic = "#"
+destinations = ["hook"]
+
+[ack]
+listen = "127.0.0.1:{port}"
+secret = "{SECRET}"
+max_connections = {}
+header_timeout = "{}"
+request_timeout = "{}"
+"##,
+                limits.max_connections, limits.header_timeout, limits.request_timeout
+            ),
+        )
+        .unwrap();
+        let log = dir.join("relay.log");
+        let child = Command::new("sh")
+            .args(["-c", &format!("ulimit -n {FD_LIMIT} && exec \"$0\" \"$@\"")])
+            .arg(env!("CARGO_BIN_EXE_outbox"))
+            .args(["relay", "--config", config.to_str().unwrap()])
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("start outbox relay");
+        let mut daemon = Daemon { child, log, db_url, port };
+        daemon.wait_for_log("ACK endpoint serving", Duration::from_secs(60)).await;
+        daemon
+    }
+
+    fn log_text(&self) -> String {
+        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
+    }
+
+    async fn wait_for_log(&mut self, needle: &str, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.log_text().contains(needle) {
+            self.assert_alive();
+            assert!(Instant::now() < deadline, "no {needle:?} in the log: {}", self.log_text());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn assert_alive(&mut self) {
+        assert!(self.child.try_wait().unwrap().is_none(), "the daemon died: {}", self.log_text());
+    }
+
+    /// Open file descriptors of the daemon (Linux).
+    fn open_fds(&self) -> Option<usize> {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).ok().map(|d| d.count())
+    }
+
+    async fn connect(&self) -> TcpStream {
+        TcpStream::connect(("127.0.0.1", self.port)).await.unwrap()
+    }
+}
+
+fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (n, v) in headers {
+        r.push_str(&format!("{n}: {v}\r\n"));
+    }
+    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut out = r.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// Reads one HTTP response (head and `Content-Length` body) from `s`: `(status, body)`, or
+/// `None` when the connection closed first.
+async fn read_response(s: &mut TcpStream) -> Option<(u16, String)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let status = head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    Some((status, String::from_utf8_lossy(&buf[head_end..]).into_owned()))
+}
+
+/// Sends `bytes` on a new connection and reads the answer, within `within`.
+async fn exchange(d: &Daemon, bytes: &[u8], within: Duration) -> Option<(u16, String)> {
+    tokio::time::timeout(within, async {
+        let mut s = d.connect().await;
+        let _ = s.write_all(bytes).await;
+        read_response(&mut s).await
+    })
+    .await
+    .expect("no answer in time")
+}
+
+/// Waits until the server closes `s` (EOF or reset); the bytes it sent before.
+async fn until_closed(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 1024];
+    loop {
+        match s.read(&mut chunk).await {
+            Ok(0) | Err(_) => return got,
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+/// A webhook receiver: answers 200 to every request and hands over its headers.
+async fn webhook_receiver() -> (u16, tokio::sync::mpsc::UnboundedReceiver<Vec<(String, String)>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buf).into_owned();
+                let headers: Vec<(String, String)> = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
+                let _ =
+                    s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+                let _ = tx.send(headers);
+            });
+        }
+    });
+    (port, rx)
+}
+
+/// Opens `n` connections that each send half a request head and stall.
+async fn stalled(d: &Daemon, n: usize) -> Vec<(TcpStream, Instant)> {
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut s = d.connect().await;
+        s.write_all(b"POST /v1/ack/shop/1/hook HTTP/1.1\r\nHost: 127.0.0.1\r\nOutbox-Ack-To").await.unwrap();
+        out.push((s, Instant::now()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_connections_beyond_the_limit_neither_starve_a_real_ack_nor_outlive_the_header_timeout() {
+    let (hook_port, mut hooks) = webhook_receiver().await;
+    let limits = Limits { max_connections: 64, header_timeout: "2s", request_timeout: "5s" };
+    let mut d = Daemon::start("slowloris", hook_port, limits).await;
+
+    // A real delivery that awaits its ACK: its token comes with the webhook.
+    let pool = sqlx::SqlitePool::connect(&d.db_url).await.unwrap();
+    let id: i64 = sqlx::query_scalar(
+        "INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', '{}') RETURNING id",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let headers = tokio::time::timeout(Duration::from_secs(60), hooks.recv()).await.unwrap().unwrap();
+    let token = headers.iter().find(|(n, _)| n.ends_with("ack-token")).map(|(_, v)| v.clone()).unwrap();
+
+    // 300 stalled connections: more than the limit (64) and than the daemon's descriptors (256).
+    let started = Instant::now();
+    let mut slow = stalled(&d, 300).await;
+    let opened_in = started.elapsed();
+    let fds = d.open_fds();
+
+    // The real ACK gets its answer at once.
+    let asked = Instant::now();
+    let answer = exchange(
+        &d,
+        &request("POST", &format!("/v1/ack/shop/{id}/hook"), &[("Outbox-Ack-Token", &token)], b""),
+        Duration::from_secs(30),
+    )
+    .await;
+    let answered_in = asked.elapsed();
+    let (status, body) = answer.expect("the ACK was not answered");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"acked\""), "{body}");
+    let acked: String = sqlx::query_scalar("SELECT status FROM outbox_delivery WHERE message_id = ?1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(acked, "acked");
+
+    // Every stalled connection is closed by the server: the oldest ones at once to make room,
+    // the last 64 after the header timeout, none later than a generous deadline.
+    let mut closed_after = Vec::with_capacity(slow.len());
+    tokio::time::timeout(Duration::from_secs(60), async {
+        for (s, opened) in &mut slow {
+            until_closed(s).await;
+            closed_after.push(opened.elapsed());
+        }
+    })
+    .await
+    .expect("some stalled connections were never closed");
+    let at_timeout = closed_after.iter().filter(|d| **d >= Duration::from_millis(1900)).count();
+    assert!(at_timeout <= 64, "{at_timeout} connections outlived the room of 64");
+    d.assert_alive();
+
+    // Within the limit, a stalled connection is closed by the header timeout, not before.
+    let few = stalled(&d, 10).await;
+    for (mut s, opened) in few {
+        tokio::time::timeout(Duration::from_secs(30), until_closed(&mut s)).await.expect("not closed");
+        let after = opened.elapsed();
+        assert!(after >= Duration::from_millis(1900), "closed after {after:?}, before the header timeout");
+    }
+    d.assert_alive();
+    eprintln!(
+        "300 stalled connections opened in {opened_in:?}; daemon fds then: {fds:?} (limit {FD_LIMIT}); \
+         real ACK answered in {answered_in:?}; stalled closed at the header timeout: {at_timeout}, \
+         earlier to make room: {}; last closed after {:?}",
+        300 - at_timeout,
+        closed_after.iter().max().unwrap()
+    );
+    if let Some(fds) = fds {
+        // 300 stalled connections against a limit of 64: the daemon holds the limit, its own
+        // descriptors (pools, runtime, listener) and, on busy cores, evicted connections whose
+        // close is still under way; never one per stalled client.
+        assert!(fds < 64 + 64, "the daemon held {fds} descriptors");
+    }
+
+    // SIGTERM with stalled connections open: the daemon still stops, in bounded time.
+    let _held = stalled(&d, 20).await;
+    let term = Command::new("kill").args(["-TERM", &d.child.id().to_string()]).status().unwrap();
+    assert!(term.success());
+    let stopping = Instant::now();
+    let deadline = stopping + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the daemon did not stop: {}", d.log_text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "{status}: {}", d.log_text());
+    eprintln!("stopped by SIGTERM with 20 stalled connections open in {:?}", stopping.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_connection_is_busy_a_new_one_is_answered_503_at_once_and_slow_bodies_408() {
+    let limits = Limits { max_connections: 16, header_timeout: "2s", request_timeout: "4s" };
+    let mut d = Daemon::start("busy", free_port(), limits).await;
+    // 16 requests whose body never ends. `Expect: 100-continue` makes the server say when it
+    // starts reading the body: from then on the connection is busy with a request.
+    let head = "POST /v1/ack/shop/1/hook HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\
+                Expect: 100-continue\r\n\r\n";
+    let mut busy = Vec::new();
+    for _ in 0..16 {
+        let mut s = d.connect().await;
+        s.write_all(head.as_bytes()).await.unwrap();
+        let interim = tokio::time::timeout(Duration::from_secs(30), read_response(&mut s)).await.unwrap();
+        assert_eq!(interim.map(|r| r.0), Some(100));
+        let started = Instant::now();
+        s.write_all(b"{\"tok").await.unwrap();
+        busy.push((s, started));
+    }
+    // A new connection: answered 503 at once, and closed; nothing queues.
+    let probe = Instant::now();
+    let mut s = d.connect().await;
+    let got = tokio::time::timeout(Duration::from_secs(30), until_closed(&mut s)).await.unwrap();
+    let refused_in = probe.elapsed();
+    let got = String::from_utf8_lossy(&got);
+    assert!(got.starts_with("HTTP/1.1 503") && got.contains("too many connections"), "{got:?}");
+    assert!(refused_in < Duration::from_secs(1), "the 503 took {refused_in:?}");
+    // The slow bodies: 408 when the request timeout has passed, not before.
+    let mut answered_after = Duration::ZERO;
+    for (s, started) in &mut busy {
+        let answer = tokio::time::timeout(Duration::from_secs(30), read_response(s)).await.unwrap();
+        let (status, body) = answer.expect("a slow body got no answer");
+        assert_eq!(status, 408, "{body}");
+        answered_after = started.elapsed();
+        assert!(answered_after >= Duration::from_millis(3900), "408 after {answered_after:?}");
+    }
+    // The slots are free again.
+    let answer =
+        exchange(&d, &request("POST", "/v1/ack/shop/abc/hook", &[], b""), Duration::from_secs(30)).await;
+    assert_eq!(answer.map(|a| a.0), Some(400));
+    d.assert_alive();
+    eprintln!("503 at the limit answered in {refused_in:?}; the last slow body answered 408 after {answered_after:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_bytes_never_reach_the_log_raw_and_a_flood_of_refusals_writes_a_few_lines() {
+    let mut d = Daemon::start(
+        "log",
+        free_port(),
+        Limits { max_connections: 64, header_timeout: "5s", request_timeout: "5s" },
+    )
+    .await;
+    let token = [("Outbox-Ack-Token", "not-a-token")];
+    // Percent-encoded CR, LF and ESC: decoded into the path segments the handler sees.
+    let forged = "%0D%0A2030-01-01T00:00:00Z%20ERROR%20forged%1B%5B31m";
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("encoded, unknown store", request("POST", &format!("/v1/ack/shop{forged}/1/hook"), &token, b"")),
+        ("encoded, bad token", request("POST", &format!("/v1/ack/shop/1/hook{forged}"), &token, b"")),
+        ("encoded, bad id", request("POST", &format!("/v1/ack/shop/1{forged}/hook"), &token, b"")),
+        ("raw CR in the path", b"POST /v1/ack/shop\r/1/hook HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        (
+            "raw LF in the path",
+            b"POST /v1/ack/shop\n2030 ERROR forged/1/hook HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        ),
+        ("raw ESC in the path", b"POST /v1/ack/shop\x1b[31m/1/hook HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
+        (
+            "raw ESC in the token",
+            b"POST /v1/ack/shop/1/hook HTTP/1.1\r\nHost: x\r\nOutbox-Ack-Token: a\x1b[2Jb\r\n\r\n".to_vec(),
+        ),
+    ];
+    for (what, bytes) in &cases {
+        let answer = exchange(&d, bytes, Duration::from_secs(30)).await;
+        let status = answer.as_ref().map(|a| a.0);
+        assert!(status.is_some_and(|s| (400..500).contains(&s)), "{what}: {answer:?}");
+    }
+    d.assert_alive();
+
+    // 1,000 refused ACKs over 4 kept-alive connections.
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..4 {
+        let port = d.port;
+        clients.push(tokio::spawn(async move {
+            let mut s = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+            for i in 0..250 {
+                let path = match (c + i) % 3 {
+                    0 => format!("/v1/ack/shop/{i}/hook%0Aforged"),
+                    1 => format!("/v1/ack/eu{forged}/{i}/hook"),
+                    _ => "/v1/ack/shop/x%1B/hook".to_owned(),
+                };
+                s.write_all(&request("POST", &path, &[("Outbox-Ack-Token", "1.ab")], b"")).await.unwrap();
+                let (status, _) = read_response(&mut s).await.expect("closed");
+                assert!((400..500).contains(&status), "{status}");
+            }
+        }));
+    }
+    for c in clients {
+        c.await.unwrap();
+    }
+    let flood_in = started.elapsed();
+
+    // Every refusal is counted in the summary lines, which are few.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (lines, counted) = loop {
+        let text = d.log_text();
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("ACK requests refused")).collect();
+        let counted: u64 = lines
+            .iter()
+            .filter_map(|l| l.split("count=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+            .sum();
+        if counted >= 1000 + cases.len() as u64 {
+            break (lines.len(), counted);
+        }
+        d.assert_alive();
+        assert!(Instant::now() < deadline, "only {counted} refusals counted: {text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let text = d.log_text();
+    assert!(lines < 20, "{lines} refusal lines: {text}");
+    assert!(text.lines().count() < 40, "{text}");
+
+    // No raw CR, LF-forged line or ESC from any request; the hostile text shown escaped.
+    let raw = std::fs::read(&d.log).unwrap();
+    assert!(!raw.contains(&b'\r') && !raw.contains(&0x1b), "{text:?}");
+    for line in text.lines() {
+        assert!(!line.starts_with("2030") && !line.starts_with("forged"), "forged line: {line:?}\n{text}");
+    }
+    assert!(text.contains("shop\\r\\n2030-01-01T00:00:00Z ERROR forged\\u{1b}[31m"), "{text}");
+    eprintln!(
+        "1,000 refusals in {flood_in:?}; {counted} counted in {lines} log lines; log:\n{}",
+        text.lines().filter(|l| l.contains("ACK")).collect::<Vec<_>>().join("\n")
+    );
+}
