@@ -27,6 +27,13 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# Each transport builds alone: the CLI's and the facade's features, checked right after clippy,
+# whose dependency artifacts `cargo check` reuses (only the outbox crates are checked again).
+for f in nats rabbitmq redis mqtt http kafka rocketmq; do
+  echo "== cargo check: outbox with only the $f transport"
+  cargo check --quiet -p outbox-cli --no-default-features --features "$f"
+  cargo check --quiet -p outbox --no-default-features --features "postgres,relay,$f"
+done
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 echo "== chaos suite, short profile (pg-nats, pg-rabbitmq, mariadb-redis; docs/guarantees.md)"

@@ -140,6 +140,7 @@ pub(crate) enum Command {
     ///   outbox bench --store mysql://root@127.0.0.1/test --transport redis --scenario raw,drain --n 20000
     ///   outbox bench --store sqlite: --transport null --scenario drain,latency --out bench-results/sqlite
     ///   outbox bench --scenario scale --sent-rows 10000,1000000,10000000
+    #[cfg(feature = "bench")]
     #[command(verbatim_doc_comment)]
     Bench(BenchArgs),
 }
@@ -347,6 +348,7 @@ pub(crate) struct CheckArgs {
 }
 
 /// Broker of `outbox bench`.
+#[cfg(feature = "bench")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum BenchTransport {
     /// NATS JetStream.
@@ -359,6 +361,7 @@ pub(crate) enum BenchTransport {
     Null,
 }
 
+#[cfg(feature = "bench")]
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     /// Database server (a database is created and dropped per scenario), or `sqlite:`.

@@ -28,14 +28,28 @@
 
 mod ack;
 mod alert;
+mod batch;
 mod breaker;
-mod engine;
+mod builder;
+mod config;
+mod decide;
+mod destination;
+mod dispatch;
+#[cfg(test)]
+mod fixtures;
+mod poller;
+mod relay;
 mod router;
 mod settle;
+mod stats;
 pub mod testing;
 
 pub use ack::{acknowledge, AckError};
 pub use alert::{AlertHook, LogAlert};
 pub use breaker::BreakerConfig;
-pub use engine::{AckConfig, BuildError, Destination, Relay, RelayBuilder, RelayConfig, RelayStats};
+pub use builder::{BuildError, RelayBuilder};
+pub use config::{AckConfig, RelayConfig};
+pub use destination::Destination;
+pub use relay::Relay;
 pub use router::{matches as topic_matches, validate_pattern, Route};
+pub use stats::RelayStats;

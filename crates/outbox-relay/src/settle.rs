@@ -284,33 +284,9 @@ pub(crate) fn ids(msgs: &[OutboxMessage]) -> Vec<MessageId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use chrono::Utc;
-    use outbox_core::Headers;
 
     fn msg(attempts: i32, max: Option<i32>) -> OutboxMessage {
-        let now = Utc::now();
-        OutboxMessage {
-            id: MessageId(7),
-            biz_type: None,
-            biz_key: None,
-            topic: "t".into(),
-            key: None,
-            tag: None,
-            headers: Headers::new(),
-            payload: "p".into(),
-            status: Status::Sending,
-            attempts,
-            max_attempts: max,
-            next_attempt_at: now,
-            last_attempt_at: None,
-            last_error: None,
-            lease_owner: Some("r".into()),
-            lease_until: Some(now),
-            created_by: None,
-            updated_by: None,
-            created_at: now,
-            updated_at: now,
-        }
+        crate::fixtures::message(attempts, max)
     }
 
     fn policy() -> RetryPolicy {

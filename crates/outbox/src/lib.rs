@@ -4,9 +4,10 @@
 //! rows and a message row in **one** local transaction; the message is published after commit,
 //! and retried until a broker confirms it.
 //!
-//! This crate is the stable facade: it re-exports the producer API from `outbox-store` and the
-//! domain types from `outbox-core`. The internal crates may change between releases; this one
-//! follows semver.
+//! This crate is the stable facade: it re-exports the producer API from `outbox-store`, the
+//! domain types from `outbox-core`, and behind features the relay ([`Relay`]), the inbox
+//! (`Inbox`) and the transports (`transport::nats`, ...). The internal crates may change
+//! between releases; this one follows semver.
 //!
 //! ```no_run
 //! use outbox::{NewMessage, Outbox};
@@ -34,8 +35,33 @@
 //! Already inside your own `sqlx::Transaction`? Use [`OutboxConnection::enqueue`] on it
 //! (`tx.enqueue(&msg)`) and commit with [`Outbox::commit`] to keep the after-commit fast path.
 //!
+//! Publishing from the service itself (no daemon): the relay (feature `relay`, on by default)
+//! with a transport (feature `nats`: `outbox::transport::nats::NatsTransport`, and so on):
+//!
+//! ```no_run
+//! # async fn run(outbox: outbox::Outbox<sqlx::Postgres>, broker: std::sync::Arc<dyn outbox::transport::Transport>)
+//! # -> Result<(), Box<dyn std::error::Error>> {
+//! use outbox::{Destination, Relay, Route};
+//! let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+//!     .destination(Destination::new("broker", broker))
+//!     .route(Route::new("order.#", ["broker"]))
+//!     .build()?;
+//! let stop = outbox::CancellationToken::new();
+//! let running = tokio::spawn(relay.run(stop.clone()));
+//! // ... on SIGTERM:
+//! stop.cancel();
+//! running.await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Features
 //! - `postgres`, `mysql`, `sqlite` (all on by default): the databases, as in sqlx.
+//! - `relay` (on by default): [`Relay`] and its configuration types.
+//! - `inbox`: the consumer-side `Inbox`; `inbox-nats`, `inbox-rabbitmq`, `inbox-redis`,
+//!   `inbox-mqtt`, `inbox-http`, `inbox-ack` add each broker's message conversion.
+//! - `nats`, `rabbitmq`, `redis`, `mqtt`, `http`, `kafka`, `rocketmq`: one transport each,
+//!   under `outbox::transport`.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub use outbox_core::{
     limits, Enqueued, Error, ErrorKind, Headers, MessageId, NewMessage, OutboxMessage, Result, Status,
@@ -53,4 +79,66 @@ pub mod dialect {
     pub use outbox_store::postgres;
     #[cfg(feature = "sqlite")]
     pub use outbox_store::sqlite;
+}
+
+/// The relay engine: claims due messages, publishes them through transports, settles outcomes.
+#[cfg(feature = "relay")]
+#[cfg_attr(docsrs, doc(cfg(feature = "relay")))]
+pub use outbox_relay::{
+    AckConfig, AlertHook, BreakerConfig, BuildError, Destination, LogAlert, Relay, RelayBuilder, RelayConfig,
+    RelayStats, Route,
+};
+
+/// Stops a running [`Relay`] (`tokio_util`'s token, re-exported so a service needs no direct
+/// dependency for it).
+#[cfg(feature = "relay")]
+#[cfg_attr(docsrs, doc(cfg(feature = "relay")))]
+pub use tokio_util::sync::CancellationToken;
+
+/// The consumer-side inbox: each message's effect exactly once, in the consumer's transaction.
+#[cfg(feature = "inbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
+pub mod inbox {
+    pub use outbox_inbox::*;
+}
+
+#[cfg(feature = "inbox")]
+#[cfg_attr(docsrs, doc(cfg(feature = "inbox")))]
+pub use outbox_inbox::{Inbox, InboxMessage};
+
+/// Transports, one feature each (`nats`, `rabbitmq`, `redis`, `mqtt`, `http`, `kafka`,
+/// `rocketmq`), and the [`Transport`](outbox_core::Transport) trait to write your own.
+pub mod transport {
+    pub use outbox_core::{Envelope, FailureKind, Outcome, Transport};
+    #[cfg(feature = "http")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "http")))]
+    pub use outbox_transport::http;
+    #[cfg(feature = "kafka")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "kafka")))]
+    pub use outbox_transport::kafka;
+    #[cfg(feature = "mqtt")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "mqtt")))]
+    pub use outbox_transport::mqtt;
+    #[cfg(feature = "nats")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "nats")))]
+    pub use outbox_transport::nats;
+    #[cfg(feature = "rabbitmq")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rabbitmq")))]
+    pub use outbox_transport::rabbitmq;
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub use outbox_transport::redis;
+    #[cfg(feature = "rocketmq")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "rocketmq")))]
+    pub use outbox_transport::rocketmq;
+    #[cfg(any(
+        feature = "nats",
+        feature = "rabbitmq",
+        feature = "redis",
+        feature = "mqtt",
+        feature = "http",
+        feature = "kafka",
+        feature = "rocketmq"
+    ))]
+    pub use outbox_transport::TransportError;
 }

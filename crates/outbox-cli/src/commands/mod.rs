@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+#[cfg(feature = "bench")]
 mod bench;
 mod cancel;
 mod check;
@@ -28,6 +29,7 @@ pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Retry(args) => retry::run(args).await,
         Command::Cancel(args) => cancel::run(args).await,
         Command::Purge(args) => purge::run(args).await,
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).await,
     }
 }

@@ -1,0 +1,301 @@
+//! One claimed batch, step by step: read the per-destination state, decide
+//! ([`crate::decide`]), gate and publish ([`crate::dispatch`]), plan the writes
+//! ([`crate::settle`]), write them back, then alert for what failed.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use outbox_core::{MessageId, OutboxMessage, Outcome, Status};
+use outbox_store::{DeliveryState, LockedClaim, RelayStore, SettleReport, Settlement};
+
+use crate::decide::{decide, Decision, Rules};
+use crate::dispatch::Item;
+use crate::relay::Inner;
+use crate::settle::{self, Target, TargetResult};
+use crate::stats::RelayStats;
+
+/// The destinations (indexes into `Inner::dests`) of each message of a batch.
+type Routes = Vec<Vec<usize>>;
+
+/// Per (message, destination): the result, once known.
+type Results = Vec<Vec<Option<TargetResult>>>;
+
+/// Publishes and settles one claimed batch. A locked claim's transaction is committed by the
+/// settlement, or rolled back when this returns early (its rows are then due again).
+pub(crate) async fn process<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: Vec<OutboxMessage>,
+    mut locked: Option<LockedClaim>,
+) {
+    let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
+    let Some(prior) = read_state(inner, &batch, &routes, &mut locked).await else { return };
+    let (mut results, to_publish) = decide_all(inner, &batch, &routes, &prior);
+    publish_all(inner, &batch, to_publish, &mut results).await;
+    let (settlement, alerts) = plan_writes(inner, &batch, &routes, &results);
+    let Some(report) = write_back(inner, &batch, &settlement, locked).await else {
+        let pause = inner.settle_failed();
+        tracing::warn!(pause = ?pause, "Claiming paused after a failed settlement");
+        return;
+    };
+    inner.settle_succeeded();
+    after_settle(inner, &batch, &report, alerts).await;
+}
+
+/// Whether a message routed to `route` keeps per-destination rows: it fans out, or one of its
+/// destinations wants ACKs.
+fn keeps_rows<S: RelayStore>(inner: &Inner<S>, route: &[usize]) -> bool {
+    route.len() > 1 || route.iter().any(|&d| inner.dests[d].d.ack.is_some())
+}
+
+/// Reads the per-destination rows of the messages that keep them. `None` when the read failed:
+/// without them the relay could send again to destinations that are done, so the batch is
+/// given up (a leased claim is retried after its lease, a locked one at once: dropping it
+/// rolls it back).
+async fn read_state<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    routes: &Routes,
+    locked: &mut Option<LockedClaim>,
+) -> Option<HashMap<(MessageId, String), DeliveryState>> {
+    let ids: Vec<MessageId> =
+        batch.iter().zip(routes).filter(|(_, r)| keeps_rows(inner, r)).map(|(m, _)| m.id).collect();
+    let mut prior = HashMap::new();
+    if ids.is_empty() {
+        return Some(prior);
+    }
+    let read = match locked.as_mut() {
+        Some(claim) => inner.store.deliveries_locked(claim, &ids).await,
+        None => inner.store.deliveries(&ids).await,
+    };
+    match read {
+        Ok(rows) => {
+            for r in rows {
+                prior.insert((r.message_id, r.destination.clone()), r);
+            }
+            Some(prior)
+        }
+        Err(e) => {
+            RelayStats::add(&inner.stats.store_errors, 1);
+            let when = if locked.is_some() { "at once (rolled back)" } else { "after its lease" };
+            tracing::warn!(error = %e, "Could not read delivery state; the batch will be retried {when}");
+            None
+        }
+    }
+}
+
+/// Decides every (message, destination): the results known without publishing, and per
+/// destination the items to publish.
+fn decide_all<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    routes: &Routes,
+    prior: &HashMap<(MessageId, String), DeliveryState>,
+) -> (Results, Vec<Vec<Item>>) {
+    let mut results: Results = Vec::with_capacity(batch.len());
+    let mut to_publish: Vec<Vec<Item>> = vec![Vec::new(); inner.dests.len()];
+    for (mi, m) in batch.iter().enumerate() {
+        let rows = keeps_rows(inner, &routes[mi]);
+        let mut row = Vec::with_capacity(routes[mi].len());
+        for (ti, &di) in routes[mi].iter().enumerate() {
+            let dest = &inner.dests[di];
+            let rules = Rules {
+                retry: &dest.d.retry,
+                ack: dest.d.ack.is_some(),
+                payload_limit: dest.payload_limit(),
+            };
+            let before = if rows { prior.get(&(m.id, dest.d.name.clone())) } else { None };
+            match decide(m, rows, before, rules) {
+                Decision::Settle(r) => row.push(Some(r)),
+                Decision::Publish { attempts } => {
+                    row.push(None);
+                    to_publish[di].push((mi, ti, attempts));
+                }
+            }
+        }
+        results.push(row);
+    }
+    (results, to_publish)
+}
+
+/// Gates each destination by its breaker, publishes to all of them concurrently and records
+/// the outcomes in `results`.
+async fn publish_all<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    to_publish: Vec<Vec<Item>>,
+    results: &mut Results,
+) {
+    let now = Instant::now();
+    let mut calls = Vec::new();
+    for (di, items) in to_publish.into_iter().enumerate() {
+        if items.is_empty() {
+            continue;
+        }
+        let gate = inner.dests[di].admit(items, now);
+        for (mi, ti, attempts) in gate.defer {
+            RelayStats::add(&inner.stats.deferred, 1);
+            results[mi][ti] =
+                Some(TargetResult::Deferred { attempts, wait: gate.wait.max(Duration::from_millis(100)) });
+        }
+        if !gate.go.is_empty() {
+            calls.push((di, gate.go));
+        }
+    }
+    let timeout = inner.cfg.publish_timeout;
+    let answers = futures::future::join_all(calls.iter().map(|(di, items)| {
+        RelayStats::add(&inner.stats.published, items.len());
+        inner.dests[*di].publish(batch, items, timeout)
+    }))
+    .await;
+    for ((di, items), outcomes) in calls.iter().zip(answers) {
+        let dest = &inner.dests[*di];
+        dest.observe(&outcomes);
+        for ((mi, ti, attempts), outcome) in items.iter().zip(outcomes) {
+            let r = match outcome {
+                Outcome::Delivered => {
+                    RelayStats::add(&inner.stats.delivered, 1);
+                    TargetResult::Delivered { attempts: *attempts }
+                }
+                Outcome::Failed { kind, reason, retry_after } => {
+                    tracing::debug!(message_id = %batch[*mi].id, destination = %dest.d.name, ?kind, %reason, "Publish failed");
+                    TargetResult::Failed { attempts: *attempts, kind, reason, retry_after }
+                }
+            };
+            results[*mi][*ti] = Some(r);
+        }
+    }
+}
+
+/// A message that became `failed`: its index in the batch, the reason, its attempts.
+type Alert = (usize, String, i32);
+
+/// Plans the rows to write for every message, and the alerts to raise once they are written.
+fn plan_writes<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    routes: &Routes,
+    results: &Results,
+) -> (Settlement, Vec<Alert>) {
+    let mut settlement = Settlement::default();
+    let mut alerts = Vec::new();
+    let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::from_entropy();
+    for (mi, m) in batch.iter().enumerate() {
+        let plan = if routes[mi].is_empty() {
+            let age = (chrono::Utc::now() - m.created_at).to_std().unwrap_or(Duration::ZERO);
+            if age < inner.cfg.unrouted_grace {
+                settle::unrouted_wait(m, &inner.cfg.owner, age, inner.cfg.unrouted_grace)
+            } else {
+                settle::no_route(m)
+            }
+        } else {
+            let targets: Vec<Target<'_>> = routes[mi]
+                .iter()
+                .zip(results[mi].iter())
+                .map(|(&di, r)| Target {
+                    destination: &inner.dests[di].d.name,
+                    policy: &inner.dests[di].d.retry,
+                    ack: inner.dests[di].d.ack.as_ref().map(|a| a.timeout),
+                    result: r.clone().unwrap_or(TargetResult::Deferred {
+                        attempts: m.attempts,
+                        wait: Duration::from_millis(100),
+                    }),
+                })
+                .collect();
+            settle::plan(m, &targets, keeps_rows(inner, &routes[mi]), || rand::Rng::gen::<f64>(&mut rng))
+        };
+        if plan.sent {
+            settlement.sent.push(m.id);
+        }
+        let attempts = plan.message.as_ref().map_or(m.attempts, |w| w.attempts);
+        if let Some(w) = plan.message {
+            if w.status == Status::Pending && w.attempted {
+                RelayStats::add(&inner.stats.retried, 1);
+            }
+            settlement.messages.push(w);
+        }
+        settlement.deliveries.extend(plan.deliveries);
+        if let Some(reason) = plan.failed {
+            alerts.push((mi, reason, attempts));
+        }
+    }
+    (settlement, alerts)
+}
+
+/// What follows a written settlement: rows nothing could be written for are held back, rows
+/// failed by the store instead of their outcome and rows that failed now are alerted for
+/// (unless their lease had passed to another relay).
+async fn after_settle<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    report: &SettleReport,
+    mut alerts: Vec<Alert>,
+) {
+    if !report.unsettled.is_empty() {
+        inner.hold_back(report.unsettled.iter().map(|(id, _)| *id));
+    }
+    for (id, reason) in &report.isolated {
+        alerts.retain(|(mi, _, _)| batch[*mi].id != *id);
+        if let Some(mi) = batch.iter().position(|m| m.id == *id) {
+            alerts.push((mi, reason.clone(), batch[mi].attempts.saturating_add(1)));
+        }
+    }
+    if !report.lost_lease.is_empty() {
+        RelayStats::add(&inner.stats.lost_lease, report.lost_lease.len());
+        tracing::warn!(ids = ?report.lost_lease, "Leases expired before settling; another relay took these messages over");
+    }
+    for (mi, reason, attempts) in alerts {
+        let m = &batch[mi];
+        if report.lost_lease.contains(&m.id) {
+            continue;
+        }
+        RelayStats::add(&inner.stats.failed, 1);
+        let mut failed = m.clone();
+        failed.status = Status::Failed;
+        failed.attempts = attempts;
+        failed.last_error = Some(reason.clone());
+        inner.alert.message_failed(&failed, &reason).await;
+    }
+}
+
+/// Writes a batch's settlement. A locked claim commits once (if that fails, the transaction is
+/// gone and its rows are `pending` again, so they will be published again: at-least-once). A
+/// leased claim retries briefly; if the store stays down, the leases expire and the batch is
+/// published again.
+async fn write_back<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    settlement: &Settlement,
+    locked: Option<LockedClaim>,
+) -> Option<outbox_store::SettleReport> {
+    if let Some(claim) = locked {
+        return match inner.store.settle_locked(claim, &inner.cfg.owner, settlement).await {
+            Ok(report) => Some(report),
+            Err(e) => {
+                RelayStats::add(&inner.stats.store_errors, 1);
+                tracing::error!(
+                    error = %e,
+                    count = batch.len(),
+                    "Could not settle a batch; its transaction rolled back and it will be published again"
+                );
+                None
+            }
+        };
+    }
+    let mut delay = Duration::from_millis(50);
+    for attempt in 1..=5 {
+        match inner.store.settle(&inner.cfg.owner, settlement).await {
+            Ok(report) => return Some(report),
+            Err(e) => {
+                RelayStats::add(&inner.stats.store_errors, 1);
+                tracing::warn!(error = %e, attempt, ids = ?settle::ids(batch), "Settling a batch failed");
+                tokio::time::sleep(delay).await;
+                delay *= 2;
+            }
+        }
+    }
+    tracing::error!(
+        count = batch.len(),
+        "Could not settle a batch; it will be published again after its lease expires"
+    );
+    None
+}

@@ -1,0 +1,100 @@
+//! The relay's tuning and the ACK settings of a destination.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Tuning of one relay instance. Every field has a default.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// This instance's name, recorded as `lease_owner`. Must be unique among the relays of a
+    /// database. Defaults to `<hostname>-<pid>-<random>`.
+    pub owner: String,
+    /// Messages claimed per round trip. Defaults to 500.
+    pub batch_size: usize,
+    /// How long a claimed message stays leased; a relay that dies holding it loses it after
+    /// this. Defaults to 30 s.
+    pub lease: Duration,
+    /// Longest sleep when there is nothing to do (the scan's period). Defaults to 1 s.
+    pub idle_interval: Duration,
+    /// Batches published concurrently (claiming the next while the previous is in flight).
+    /// Defaults to 2.
+    pub max_in_flight_batches: usize,
+    /// A publish that has not answered after this long counts as the destination being
+    /// unavailable. Must be shorter than `lease`. Defaults to 10 s.
+    pub publish_timeout: Duration,
+    /// On shutdown, how long in-flight batches may take before their leases are released.
+    /// Defaults to 10 s.
+    pub shutdown_timeout: Duration,
+    /// Where the store supports it (PostgreSQL, MySQL/MariaDB), keep a claimed batch's rows
+    /// locked in an open transaction until its outcomes are written, instead of writing a
+    /// lease first: one row write per message instead of two (see
+    /// `docs/adr/0003-relay-claim-order-and-wakeup.md`). Each in-flight batch then holds one
+    /// database connection while it publishes. Defaults to true; SQLite always uses leases.
+    pub lock_claims: bool,
+    /// How long a message whose topic no route of this relay matches waits for another relay
+    /// that routes it (a rolling deploy: the new routes run on some relays only) before it
+    /// fails with "no route". Meanwhile it is put back without spending an attempt, with a
+    /// growing delay (at most 5 s). Measured from the message's `created_at`. Defaults to
+    /// 10 minutes; zero fails at once.
+    pub unrouted_grace: Duration,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            owner: default_owner(),
+            batch_size: 500,
+            lease: Duration::from_secs(30),
+            idle_interval: Duration::from_secs(1),
+            max_in_flight_batches: 2,
+            publish_timeout: Duration::from_secs(10),
+            shutdown_timeout: Duration::from_secs(10),
+            lock_claims: true,
+            unrouted_grace: Duration::from_secs(600),
+        }
+    }
+}
+
+fn default_owner() -> String {
+    let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "relay".into());
+    format!("{host}-{}-{:08x}", std::process::id(), rand::random::<u32>())
+}
+
+/// ACK mode for a destination: the consumer must confirm each delivery (HTTP `POST /v1/ack/...`
+/// with the token the envelope carries, or the inbox's auto-ACK) within `timeout`; otherwise
+/// the delivery counts as a failed attempt and is published again (same id), until the
+/// destination's `max_attempts`, then `failed`.
+#[derive(Clone)]
+pub struct AckConfig {
+    /// How long the consumer has to confirm.
+    pub timeout: Duration,
+    /// Key of the ACK tokens (shared with the ACK endpoint). Never logged.
+    pub secret: Arc<[u8]>,
+    /// The store name bound into the tokens (the daemon serves several databases).
+    pub store: String,
+    /// How long a token stays valid. Defaults to 7 days.
+    pub token_ttl: Duration,
+}
+
+impl std::fmt::Debug for AckConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckConfig")
+            .field("timeout", &self.timeout)
+            .field("secret", &"***")
+            .field("store", &self.store)
+            .field("token_ttl", &self.token_ttl)
+            .finish()
+    }
+}
+
+impl AckConfig {
+    /// ACK within `timeout`, tokens signed with `secret` for `store`.
+    pub fn new(timeout: Duration, secret: impl Into<Vec<u8>>, store: impl Into<String>) -> Self {
+        AckConfig {
+            timeout,
+            secret: Arc::from(secret.into().into_boxed_slice()),
+            store: store.into(),
+            token_ttl: Duration::from_secs(7 * 86_400),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! The claim loop: claims due batches (woken by commits, `NOTIFY` or the scan timer), hands
+//! each to [`crate::batch::process`] under a permit, and on shutdown drains and releases.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use outbox_core::OutboxMessage;
+use outbox_store::{LockedClaim, RelayStore};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::batch::process;
+use crate::relay::{Inner, Relay};
+use crate::stats::RelayStats;
+
+impl<S: RelayStore> Relay<S> {
+    /// Runs until `shutdown` is cancelled, then stops claiming, lets in-flight batches finish
+    /// (up to `shutdown_timeout`), releases whatever it still leases, and returns.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let inner = self.inner;
+        let cfg = &inner.cfg;
+        let listener = match inner.store.listen(inner.signal.clone()).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!(error = %e, "Push wake-up unavailable; relying on the scan and in-process signal");
+                None
+            }
+        };
+        tracing::info!(owner = %cfg.owner, batch_size = cfg.batch_size, push = listener.is_some(), "Relay started");
+        let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
+        let mut tasks: JoinSet<()> = JoinSet::new();
+        let mut idle = false;
+        let mut idle_refreshed = Instant::now();
+        let idle_ttl = cfg.idle_interval * 3;
+        let mut store_backoff = Duration::from_millis(100);
+        let has_ack = inner.dests.iter().any(|d| d.d.ack.is_some());
+        let mut acks_checked = Instant::now();
+        // The next claim was started by the scan timer, not by a wake-up.
+        let mut on_scan = false;
+        let lock_claims = cfg.lock_claims && inner.store.locks_claims();
+
+        loop {
+            while tasks.try_join_next().is_some() {}
+            // ACK mode: deliveries whose ACK is overdue go back to pending (at most every half
+            // scan period; one indexed query).
+            if has_ack && acks_checked.elapsed() >= cfg.idle_interval / 2 {
+                acks_checked = Instant::now();
+                match inner.store.expire_acks(cfg.batch_size).await {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        expired = n,
+                        "Deliveries without an ACK in time will be published again"
+                    ),
+                    Err(e) => tracing::warn!(error = %e, "Could not expire overdue ACKs"),
+                }
+            }
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            if let Some(pause) = inner.pause_left() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            let claimed = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = claim(&inner, lock_claims) => r,
+            };
+            RelayStats::add(&inner.stats.claims, 1);
+            let scanned = std::mem::take(&mut on_scan);
+            // Rows held back (nothing could be written for them) are left as they are: a
+            // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
+            let claimed = claimed.map(|(batch, locked)| {
+                let n = batch.len();
+                let batch = inner.without_held_back(batch);
+                if batch.is_empty() && n > 0 {
+                    (batch, None)
+                } else {
+                    (batch, locked)
+                }
+            });
+            match claimed {
+                Err(e) => {
+                    drop(permit);
+                    RelayStats::add(&inner.stats.store_errors, 1);
+                    tracing::warn!(error = %e, retry_in = ?store_backoff, "Claim failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(store_backoff) => {}
+                    }
+                    store_backoff = (store_backoff * 2).min(Duration::from_secs(5));
+                }
+                Ok((batch, _)) if batch.is_empty() => {
+                    drop(permit);
+                    store_backoff = Duration::from_millis(100);
+                    if !idle {
+                        // Declare idle, then claim once more: a row committed between the empty
+                        // claim and the declaration did not notify.
+                        if let Err(e) = inner.store.set_idle(&cfg.owner, true, idle_ttl).await {
+                            tracing::debug!(error = %e, "Could not declare the relay idle");
+                        }
+                        idle = true;
+                        idle_refreshed = Instant::now();
+                        continue;
+                    }
+                    let woke = tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = inner.signal.notified() => true,
+                        _ = tokio::time::sleep(cfg.idle_interval) => false,
+                    };
+                    on_scan = !woke;
+                    if !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
+                        let _ = inner.store.set_idle(&cfg.owner, true, idle_ttl).await;
+                        idle_refreshed = Instant::now();
+                    }
+                }
+                Ok((batch, locked)) => {
+                    store_backoff = Duration::from_millis(100);
+                    if idle {
+                        let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
+                        idle = false;
+                    }
+                    RelayStats::add(&inner.stats.claimed, batch.len());
+                    if scanned {
+                        RelayStats::add(&inner.stats.claimed_on_scan, batch.len());
+                    }
+                    let inner2 = inner.clone();
+                    tasks.spawn(async move {
+                        process(&inner2, batch, locked).await;
+                        drop(permit);
+                        // Younger messages with the same keys may be claimable now.
+                        inner2.signal.wake();
+                    });
+                }
+            }
+        }
+
+        if let Some(l) = listener {
+            l.abort();
+        }
+        let drained =
+            tokio::time::timeout(cfg.shutdown_timeout, async { while tasks.join_next().await.is_some() {} })
+                .await
+                .is_ok();
+        if !drained {
+            tracing::warn!(timeout = ?cfg.shutdown_timeout, "In-flight batches did not finish; abandoning them");
+            tasks.abort_all();
+            while tasks.join_next().await.is_some() {}
+        }
+        match inner.store.release(&cfg.owner).await {
+            Ok(n) => tracing::info!(released = n, "Relay stopped; leases released"),
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not release leases; they expire after the lease time")
+            }
+        }
+        let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
+    }
+}
+
+/// One claim: locked (the rows stay locked until the batch is settled) or leased.
+async fn claim<S: RelayStore>(
+    inner: &Inner<S>,
+    locked: bool,
+) -> outbox_core::Result<(Vec<OutboxMessage>, Option<LockedClaim>)> {
+    let cfg = &inner.cfg;
+    if locked {
+        Ok(match inner.store.claim_locked(&cfg.owner, cfg.batch_size, cfg.lease).await? {
+            Some((batch, claim)) => (batch, Some(claim)),
+            None => (Vec::new(), None),
+        })
+    } else {
+        Ok((inner.store.claim(&cfg.owner, cfg.batch_size, cfg.lease).await?, None))
+    }
+}

@@ -1,0 +1,123 @@
+//! The [`Relay`] and the state its claim loop and batches share.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::{MessageId, OutboxMessage};
+use outbox_store::{CommitSignal, RelayStore};
+
+use crate::alert::{AlertHook, LogAlert};
+use crate::builder::RelayBuilder;
+use crate::config::RelayConfig;
+use crate::destination::DestRuntime;
+use crate::router::Router;
+use crate::stats::RelayStats;
+
+#[derive(Debug)]
+pub(crate) struct Inner<S: RelayStore> {
+    pub(crate) store: S,
+    pub(crate) signal: CommitSignal,
+    pub(crate) cfg: RelayConfig,
+    pub(crate) dests: Vec<DestRuntime>,
+    pub(crate) router: Router,
+    pub(crate) alert: Arc<dyn AlertHook>,
+    pub(crate) stats: Arc<RelayStats>,
+    pub(crate) health: Mutex<Health>,
+}
+
+/// What the claim loop must respect after a batch's settlement failed.
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    /// Settlements failed in a row (the store or its connection is failing).
+    settle_failures: u32,
+    /// No claim before this instant.
+    pause_until: Option<Instant>,
+    /// Messages of which nothing could be written (not even `failed`): not published again
+    /// before the instant, so a row the database refuses to update cannot make the relay
+    /// publish it in a loop.
+    held_back: HashMap<MessageId, Instant>,
+}
+
+impl<S: RelayStore> Inner<S> {
+    fn health(&self) -> std::sync::MutexGuard<'_, Health> {
+        self.health.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// After a failed settlement: the batch's rows are due again (a locked claim rolled back)
+    /// or will be after their lease. Claim nothing for a growing pause (100 ms doubling to
+    /// 10 s), so a store that keeps refusing a settlement is not fed the same batch, and the
+    /// broker the same messages, in a tight loop.
+    pub(crate) fn settle_failed(&self) -> Duration {
+        let mut h = self.health();
+        h.settle_failures = h.settle_failures.saturating_add(1);
+        let pause = Duration::from_millis(100)
+            .saturating_mul(1 << h.settle_failures.min(7).saturating_sub(1))
+            .min(Duration::from_secs(10));
+        h.pause_until = Some(Instant::now() + pause);
+        pause
+    }
+
+    pub(crate) fn settle_succeeded(&self) {
+        let mut h = self.health();
+        h.settle_failures = 0;
+        h.pause_until = None;
+    }
+
+    /// Holds `ids` back for `lease` (the time their lease would keep them anyway).
+    pub(crate) fn hold_back(&self, ids: impl IntoIterator<Item = MessageId>) {
+        let until = Instant::now() + self.cfg.lease;
+        let mut h = self.health();
+        for id in ids {
+            h.held_back.insert(id, until);
+        }
+    }
+
+    /// Removes held-back messages from a claimed batch (they are left as they are).
+    pub(crate) fn without_held_back(&self, batch: Vec<OutboxMessage>) -> Vec<OutboxMessage> {
+        let mut h = self.health();
+        if h.held_back.is_empty() {
+            return batch;
+        }
+        let now = Instant::now();
+        h.held_back.retain(|_, until| *until > now);
+        batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
+    }
+
+    pub(crate) fn pause_left(&self) -> Option<Duration> {
+        let until = self.health().pause_until?;
+        until.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())
+    }
+}
+
+/// A relay: publishes the outbox of one store. Run it with [`Relay::run`]; any number of relays
+/// (in one process or many) may run against the same database.
+#[derive(Debug)]
+pub struct Relay<S: RelayStore> {
+    pub(crate) inner: Arc<Inner<S>>,
+}
+
+impl<S: RelayStore> Relay<S> {
+    /// Starts building a relay over `store`, woken by `signal` (use `Outbox::signal()` so that
+    /// commits in this process wake it at once).
+    pub fn builder(store: S, signal: CommitSignal) -> RelayBuilder<S> {
+        RelayBuilder {
+            store,
+            signal,
+            config: RelayConfig::default(),
+            destinations: Vec::new(),
+            routes: Vec::new(),
+            alert: Arc::new(LogAlert),
+        }
+    }
+
+    /// Live counters.
+    pub fn stats(&self) -> Arc<RelayStats> {
+        self.inner.stats.clone()
+    }
+
+    /// This relay's lease owner name.
+    pub fn owner(&self) -> &str {
+        &self.inner.cfg.owner
+    }
+}
