@@ -17,6 +17,7 @@ mod consumer;
 mod procs;
 mod proxy;
 mod run;
+mod setup;
 mod writer;
 
 use std::process::ExitCode;

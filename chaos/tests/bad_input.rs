@@ -20,42 +20,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// The `outbox` binary: `OUTBOX_BIN`, or built once with cargo.
-fn outbox_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Ok(p) = std::env::var("OUTBOX_BIN") {
-            return PathBuf::from(p);
-        }
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-            .args(["build", "--quiet", "-p", "outbox-cli", "--bin", "outbox"])
-            .current_dir(&root)
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "cargo build -p outbox-cli failed");
-        let target =
-            std::env::var("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|_| root.join("target"));
-        target.join("debug").join("outbox")
-    })
-    .clone()
-}
+use outbox_testkit::net::free_port;
+use outbox_testkit::process::{outbox_bin, RelayProcess};
 
 fn temp_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("outbox-bad-input-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    outbox_testkit::fs::temp_dir(&format!("outbox-bad-input-{name}"))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -238,63 +210,22 @@ finished_after = "0s"
     path
 }
 
-/// The relay process, SIGKILLed if the test fails before stopping it.
-struct Relay(Child);
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        if let Ok(None) = self.0.try_wait() {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-}
-
-fn spawn_relay(config: &Path, log: &Path) -> Relay {
-    Relay(
-        Command::new(outbox_bin())
-            .args(["relay", "--config", config.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(log).unwrap())
-            .spawn()
-            .expect("start outbox relay"),
-    )
+fn spawn_relay(config: &Path, log: &Path) -> RelayProcess {
+    RelayProcess::start(outbox_bin(), config, log)
 }
 
 /// Sends raw bytes to the ACK endpoint; returns the HTTP status, or `None` when the server
-/// closed the connection without an answer.
+/// closed the connection (or stayed silent for 10 s) without an answer.
 async fn raw_http(port: u16, request: &[u8]) -> Option<u16> {
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let _ = s.write_all(request).await;
-    let mut buf = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(10), async {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match s.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    buf.extend_from_slice(&chunk[..n]);
-                    if buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                        break;
-                    }
-                }
-            }
-        }
-    })
-    .await;
-    let text = String::from_utf8_lossy(&buf);
-    text.strip_prefix("HTTP/1.1 ").and_then(|r| r.get(..3)).and_then(|c| c.parse().ok())
+    let answer = tokio::time::timeout(Duration::from_secs(10), outbox_testkit::net::exchange(port, request));
+    answer.await.ok().flatten().map(|(status, _)| status)
 }
 
+/// A request on a connection the server is to close after answering.
 fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n");
-    for (n, v) in headers {
-        r.push_str(&format!("{n}: {v}\r\n"));
-    }
-    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    let mut out = r.into_bytes();
-    out.extend_from_slice(body);
-    out
+    let headers: Vec<(&str, &str)> =
+        [("Connection", "close")].into_iter().chain(headers.iter().copied()).collect();
+    outbox_testkit::net::request(method, path, &headers, body)
 }
 
 async fn status_of(pool: &sqlx::PgPool, id: i64) -> (String, Option<String>) {
@@ -316,14 +247,6 @@ async fn insert(pool: &sqlx::PgPool, topic: &str, payload: &str, key: Option<&st
     .fetch_one(pool)
     .await
     .unwrap()
-}
-
-fn assert_alive(relay: &mut Relay, log: &Path, after: &str) {
-    assert!(
-        relay.0.try_wait().unwrap().is_none(),
-        "the relay died after {after}: {}",
-        std::fs::read_to_string(log).unwrap_or_default()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -378,12 +301,7 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     }
 
     // Wait for the ACK endpoint, then throw garbage at it while the relay works.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "no ACK endpoint: {}", std::fs::read_to_string(&log).unwrap());
-        assert_alive(&mut relay, &log, "start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    relay.wait_for_port(port, Duration::from_secs(60));
     let id = confirm[0];
     let path = format!("/v1/ack/shop/{id}/confirmed");
     let secret = b"bad-input-test-secret-0123456789";
@@ -444,7 +362,7 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
         } else {
             assert_eq!(*what, "random bytes instead of HTTP", "{what}: no answer");
         }
-        assert_alive(&mut relay, &log, what);
+        relay.assert_alive(what);
     }
 
     // Every good message is delivered; the bad ones failed with their reason.
@@ -462,7 +380,7 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
         if open == 0 {
             break;
         }
-        assert!(Instant::now() < deadline, "{open} still open: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(Instant::now() < deadline, "{open} still open: {}", relay.log_text());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     for id in &good {
@@ -518,18 +436,10 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
         assert!(Instant::now() < deadline, "not acked: {:?}", status_of(&pool, id).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_alive(&mut relay, &log, "the whole test");
+    relay.assert_alive("the whole test");
 
-    Command::new("kill").args(["-TERM", &relay.0.id().to_string()]).status().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(s) = relay.0.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "no graceful exit");
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let text = std::fs::read_to_string(&log).unwrap();
+    let status = relay.terminate(Duration::from_secs(20));
+    let text = relay.log_text();
     assert!(status.success(), "{status}: {text}");
     assert!(!text.contains("panicked"), "{text}");
     let _: () =
@@ -609,7 +519,7 @@ async fn a_relay_without_the_route_leaves_the_message_to_one_that_has_it_in_eith
             // Wait until A has passed over the head of each of the 5 keys of new.* (it says why
             // in last_error; the rest of each key waits behind its head, as per-key order wants).
             loop {
-                assert_alive(&mut first, &log_a, "passing over new.*");
+                first.assert_alive("passing over new.*");
                 let mut passed = 0;
                 for id in &new {
                     let (st, err) = status_of(&db.pool, *id).await;
@@ -634,8 +544,8 @@ async fn a_relay_without_the_route_leaves_the_message_to_one_that_has_it_in_eith
 
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            assert_alive(&mut first, &log_a, "the deploy");
-            assert_alive(&mut second, &log_b, "the deploy");
+            first.assert_alive("the deploy");
+            second.assert_alive("the deploy");
             let mut open = 0;
             for id in old.iter().chain(&new) {
                 let (st, err) = status_of(&db.pool, *id).await;
@@ -716,14 +626,14 @@ async fn poison_rows_fail_alone(url: &str, good: &[i64], poison: &[(i64, &str)])
 
     let deadline = Instant::now() + Duration::from_secs(90);
     let (sent, failed) = loop {
-        assert_alive(&mut relay, &log, "reading the poison rows");
+        relay.assert_alive("reading the poison rows");
         let sent = listed(url, "sent");
         let failed = listed(url, "failed");
         let done = |id: &i64| sent.iter().chain(&failed).any(|(s, _)| s == id);
         if good.iter().chain(poison.iter().map(|p| &p.0)).all(done) {
             break (sent, failed);
         }
-        assert!(Instant::now() < deadline, "still open: {}", std::fs::read_to_string(&log).unwrap());
+        assert!(Instant::now() < deadline, "still open: {}", relay.log_text());
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     for id in good {
@@ -752,7 +662,7 @@ async fn poison_rows_fail_alone(url: &str, good: &[i64], poison: &[(i64, &str)])
             assert!(!seen.contains_key(id), "poison row {id} reached the broker");
         }
     }
-    let text = std::fs::read_to_string(&log).unwrap();
+    let text = relay.log_text();
     assert!(!text.contains("panicked"), "{text}");
     let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await.unwrap();
     drop(relay);

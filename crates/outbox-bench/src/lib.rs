@@ -41,12 +41,13 @@ mod broker;
 mod db;
 mod null;
 pub mod report;
+mod results;
 mod scenarios;
 mod stats;
 mod sys;
 
 pub use null::NullTransport;
-pub use scenarios::{
+pub use results::{
     ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
 };
 pub use stats::Summary;

@@ -7,161 +7,19 @@ use std::time::{Duration, Instant};
 use outbox_core::{MessageId, Transport};
 use outbox_relay::{Destination, Relay, RelayConfig, RelayStats, Route};
 use outbox_store::{AnyOutbox, RelayStore, Settlement};
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, Seen};
 use crate::db::{self, BenchDb};
-use crate::stats::{Recorder, Summary};
+use crate::results::{
+    ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
+};
+use crate::stats::Recorder;
 use crate::sys;
 use crate::{BenchConfig, Error, Report, Result, Scenario};
 
 /// Connections of the main pool (business writers plus one relay).
 const POOL: u32 = 24;
-
-/// Raw limits of the machine, measured first.
-#[derive(Debug, Clone, Serialize)]
-pub struct RawResult {
-    /// Rows claimed and marked sent by the bare SQL loop.
-    pub db_rows: u64,
-    /// Their rate, rows/s.
-    pub db_rows_per_s: f64,
-    /// The broker's pipelined confirmed-publish rate, msgs/s (`None`: null transport, no limit).
-    pub broker_msgs_per_s: Option<f64>,
-    /// min(raw DB, raw broker): the reference of the drain ratios.
-    pub limit_per_s: f64,
-}
-
-/// One drain of a backlog.
-#[derive(Debug, Clone, Serialize)]
-pub struct DrainResult {
-    /// Relay instances.
-    pub relays: usize,
-    /// Backlog size.
-    pub n: u64,
-    /// Seconds from relay start to the last broker confirmation.
-    pub seconds: f64,
-    /// Messages per second.
-    pub msgs_per_s: f64,
-    /// `msgs_per_s / min(raw DB, raw broker)` when the raw limits ran.
-    pub ratio_to_limit: Option<f64>,
-    /// Distinct messages the consumer received.
-    pub consumer_received: u64,
-    /// Messages the consumer received more than once.
-    pub duplicates: u64,
-    /// Claim queries issued.
-    pub claims: u64,
-    /// CPU seconds of the bench process (relays, consumer, broker clients) during the drain.
-    pub cpu_s: f64,
-    /// Peak resident memory of the bench process during the scenario, MiB.
-    pub peak_rss_mib: f64,
-}
-
-/// Latency under an open-loop offered load.
-#[derive(Debug, Clone, Serialize)]
-pub struct LatencyResult {
-    /// Offered rate, transactions/s.
-    pub offered_per_s: u32,
-    /// Achieved commit rate, transactions/s.
-    pub achieved_per_s: f64,
-    /// Business transactions committed.
-    pub sent: u64,
-    /// Distinct messages the consumer received.
-    pub received: u64,
-    /// Messages not received within 30 s after the load stopped ("left behind").
-    pub left_behind: u64,
-    /// Consumer received more than once.
-    pub duplicates: u64,
-    /// Commit returned to consumer received.
-    pub commit_to_consumer: Summary,
-    /// Scheduled start of the transaction to consumer received (includes the transaction itself
-    /// and any lag of the load generator: immune to coordinated omission).
-    pub scheduled_to_consumer: Summary,
-    /// Duration of the business transactions themselves.
-    pub transaction: Summary,
-    /// Share of messages claimed on a wake-up rather than by the timed scan.
-    pub fast_path_share: f64,
-    /// Relay claim queries per message.
-    pub claims_per_msg: f64,
-    /// Database transactions per message counted by the server, the business transaction
-    /// included (PostgreSQL only; less sensitive to a noisy machine than the latencies).
-    pub db_xacts_per_msg: Option<f64>,
-    /// Peak resident memory, MiB.
-    pub peak_rss_mib: f64,
-}
-
-/// Enqueue overhead for one client count.
-#[derive(Debug, Clone, Serialize)]
-pub struct EnqueueRow {
-    /// Concurrent clients.
-    pub clients: usize,
-    /// Transactions without the enqueue.
-    pub without: Summary,
-    /// Transactions with the enqueue.
-    pub with: Summary,
-    /// Rate without, transactions/s.
-    pub rate_without: f64,
-    /// Rate with, transactions/s.
-    pub rate_with: f64,
-    /// `rate_with / rate_without` (target ≥ 0.95).
-    pub ratio: f64,
-    /// Added time per transaction at the median, ms.
-    pub added_p50_ms: f64,
-    /// Added time per transaction at the 99th percentile, ms.
-    pub added_p99_ms: f64,
-    /// Transactions with the same message written by a hand-written `INSERT` instead of the
-    /// library's enqueue.
-    pub raw_insert: Summary,
-    /// Their rate, transactions/s.
-    pub rate_raw_insert: f64,
-    /// `rate_with / rate_raw_insert`: the library's enqueue against the raw `INSERT` (target
-    /// ≥ 0.95).
-    pub ratio_to_raw_insert: f64,
-}
-
-/// Enqueue overhead.
-#[derive(Debug, Clone, Serialize)]
-pub struct EnqueueResult {
-    /// One row per client count.
-    pub rows: Vec<EnqueueRow>,
-}
-
-/// Claim latency with `sent_rows` finished rows in the table.
-#[derive(Debug, Clone, Serialize)]
-pub struct ClaimAtSize {
-    /// Sent rows already in the table.
-    pub sent_rows: u64,
-    /// Seconds it took to generate them.
-    pub generate_s: f64,
-    /// Claim latency (a claim of `batch_size` due rows among them).
-    pub claim: Summary,
-}
-
-/// Scale: several relays; large tables.
-#[derive(Debug, Clone, Serialize)]
-pub struct ScaleResult {
-    /// One drain per relay count.
-    pub drains: Vec<DrainResult>,
-    /// Claim latency per table size.
-    pub claims: Vec<ClaimAtSize>,
-}
-
-/// Cost of an idle relay.
-#[derive(Debug, Clone, Serialize)]
-pub struct IdleResult {
-    /// Measured seconds.
-    pub seconds: f64,
-    /// CPU seconds of the bench process (the relay and its clients) meanwhile.
-    pub cpu_s: f64,
-    /// CPU use, percent of one core.
-    pub cpu_percent: f64,
-    /// Database transactions per second counted by the server (PostgreSQL: this database's
-    /// `xact_commit + xact_rollback`; MariaDB: global `Questions`, other clients included;
-    /// SQLite: none).
-    pub server_queries_per_s: Option<f64>,
-    /// Claim queries per second issued by the relay.
-    pub claims_per_s: f64,
-}
 
 struct Running {
     stats: Arc<RelayStats>,

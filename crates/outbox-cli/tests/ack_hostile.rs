@@ -11,27 +11,18 @@
 //!   count them all.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use outbox_testkit::fs::temp_dir;
+use outbox_testkit::net::{free_port, read_response, request};
+use outbox_testkit::process::RelayProcess;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const SECRET: &str = "hostile-test-secret-0123456789";
 /// The daemon's file-descriptor limit: fewer than the stalled connections the tests open.
 const FD_LIMIT: u32 = 256;
-
-fn temp_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("outbox-ack-hostile-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
 
 /// The `[ack]` bounds of one daemon.
 struct Limits {
@@ -42,20 +33,16 @@ struct Limits {
 
 /// The daemon: one SQLite store, one webhook destination that requires ACKs.
 struct Daemon {
-    child: Child,
-    log: PathBuf,
+    relay: RelayProcess,
     db_url: String,
     port: u16,
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        self.relay.child.kill();
         if !std::thread::panicking() {
-            if let Some(dir) = self.log.parent() {
+            if let Some(dir) = self.relay.log.parent() {
                 let _ = std::fs::remove_dir_all(dir);
             }
         }
@@ -65,7 +52,7 @@ impl Drop for Daemon {
 impl Daemon {
     /// Starts `outbox relay` under `ulimit -n FD_LIMIT` and waits until the ACK endpoint serves.
     async fn start(name: &str, hook_port: u16, limits: Limits) -> Daemon {
-        let dir = temp_dir(name);
+        let dir = temp_dir(&format!("outbox-ack-hostile-{name}"));
         let db_url = format!("sqlite:{}", dir.join("shop.db").display());
         let port = free_port();
         let config = dir.join("outbox.toml");
@@ -105,41 +92,28 @@ request_timeout = "{}"
         )
         .unwrap();
         let log = dir.join("relay.log");
-        let child = Command::new("sh")
-            .args(["-c", &format!("ulimit -n {FD_LIMIT} && exec \"$0\" \"$@\"")])
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", &format!("ulimit -n {FD_LIMIT} && exec \"$0\" \"$@\"")])
             .arg(env!("CARGO_BIN_EXE_outbox"))
             .args(["relay", "--config", config.to_str().unwrap()])
             .env("NO_COLOR", "1")
-            .env_remove("RUST_LOG")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("start outbox relay");
-        let mut daemon = Daemon { child, log, db_url, port };
-        daemon.wait_for_log("ACK endpoint serving", Duration::from_secs(60)).await;
-        daemon
+            .env_remove("RUST_LOG");
+        let mut relay = RelayProcess::spawn(cmd, &log);
+        relay.wait_for_log("ACK endpoint serving", Duration::from_secs(60));
+        Daemon { relay, db_url, port }
     }
 
     fn log_text(&self) -> String {
-        String::from_utf8_lossy(&std::fs::read(&self.log).unwrap_or_default()).into_owned()
-    }
-
-    async fn wait_for_log(&mut self, needle: &str, within: Duration) {
-        let deadline = Instant::now() + within;
-        while !self.log_text().contains(needle) {
-            self.assert_alive();
-            assert!(Instant::now() < deadline, "no {needle:?} in the log: {}", self.log_text());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        self.relay.log_text()
     }
 
     fn assert_alive(&mut self) {
-        assert!(self.child.try_wait().unwrap().is_none(), "the daemon died: {}", self.log_text());
+        self.relay.assert_alive("the hostile clients");
     }
 
     /// Open file descriptors of the daemon (Linux).
     fn open_fds(&self) -> Option<usize> {
-        std::fs::read_dir(format!("/proc/{}/fd", self.child.id())).ok().map(|d| d.count())
+        std::fs::read_dir(format!("/proc/{}/fd", self.relay.child.id())).ok().map(|d| d.count())
     }
 
     async fn connect(&self) -> TcpStream {
@@ -147,56 +121,11 @@ request_timeout = "{}"
     }
 }
 
-fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
-    let mut r = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
-    for (n, v) in headers {
-        r.push_str(&format!("{n}: {v}\r\n"));
-    }
-    r.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    let mut out = r.into_bytes();
-    out.extend_from_slice(body);
-    out
-}
-
-/// Reads one HTTP response (head and `Content-Length` body) from `s`: `(status, body)`, or
-/// `None` when the connection closed first.
-async fn read_response(s: &mut TcpStream) -> Option<(u16, String)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        match s.read(&mut chunk).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let status = head.strip_prefix("HTTP/1.1 ")?.get(..3)?.parse().ok()?;
-    let length: usize = head
-        .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().to_owned()))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    while buf.len() < head_end + length {
-        match s.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-    Some((status, String::from_utf8_lossy(&buf[head_end..]).into_owned()))
-}
-
 /// Sends `bytes` on a new connection and reads the answer, within `within`.
 async fn exchange(d: &Daemon, bytes: &[u8], within: Duration) -> Option<(u16, String)> {
-    tokio::time::timeout(within, async {
-        let mut s = d.connect().await;
-        let _ = s.write_all(bytes).await;
-        read_response(&mut s).await
-    })
-    .await
-    .expect("no answer in time")
+    tokio::time::timeout(within, outbox_testkit::net::exchange(d.port, bytes))
+        .await
+        .expect("no answer in time")
 }
 
 /// Waits until the server closes `s` (EOF or reset); the bytes it sent before.
@@ -337,17 +266,8 @@ async fn stalled_connections_beyond_the_limit_neither_starve_a_real_ack_nor_outl
 
     // SIGTERM with stalled connections open: the daemon still stops, in bounded time.
     let _held = stalled(&d, 20).await;
-    let term = Command::new("kill").args(["-TERM", &d.child.id().to_string()]).status().unwrap();
-    assert!(term.success());
     let stopping = Instant::now();
-    let deadline = stopping + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "the daemon did not stop: {}", d.log_text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let status = d.relay.terminate(Duration::from_secs(30));
     assert!(status.success(), "{status}: {}", d.log_text());
     eprintln!("stopped by SIGTERM with 20 stalled connections open in {:?}", stopping.elapsed());
 }
@@ -473,7 +393,7 @@ async fn hostile_bytes_never_reach_the_log_raw_and_a_flood_of_refusals_writes_a_
     assert!(text.lines().count() < 40, "{text}");
 
     // No raw CR, LF-forged line or ESC from any request; the hostile text shown escaped.
-    let raw = std::fs::read(&d.log).unwrap();
+    let raw = std::fs::read(&d.relay.log).unwrap();
     assert!(!raw.contains(&b'\r') && !raw.contains(&0x1b), "{text:?}");
     for line in text.lines() {
         assert!(!line.starts_with("2030") && !line.starts_with("forged"), "forged line: {line:?}\n{text}");

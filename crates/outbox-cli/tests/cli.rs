@@ -2,27 +2,17 @@
 //! and the errors a wrong URL or a too-new schema produce.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+use outbox_testkit::fs::temp_dir;
 
 fn outbox(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_outbox")).args(args).output().expect("run outbox")
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("outbox-cli-{name}-{}-{}", std::process::id(), rand_suffix()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn rand_suffix() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-}
-
 #[test]
 fn demo_runs_the_whole_flow_on_sqlite() {
-    let dir = temp_dir("demo");
+    let dir = temp_dir("outbox-cli-demo");
     let out = outbox(&["demo", "--dir", dir.to_str().unwrap(), "--orders", "8", "--json"]);
     assert!(out.status.success(), "demo failed: {}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON report");
@@ -44,7 +34,7 @@ fn demo_runs_the_whole_flow_on_sqlite() {
 
 #[test]
 fn migrate_is_idempotent_and_reports_json() {
-    let dir = temp_dir("migrate");
+    let dir = temp_dir("outbox-cli-migrate");
     let url = format!("sqlite:{}", dir.join("app.db").display());
     let first = outbox(&["migrate", "--database-url", &url, "--json"]);
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
@@ -60,7 +50,7 @@ fn migrate_is_idempotent_and_reports_json() {
 
 #[test]
 fn a_newer_schema_is_refused_with_a_clear_message() {
-    let dir = temp_dir("newer");
+    let dir = temp_dir("outbox-cli-newer");
     let db = dir.join("app.db");
     let url = format!("sqlite:{}", db.display());
     assert!(outbox(&["migrate", "--database-url", &url]).status.success());

@@ -4,16 +4,14 @@
 //! error names the key and where it came from; no secret is ever printed.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use outbox_testkit::process::{NatsServer, RelayProcess};
+
 fn temp_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("outbox-hostile-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    outbox_testkit::fs::temp_dir(&format!("outbox-hostile-{name}"))
 }
 
 /// `outbox` with a clean environment (no OUTBOX_* or RUST_LOG from the caller) plus `env`.
@@ -333,55 +331,23 @@ fn verbose_logs_of_the_database_driver_print_no_secret() {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// A `nats-server` on a free port with `auth` (its command-line flags), stopped on drop.
-struct NatsServer(std::process::Child);
-
-impl Drop for NatsServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn nats_server(port: u16, auth: &[&str]) -> Option<NatsServer> {
-    let child = Command::new("nats-server")
-        .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-        .args(auth)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    let server = NatsServer(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "nats-server did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Some(server)
-}
-
 /// Finding 7(a): at `RUST_LOG=trace` the NATS client logs the server address as a `Url` debug
 /// dump, password included, and its `CONNECT` options; the relay's log caps client libraries
 /// at info, so no credential appears, while the relay's own verbose lines do. Even when
 /// `RUST_LOG` names the client explicitly, passwords in debug dumps are redacted.
 #[test]
 fn rust_log_trace_does_not_print_the_nats_password_or_token() {
-    if Command::new("nats-server").arg("--version").output().is_err() {
-        eprintln!("nats-server not installed: skipped");
-        return;
-    }
-    let dir = temp_dir("nats");
-    let port = free_port();
     // No authentication on the server: it accepts the connection whatever the URL carries, so
     // the client goes through its whole connect (and its logging of it).
-    let Some(_server) = nats_server(port, &[]) else {
-        eprintln!("nats-server did not start: skipped");
-        return;
+    let server = match NatsServer::start(false, &[]) {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("nats-server not installed ({e}): skipped");
+            return;
+        }
     };
+    let port = server.port();
+    let dir = temp_dir("nats");
     for (userinfo, rust_log) in [
         ("relay:natspw-hunter2", "trace"),
         ("natstoken-hunter2", "trace"),
@@ -430,7 +396,7 @@ destinations = ["bus"]
 }
 
 /// Runs `outbox relay` with `RUST_LOG=rust_log` until it logs `Relaying` (every destination
-/// connected), stops it, and returns its whole log.
+/// connected), stops it, and returns its whole log (kept next to `config`).
 fn relay_log_until_running(config: &Path, rust_log: &str) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
     cmd.args(["relay", "--config", config.to_str().unwrap()]).env("RUST_LOG", rust_log);
@@ -439,32 +405,8 @@ fn relay_log_until_running(config: &Path, rust_log: &str) -> String {
             cmd.env_remove(k);
         }
     }
-    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut log = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !log.iter().any(|l: &String| l.contains("Relaying")) {
-        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-            Ok(line) => log.push(line),
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the relay did not start (RUST_LOG={rust_log}):\n{}", log.join("\n"));
-            }
-        }
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    // The child is gone: the reader reaches the end of the pipe and closes the channel.
-    log.extend(rx.iter());
-    log.join("\n")
+    let mut relay = RelayProcess::spawn(cmd, &config.with_extension("log"));
+    relay.wait_for_log("Relaying", Duration::from_secs(60));
+    relay.child.kill();
+    relay.log_text()
 }

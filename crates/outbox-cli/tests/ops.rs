@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use outbox_testkit::fs::temp_dir;
 use serde_json::Value;
 
 const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
@@ -46,13 +47,6 @@ fn fails(args: &[&str]) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8(out.stderr).unwrap())
 }
 
-fn temp_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("outbox-ops-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
 fn sql(db: &Path, statements: &[String]) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -70,7 +64,7 @@ fn sql(db: &Path, statements: &[String]) {
 /// 1 pending order.paid; 2, 3 failed order.paid; 4 sending order.paid; 5 sent two days ago;
 /// 6 sent just now (both user.created); 7 pending user.created. Message 2 has a delivery row.
 fn fixture(name: &str) -> (PathBuf, String) {
-    let dir = temp_dir(name);
+    let dir = temp_dir(&format!("outbox-ops-{name}"));
     let db = dir.join("app.db");
     let url = format!("sqlite:{}", db.display());
     ok(&["migrate", "--database-url", &url]);

@@ -4,15 +4,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn temp_dir(name: &str) -> PathBuf {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("outbox-daemon-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use outbox_testkit::fs::temp_dir;
+use outbox_testkit::process::RelayProcess;
+
+const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
 
 fn config(dir: &Path, store_url: &str, redis_url: &str, stream: &str) -> PathBuf {
     let path = dir.join("outbox.toml");
@@ -44,38 +42,15 @@ destinations = ["stream"]
     path
 }
 
-fn spawn(config: &Path, log: &Path) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["relay", "--config", config.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(log).unwrap())
-        .spawn()
-        .expect("start outbox relay")
-}
-
-fn wait_exit(child: &mut Child, within: Duration) -> std::process::ExitStatus {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("outbox relay did not exit within {within:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
-    let dir = temp_dir("e2e");
+    let dir = temp_dir("outbox-daemon-e2e");
     let db = dir.join("shop.db");
     let store_url = format!("sqlite:{}", db.display());
     let stream = format!("outbox-daemon-test-{}", std::process::id());
     let cfg = config(&dir, &store_url, "redis://127.0.0.1:6379", &stream);
     let log = dir.join("relay.log");
-    let mut child = spawn(&cfg, &log);
+    let mut relay = RelayProcess::start(OUTBOX, &cfg, &log);
 
     // Wait for the daemon to create the schema (migrate = true).
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -91,11 +66,7 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
                 }
             }
         }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not migrate: {}",
-            std::fs::read_to_string(&log).unwrap()
-        );
+        assert!(Instant::now() < deadline, "the daemon did not migrate: {}", relay.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     for i in 0..50 {
@@ -118,11 +89,7 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
             assert_eq!(len, 50, "each message once");
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "only {len} of 50 arrived: {}",
-            std::fs::read_to_string(&log).unwrap()
-        );
+        assert!(Instant::now() < deadline, "only {len} of 50 arrived: {}", relay.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE status = 'sent'")
@@ -131,10 +98,8 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
         .unwrap();
     assert_eq!(sent, 50);
 
-    let term = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
-    assert!(term.success());
-    let status = wait_exit(&mut child, Duration::from_secs(15));
-    let text = std::fs::read_to_string(&log).unwrap();
+    let status = relay.terminate(Duration::from_secs(15));
+    let text = relay.log_text();
     assert!(status.success(), "exit {status}: {text}");
     assert!(text.contains("SIGTERM") && text.contains("leases released"), "{text}");
 
@@ -145,12 +110,9 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
 
 #[test]
 fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
-    let dir = temp_dir("unreachable");
+    let dir = temp_dir("outbox-daemon-unreachable");
     let cfg = config(&dir, "postgres://relay:s3cret@127.0.0.1:1/shop", "redis://127.0.0.1:6379", "unused");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["relay", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = Command::new(OUTBOX).args(["relay", "--config", cfg.to_str().unwrap()]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("store \"shop\"") && err.contains("unreachable at start"), "{err}");
@@ -158,10 +120,7 @@ fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
 
     let store = format!("sqlite:{}", dir.join("x.db").display());
     let cfg = config(&dir, &store, "redis://127.0.0.1:1", "unused");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["relay", "--config", cfg.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = Command::new(OUTBOX).args(["relay", "--config", cfg.to_str().unwrap()]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("destination \"stream\" (redis) is not usable at start"), "{err}");
@@ -171,25 +130,19 @@ fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
 #[test]
 fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/outbox.toml");
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["check", "--config", example, "--json"])
-        .output()
-        .unwrap();
+    let out = Command::new(OUTBOX).args(["check", "--config", example, "--json"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let resolved: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(resolved["destinations"].as_array().unwrap().len(), 7, "every transport is in the example");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("replace-me"), "secrets are not printed");
 
-    let dir = temp_dir("check");
+    let dir = temp_dir("outbox-daemon-check");
     let bad = std::fs::read_to_string(example)
         .unwrap()
         .replace("batch_size = 500", "batch_size = 500\nbatchsize = 5");
     let path = dir.join("bad.toml");
     std::fs::write(&path, bad).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(["check", "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = Command::new(OUTBOX).args(["check", "--config", path.to_str().unwrap()]).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("unknown field `batchsize`") && err.contains(":19:1: relay.batchsize"), "{err}");

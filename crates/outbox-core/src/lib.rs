@@ -24,6 +24,7 @@ mod retry;
 mod status;
 pub mod text;
 mod transport;
+pub mod webhook;
 
 pub use error::{Error, ErrorKind, Result};
 pub use message::{decode_headers, limits, Enqueued, Headers, MessageId, NewMessage, OutboxMessage};

@@ -64,6 +64,23 @@ impl Status {
     pub const fn is_terminal(self) -> bool {
         matches!(self, Status::Sent | Status::Acked | Status::Cancelled)
     }
+
+    /// True when a person may re-drive a message in this status back to `pending`
+    /// (`outbox retry`); a re-drive also resets its deliveries in these statuses.
+    pub const fn can_retry(self) -> bool {
+        matches!(self, Status::Failed | Status::Cancelled)
+    }
+
+    /// True when a person may cancel a message in this status (`outbox cancel`). A `sending`
+    /// message is being published by a relay and cannot be.
+    pub const fn can_cancel(self) -> bool {
+        matches!(self, Status::Pending | Status::Failed)
+    }
+
+    /// Every status for which `rule` holds, as stored, in lifecycle order.
+    pub fn names_where(rule: fn(Status) -> bool) -> Vec<&'static str> {
+        Status::ALL.into_iter().filter(|s| rule(*s)).map(Status::as_str).collect()
+    }
 }
 
 impl fmt::Display for Status {
@@ -104,5 +121,17 @@ mod tests {
         }
         assert!(Status::Failed.is_open());
         assert!(!Status::Sent.is_open());
+    }
+
+    #[test]
+    fn transitions_by_hand() {
+        let retryable: Vec<Status> = Status::ALL.into_iter().filter(|s| s.can_retry()).collect();
+        assert_eq!(retryable, [Status::Failed, Status::Cancelled]);
+        let cancellable: Vec<Status> = Status::ALL.into_iter().filter(|s| s.can_cancel()).collect();
+        assert_eq!(cancellable, [Status::Pending, Status::Failed]);
+        // A message being published is never touched by hand.
+        assert!(!Status::Sending.can_retry() && !Status::Sending.can_cancel());
+        assert_eq!(Status::names_where(Status::can_retry), ["failed", "cancelled"]);
+        assert_eq!(Status::names_where(Status::is_terminal), ["sent", "acked", "cancelled"]);
     }
 }

@@ -64,7 +64,7 @@ pub enum HeaderError {
     /// The webhook signature is missing or does not verify.
     #[cfg(feature = "http")]
     #[error("webhook signature rejected: {0}")]
-    BadSignature(#[from] outbox_transport::http::SignatureError),
+    BadSignature(#[from] outbox_core::webhook::SignatureError),
     /// The webhook request has no `Outbox-Timestamp` or no `Outbox-Signature` header.
     #[cfg(feature = "http")]
     #[error("webhook request without the `{0}` header")]
@@ -202,7 +202,7 @@ pub fn from_mqtt_envelope(payload: &[u8]) -> Result<InboxMessage, HeaderError> {
 }
 
 /// Reads a webhook request of the HTTP transport, **verifying its signature first** (with
-/// [`outbox_transport::http::verify_signature`]): `headers` are the request's headers as
+/// [`outbox_core::webhook::verify_signature`]): `headers` are the request's headers as
 /// `(name, value)` pairs (`http::HeaderMap::iter()` fits, so do `(&str, &str)` pairs), `body`
 /// the raw body, `now_unix` the current Unix time and `tolerance_secs` the replay window
 /// (300 is typical). Header values are percent-decoded and `Outbox-Header-<name>` headers come
@@ -220,7 +220,7 @@ where
     N: AsRef<str>,
     V: AsRef<[u8]>,
 {
-    use outbox_transport::http::{
+    use outbox_core::webhook::{
         decode_header_value, envelope_header_name, verify_signature, SIGNATURE_HEADER, TIMESTAMP_HEADER,
     };
     let mut timestamp = None;

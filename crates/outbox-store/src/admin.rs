@@ -12,6 +12,10 @@ use chrono::{DateTime, Utc};
 use outbox_core::{Error, MessageId, OutboxMessage, Result, Status};
 use serde::{Deserialize, Serialize};
 
+mod shared;
+
+pub(crate) use shared::{impl_admin, Admin, AdminSql};
+
 /// Largest page [`MessageAdmin::list`] returns.
 pub const MAX_LIST_LIMIT: usize = 1000;
 
@@ -309,10 +313,14 @@ pub(crate) fn check_age(older_than: Duration) -> Result<i64> {
     Ok(i64::try_from(older_than.as_micros()).unwrap_or(i64::MAX))
 }
 
+/// The one status a bulk re-drive ([`MessageAdmin::retry_failed`]) moves messages from.
+pub(crate) const BULK_RETRY_FROM: Status = Status::Failed;
+
 /// Checks the filter of a bulk re-drive.
 pub(crate) fn check_retry_filter(filter: &ListFilter) -> Result<()> {
     match filter.status {
-        None | Some(Status::Failed) => Ok(()),
+        None => Ok(()),
+        Some(s) if s == BULK_RETRY_FROM => Ok(()),
         Some(other) => Err(Error::InvalidArgument {
             name: "status",
             reason: format!("a bulk retry re-drives failed messages only, not {other}"),

@@ -2,7 +2,11 @@
 
 use std::collections::BTreeMap;
 
+use chrono::{DateTime, Utc};
 use outbox_core::{Error, NewMessage, Result, Status};
+use sqlx::{ColumnIndex, Decode, Row, Type};
+
+use crate::error::db;
 
 /// `(biz_type, biz_key)` as optional string slices for binding.
 pub(crate) fn biz_parts(msg: &NewMessage) -> (Option<&str>, Option<&str>) {
@@ -32,6 +36,42 @@ pub(crate) fn parse_status(table: &'static str, id: String, value: &str) -> Resu
         id,
         reason: e.to_string(),
     })
+}
+
+/// The row a value is read from, named in the error when the value cannot be read. (Only
+/// SQLite's decoder reads it yet: the other dialects build it for the shared admin code.)
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+pub(crate) struct At {
+    pub(crate) table: &'static str,
+    pub(crate) id: i64,
+}
+
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+impl At {
+    /// The error for a value of this row that the library cannot use.
+    pub(crate) fn malformed(self, reason: String) -> Error {
+        Error::MalformedRow { table: self.table, id: self.id.to_string(), reason }
+    }
+}
+
+/// The columns each dialect stores its own way (text on MySQL is bytes, times on SQLite are
+/// INTEGER milliseconds); everything else is read with [`get`].
+pub(crate) trait Cells {
+    fn text(&self, col: &'static str, at: At) -> Result<String>;
+    fn opt_text(&self, col: &'static str, at: At) -> Result<Option<String>>;
+    fn time(&self, col: &'static str, at: At) -> Result<DateTime<Utc>>;
+    fn opt_time(&self, col: &'static str, at: At) -> Result<Option<DateTime<Utc>>>;
+}
+
+/// Reads a column sqlx decodes as it is.
+pub(crate) fn get<'r, R, T>(row: &'r R, col: &'static str) -> Result<T>
+where
+    R: Row,
+    for<'s> &'s str: ColumnIndex<R>,
+    T: Decode<'r, R::Database> + Type<R::Database>,
+{
+    row.try_get(col).map_err(db)
 }
 
 /// A delivery's `status` column.

@@ -14,8 +14,12 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::fs::{temp_dir, temp_dir_in};
+use crate::net::{free_port, wait_port};
+use crate::process::KillOnDrop;
 
 /// The value of the environment variable `var`, or `None` (with a note on stderr) when the
 /// broker is not installed and not required; panics when it is required.
@@ -36,41 +40,8 @@ pub fn require(var: &str, what: &str) -> Option<String> {
     }
 }
 
-/// A free TCP port on 127.0.0.1 (free when this returns).
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Waits until something accepts connections on `port`.
-pub fn wait_port(port: u16, within: Duration, what: &str) {
-    let deadline = Instant::now() + within;
-    while std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
-        .is_err()
-    {
-        assert!(Instant::now() < deadline, "{what} did not listen on port {port} within {within:?}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-fn kill(child: &mut Option<Child>) {
-    if let Some(mut c) = child.take() {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-}
-
 fn log_file(dir: &Path, name: &str) -> Stdio {
     std::fs::File::create(dir.join(name)).map(Stdio::from).unwrap_or_else(|_| Stdio::null())
-}
-
-fn temp_dir(prefix: &str) -> PathBuf {
-    temp_dir_in(&std::env::temp_dir(), prefix)
-}
-
-fn temp_dir_in(base: &Path, prefix: &str) -> PathBuf {
-    let dir = base.join(format!("{prefix}-{}-{}", std::process::id(), free_port()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A tansu broker (Kafka protocol, in-memory storage) on its own port. Killed on drop.
@@ -80,7 +51,7 @@ pub struct Tansu {
     /// The port advertised to clients (a proxy in front of the broker, or the broker's own).
     advertised: u16,
     dir: PathBuf,
-    child: Option<Child>,
+    child: Option<KillOnDrop>,
 }
 
 impl Tansu {
@@ -112,7 +83,7 @@ impl Tansu {
             .stderr(log_file(&self.dir, "tansu.err"))
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}", self.bin));
-        self.child = Some(child);
+        self.child = Some(KillOnDrop(child));
         wait_port(self.port, Duration::from_secs(90), "tansu");
     }
 
@@ -128,7 +99,7 @@ impl Tansu {
 
     /// Kills the broker (SIGKILL): its in-memory topics are gone.
     pub fn stop(&mut self) {
-        kill(&mut self.child);
+        self.child = None;
     }
 
     /// Starts the broker again on the same port (empty: topics must be created again).
@@ -140,7 +111,7 @@ impl Tansu {
 
 impl Drop for Tansu {
     fn drop(&mut self) {
-        kill(&mut self.child);
+        self.child = None;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -172,8 +143,8 @@ pub struct RocketMq {
     namesrv_port: u16,
     broker_port: u16,
     auto_create_topics: bool,
-    namesrv: Option<Child>,
-    broker: Option<Child>,
+    namesrv: Option<KillOnDrop>,
+    broker: Option<KillOnDrop>,
 }
 
 impl RocketMq {
@@ -277,7 +248,7 @@ maxIndexNum = 200000
             .arg(&self.dir)
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start rocketmq-namesrv-rust in {}: {e}", self.bin.display()));
-        self.namesrv = Some(child);
+        self.namesrv = Some(KillOnDrop(child));
         wait_port(self.namesrv_port, Duration::from_secs(90), "rocketmq namesrv");
     }
 
@@ -292,7 +263,7 @@ maxIndexNum = 200000
             .arg("warn")
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start rocketmq-broker-rust in {}: {e}", self.bin.display()));
-        self.broker = Some(child);
+        self.broker = Some(KillOnDrop(child));
         wait_port(self.broker_port, Duration::from_secs(90), "rocketmq broker");
         // Registration with the name server follows the listener within a moment.
         std::thread::sleep(Duration::from_millis(500));
@@ -305,7 +276,7 @@ maxIndexNum = 200000
 
     /// Kills the broker (SIGKILL); the name server keeps running. Its store stays on disk.
     pub fn stop_broker(&mut self) {
-        kill(&mut self.broker);
+        self.broker = None;
     }
 
     /// Starts the broker again with the same store.
@@ -316,8 +287,8 @@ maxIndexNum = 200000
 
 impl Drop for RocketMq {
     fn drop(&mut self) {
-        kill(&mut self.broker);
-        kill(&mut self.namesrv);
+        self.broker = None;
+        self.namesrv = None;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

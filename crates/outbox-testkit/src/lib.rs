@@ -20,6 +20,9 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, MySql, Pool, Postgres, Sqlite};
 
 pub mod brokers;
+pub mod fs;
+pub mod net;
+pub mod process;
 pub mod proxy;
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);

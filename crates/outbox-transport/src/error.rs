@@ -36,6 +36,7 @@ pub fn redact(url: &str) -> String {
 }
 
 /// A timeout must be positive and at most 10 minutes (the NATS, Redis and MQTT configurations).
+#[cfg(any(feature = "nats", feature = "redis", feature = "mqtt"))]
 pub(crate) fn check_timeout(
     transport: &'static str,
     key: &'static str,

@@ -14,8 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_core::{header, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
-use outbox_store::Outbox;
+use outbox_core::{header, FailureKind, MessageId, Outcome, Status, Transport};
 use outbox_testkit::brokers::Tansu;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::kafka::{KafkaConfig, KafkaTransport};
@@ -168,17 +167,13 @@ async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "orders";
         create_topic(&broker.bootstrap(), topic).await;
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
         assert_eq!(t.kind(), "kafka");
         t.health().await.unwrap();
         let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
 
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(&NewMessage::new(topic, "phantom").key("order-1")).await.unwrap();
-        tx.rollback().await.unwrap();
+        rolled_back_phantom(&outbox, topic).await;
         let mut committed = HashMap::new();
         let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
         wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
@@ -218,9 +213,7 @@ async fn per_key_order_holds_across_producer_rebuilds() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "rebuilds";
         create_topic(&broker.bootstrap(), topic).await;
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = Arc::new(KafkaTransport::connect(config(broker.bootstrap())).await.unwrap());
         let (stop, handle) = start_relay(&outbox, "kafka", t.clone());
 
@@ -263,9 +256,7 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
     tokio::time::timeout(TEST_TIMEOUT * 2, async {
         let topic = "restarts";
         create_topic(&broker.bootstrap(), topic).await;
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
         let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
         let mut reader = Reader::new(&broker.bootstrap(), topic).await;
@@ -310,16 +301,14 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cut_connection_keeps_messages_pending_and_loses_nothing() {
     // The broker advertises the proxy, so every connection of the transport goes through it.
-    let proxy_port = outbox_testkit::brokers::free_port();
-    let broker_port = outbox_testkit::brokers::free_port();
+    let proxy_port = outbox_testkit::net::free_port();
+    let broker_port = outbox_testkit::net::free_port();
     let Some(broker) = Tansu::start_advertising(broker_port, proxy_port) else { return };
     tokio::time::timeout(TEST_TIMEOUT * 2, async {
         let proxy = TcpProxy::start_on(proxy_port, &broker.bootstrap()).await;
         let topic = "cuts";
         create_topic(&format!("127.0.0.1:{proxy_port}"), topic).await;
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(format!("127.0.0.1:{proxy_port}"))).await.unwrap();
         let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
 
@@ -381,7 +370,7 @@ async fn unknown_topics_and_oversized_messages_fail_permanently_and_hold_nothing
                 .await
                 .unwrap_err();
         assert!(matches!(e, TransportError::Connect { .. }) && e.to_string().contains("nope"), "{e}");
-        let dead = format!("127.0.0.1:{}", outbox_testkit::brokers::free_port());
+        let dead = format!("127.0.0.1:{}", outbox_testkit::net::free_port());
         let e =
             KafkaTransport::connect(KafkaConfig { connect_timeout: Duration::from_secs(2), ..config(dead) })
                 .await

@@ -9,29 +9,20 @@ mod common;
 use common::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
-use outbox_store::Outbox;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
 use outbox_transport::TransportError;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn server() -> String {
-    std::env::var("OUTBOX_TEST_MQTT_ADDR").unwrap_or_else(|_| "127.0.0.1:1883".into())
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{prefix}_{}_{}_{:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+    env_or("OUTBOX_TEST_MQTT_ADDR", "127.0.0.1:1883")
 }
 
 /// A QoS 1 subscriber, subscribed (SUBACK received) before it is returned.
@@ -187,16 +178,6 @@ async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
     .expect("test timed out");
 }
 
-fn message(topic: &str, i: usize) -> NewMessage {
-    let mut m = NewMessage::new(topic, format!(r#"{{"order":{i}}}"#))
-        .key(format!("order-{}", i % 7))
-        .biz("order", i.to_string());
-    if i % 3 == 0 {
-        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
-    }
-    m
-}
-
 /// Checks what the subscriber got against the committed messages: every one with the right
 /// topic, payload and headers, never the rolled back one, in order per key; exactly once when
 /// asked.
@@ -239,25 +220,11 @@ async fn relay_end_to_end_publishes_committed_messages_once() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = sqlite_outbox().await;
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
         let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
 
-        let mut committed = HashMap::new();
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(&NewMessage::new("order.paid", "phantom").key("order-1")).await.unwrap();
-        tx.rollback().await.unwrap();
-        for chunk in 0..20 {
-            let mut tx = outbox.begin().await.unwrap();
-            for i in chunk * 10..chunk * 10 + 10 {
-                let m = message(if i % 2 == 0 { "order.paid" } else { "order.refunded" }, i);
-                let e = tx.enqueue(&m).await.unwrap();
-                committed.insert(e.id, m);
-            }
-            tx.commit().await.unwrap();
-        }
+        let committed = commit_orders(&outbox).await;
         let ids: Vec<MessageId> = committed.keys().copied().collect();
         wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
         let got: Vec<Got> =
@@ -278,9 +245,7 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let proxy = TcpProxy::start(&server()).await;
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = sqlite_outbox().await;
         let t = MqttTransport::connect(MqttConfig {
             reconnect_max_delay: Duration::from_millis(500),
             ..config(format!("mqtt://{}", proxy.addr()), &base)
@@ -289,35 +254,7 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
         .unwrap();
         let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
 
-        let mut committed = HashMap::new();
-        let mut first = Vec::new();
-        for i in 0..60 {
-            let m = message("order.paid", i);
-            let e = outbox.enqueue(&m).await.unwrap();
-            first.push(e.id);
-            committed.insert(e.id, m);
-        }
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
-            assert!(Instant::now() < deadline, "nothing published before the cut");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        proxy.cut();
-        let mut second = Vec::new();
-        for i in 60..120 {
-            let m = message("order.paid", i);
-            let e = outbox.enqueue(&m).await.unwrap();
-            second.push(e.id);
-            committed.insert(e.id, m);
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let st = statuses(&outbox, &second).await;
-        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
-        let all: Vec<MessageId> = committed.keys().copied().collect();
-        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
-
-        proxy.restore();
-        wait_all_sent(&outbox, &all, Duration::from_secs(40)).await;
+        let committed = outage_then_restore(&outbox, &proxy).await;
         let got: Vec<Got> =
             sub.take(120, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
         // At-least-once: a PUBLISH whose PUBACK was cut off is published again.
@@ -349,21 +286,11 @@ async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds
         let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
         assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
         assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        assert!(t.health().await.is_err());
+        eventually("health reports the lost connection", || async { t.health().await.is_err() }).await;
         let o = t.publish(&[envelope(3, "a", None, "x", false)]).await;
         assert!(reason(&o[0]).contains("not connected"), "{o:?}");
         proxy.restore();
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            let o = t.publish(&[envelope(4, "a", None, "y", false)]).await;
-            if o[0] == Outcome::Delivered {
-                break;
-            }
-            assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
-            assert!(Instant::now() < deadline, "no recovery after restore");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        publish_until_delivered(&t, envelope(4, "a", None, "y", false), Duration::from_secs(15)).await;
         t.health().await.unwrap();
     })
     .await
@@ -382,18 +309,7 @@ async fn classification_of_failures() {
         let t = MqttTransport::connect(MqttConfig { max_packet_bytes: 1024, ..config(url.clone(), &base) })
             .await
             .unwrap();
-        assert_eq!(t.max_payload_bytes(), Some(1024));
-        let o = t
-            .publish(&[
-                envelope(1, "a", Some("k"), &"x".repeat(2000), false),
-                envelope(2, "a", Some("k"), "fine", false),
-                envelope(3, "a", Some("other"), "fine", false),
-            ])
-            .await;
-        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
-        assert!(reason(&o[0]).contains("max_packet_bytes of 1024 bytes"), "{}", reason(&o[0]));
-        assert_eq!(kind(&o[1]), Some(FailureKind::Unavailable), "held back behind its key: {o:?}");
-        assert_eq!(o[2], Outcome::Delivered);
+        assert_oversized_fails_and_holds_back_its_key(&t, "max_packet_bytes of 1024 bytes").await;
         let got = sub.take(1, Duration::from_secs(5)).await;
         assert_eq!(got.len(), 1);
         assert_eq!(unwrap_envelope(&got[0]).id, "3");
@@ -404,18 +320,14 @@ async fn classification_of_failures() {
         assert_eq!(t.publish(&[envelope(6, "b", None, "ok", false)]).await, vec![Outcome::Delivered]);
 
         // Unreachable broker: a Connect error with the password redacted.
-        let started = Instant::now();
-        let e = MqttTransport::connect(MqttConfig {
-            url: "mqtt://relay:s3cret@127.0.0.1:1".into(),
-            connect_timeout: Duration::from_millis(2000),
-            ..MqttConfig::default()
+        assert_unreachable_is_redacted("mqtt", "mqtt", |url| {
+            MqttTransport::connect(MqttConfig {
+                url,
+                connect_timeout: Duration::from_millis(2000),
+                ..MqttConfig::default()
+            })
         })
-        .await
-        .unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(10));
-        let text = e.to_string();
-        assert!(matches!(e, TransportError::Connect { transport: "mqtt", .. }), "{e:?}");
-        assert!(text.contains("mqtt://relay:***@127.0.0.1:1") && !text.contains("s3cret"), "{text}");
+        .await;
 
         // Invalid configuration: the key is named, before any connection.
         let e = MqttTransport::connect(MqttConfig { topic: "a/#".into(), ..MqttConfig::default() })
@@ -517,9 +429,7 @@ async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
     tokio::time::timeout(TEST_TIMEOUT * 2, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = sqlite_outbox().await;
         let mut good = Vec::new();
         for i in 0..5 {
             good.push(outbox.enqueue(&NewMessage::new("sec.ok", format!("good {i}"))).await.unwrap().id);
@@ -567,51 +477,7 @@ async fn delivered_always_means_received_under_repeated_cuts() {
         })
         .await
         .unwrap();
-        let flapping = CancellationToken::new();
-        let flapper = {
-            let (proxy, flapping) = (proxy.clone(), flapping.clone());
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while !flapping.is_cancelled() {
-                    tokio::time::sleep(Duration::from_millis(97 + (n * 37) % 150)).await;
-                    proxy.cut();
-                    tokio::time::sleep(Duration::from_millis(50 + (n * 53) % 200)).await;
-                    proxy.restore();
-                    n += 1;
-                }
-            })
-        };
-        let mut delivered = HashSet::new();
-        let mut unavailable = 0;
-        let mut id = 0;
-        let until = Instant::now() + Duration::from_secs(8);
-        while Instant::now() < until {
-            let batch: Vec<Envelope> = (0..25)
-                .map(|_| {
-                    id += 1;
-                    envelope(id, "stress", None, &format!("m{id}"), false)
-                })
-                .collect();
-            let started = Instant::now();
-            let outcomes = t.publish(&batch).await;
-            assert!(started.elapsed() < Duration::from_millis(2500), "publish exceeded its timeout");
-            assert_eq!(outcomes.len(), batch.len());
-            for (e, o) in batch.iter().zip(&outcomes) {
-                match kind(o) {
-                    None => {
-                        delivered.insert(e.id.to_string());
-                    }
-                    Some(FailureKind::Unavailable) => unavailable += 1,
-                    Some(k) => panic!("unexpected {k:?}: {o:?}"),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        flapping.cancel();
-        flapper.await.unwrap();
-        proxy.restore();
-        eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
-        assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
+        let delivered = delivered_under_repeated_cuts(&t, proxy, (97, 150)).await;
         let received: HashSet<String> = sub
             .take(delivered.len(), Duration::from_secs(10))
             .await

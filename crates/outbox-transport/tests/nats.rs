@@ -9,32 +9,21 @@ mod common;
 use common::*;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use outbox_core::{
-    header, Envelope, FailureKind, MessageId, NewMessage, Outcome, RetryPolicy, Status, Transport,
-};
-use outbox_relay::{BreakerConfig, Destination, Relay, Route};
-use outbox_store::{Outbox, OutboxDatabase, RelayStore};
+use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Transport};
+use outbox_testkit::process::NatsServer;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::nats::{NatsConfig, NatsTransport};
 use outbox_transport::TransportError;
-use tokio_util::sync::CancellationToken;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn server() -> String {
-    std::env::var("OUTBOX_TEST_NATS_ADDR").unwrap_or_else(|_| "127.0.0.1:4222".into())
-}
-
-fn unique(prefix: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("{prefix}_{}_{}_{:x}", std::process::id(), N.fetch_add(1, Ordering::Relaxed), nanos)
+    env_or("OUTBOX_TEST_NATS_ADDR", "127.0.0.1:4222")
 }
 
 async fn jetstream() -> jetstream::Context {
@@ -183,52 +172,6 @@ async fn direct_publish_delivers_every_header_in_order_once() {
     .expect("test timed out");
 }
 
-fn fast_retry() -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: 5,
-        initial: Duration::from_millis(50),
-        max_delay: Duration::from_millis(300),
-        multiplier: 2.0,
-        jitter: 0.0,
-    }
-}
-
-fn fast_breaker() -> BreakerConfig {
-    BreakerConfig {
-        failure_threshold: 3,
-        cooldown: Duration::from_millis(200),
-        max_cooldown: Duration::from_secs(1),
-    }
-}
-
-fn start_relay<DB: OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    transport: Arc<dyn Transport>,
-) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    Outbox<DB>: RelayStore,
-{
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-        .config(relay_config(&unique("relay")))
-        .destination(Destination::new("nats", transport).retry(fast_retry()).breaker(fast_breaker()))
-        .route(Route::new("#", ["nats"]))
-        .build()
-        .unwrap();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(relay.run(stop.clone()));
-    (stop, handle)
-}
-
-fn message(prefix_topic: &str, i: usize) -> NewMessage {
-    let mut m = NewMessage::new(prefix_topic, format!(r#"{{"order":{i}}}"#))
-        .key(format!("order-{}", i % 7))
-        .biz("order", i.to_string());
-    if i % 3 == 0 {
-        m = m.header("traceparent", format!("00-0af7651916cd43dd8448eb211c8{i:05}-b7ad6b7169203331-01"));
-    }
-    m
-}
-
 /// Checks what a consumer got against the committed messages: each once, right payload and
 /// headers, never the rolled back one.
 fn check_received(got: &[Got], committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
@@ -257,26 +200,12 @@ async fn relay_end_to_end_publishes_committed_messages_once() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = sqlite_outbox().await;
         let t =
             NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+        let (stop, handle) = start_relay(&outbox, "nats", Arc::new(t));
 
-        let mut committed = HashMap::new();
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(&NewMessage::new("order.paid", "phantom").key("order-1")).await.unwrap();
-        tx.rollback().await.unwrap();
-        for chunk in 0..20 {
-            let mut tx = outbox.begin().await.unwrap();
-            for i in chunk * 10..chunk * 10 + 10 {
-                let m = message(if i % 2 == 0 { "order.paid" } else { "order.refunded" }, i);
-                let e = tx.enqueue(&m).await.unwrap();
-                committed.insert(e.id, m);
-            }
-            tx.commit().await.unwrap();
-        }
+        let committed = commit_orders(&outbox).await;
         let ids: Vec<MessageId> = committed.keys().copied().collect();
         wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
         let got = consume(&js, &stream, 200, Duration::from_secs(10)).await;
@@ -308,44 +237,13 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let proxy = TcpProxy::start(&server()).await;
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = sqlite_outbox().await;
         let t = NatsTransport::connect(config(format!("nats://{}", proxy.addr()), &prefix, &stream))
             .await
             .unwrap();
-        let (stop, handle) = start_relay(&outbox, Arc::new(t));
+        let (stop, handle) = start_relay(&outbox, "nats", Arc::new(t));
 
-        let mut committed = HashMap::new();
-        let mut first = Vec::new();
-        for i in 0..60 {
-            let m = message("order.paid", i);
-            let e = outbox.enqueue(&m).await.unwrap();
-            first.push(e.id);
-            committed.insert(e.id, m);
-        }
-        // Cut as soon as the relay has started publishing.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
-            assert!(Instant::now() < deadline, "nothing published before the cut");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        proxy.cut();
-        let mut second = Vec::new();
-        for i in 60..120 {
-            let m = message("order.paid", i);
-            let e = outbox.enqueue(&m).await.unwrap();
-            second.push(e.id);
-            committed.insert(e.id, m);
-        }
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let st = statuses(&outbox, &second).await;
-        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
-        let all: Vec<MessageId> = committed.keys().copied().collect();
-        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
-
-        proxy.restore();
-        wait_all_sent(&outbox, &all, Duration::from_secs(40)).await;
+        let committed = outage_then_restore(&outbox, &proxy).await;
         let got = consume(&js, &stream, 120, Duration::from_secs(10)).await;
         // Nats-Msg-Id deduplication makes even the republished ones appear once.
         check_received(&got, &committed, true);
@@ -439,15 +337,7 @@ async fn classification_of_failures() {
         })
         .await
         .unwrap();
-        assert_eq!(small.max_payload_bytes(), Some(1024));
-        let big = envelope(1, "a", Some("k"), &"x".repeat(2000), false);
-        let next = envelope(2, "a", Some("k"), "fine", false);
-        let other = envelope(3, "a", Some("other"), "fine", false);
-        let o = small.publish(&[big, next, other]).await;
-        assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
-        assert!(reason(&o[0]).contains("max_payload_bytes of 1024 bytes"), "{}", reason(&o[0]));
-        assert_eq!(kind(&o[1]), Some(FailureKind::Unavailable), "held back behind its key: {o:?}");
-        assert_eq!(o[2], Outcome::Delivered);
+        assert_oversized_fails_and_holds_back_its_key(&small, "max_payload_bytes of 1024 bytes").await;
         let t = NatsTransport::connect(config(url.clone(), &prefix, &stream)).await.unwrap();
         let server_max = t.max_payload_bytes().unwrap();
         let o = t.publish(&[envelope(4, "a", None, &"x".repeat(server_max), false)]).await;
@@ -517,18 +407,14 @@ async fn classification_of_failures() {
         assert!(t3.health().await.unwrap_err().contains("does not exist"));
 
         // Unreachable server: a Connect error with the password redacted.
-        let started = Instant::now();
-        let e = NatsTransport::connect(NatsConfig {
-            url: "nats://relay:s3cret@127.0.0.1:1".into(),
-            connect_timeout: Duration::from_millis(2000),
-            ..NatsConfig::default()
+        assert_unreachable_is_redacted("nats", "nats", |url| {
+            NatsTransport::connect(NatsConfig {
+                url,
+                connect_timeout: Duration::from_millis(2000),
+                ..NatsConfig::default()
+            })
         })
-        .await
-        .unwrap_err();
-        assert!(started.elapsed() < Duration::from_secs(10));
-        let text = e.to_string();
-        assert!(matches!(e, TransportError::Connect { transport: "nats", .. }), "{e:?}");
-        assert!(text.contains("nats://relay:***@127.0.0.1:1") && !text.contains("s3cret"), "{text}");
+        .await;
 
         // Invalid configuration: the key is named, before any connection.
         let e = NatsTransport::connect(NatsConfig { subject: Some("a.*".into()), ..NatsConfig::default() })
@@ -564,51 +450,7 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
         })
         .await
         .unwrap();
-        let flapping = CancellationToken::new();
-        let flapper = {
-            let (proxy, flapping) = (proxy.clone(), flapping.clone());
-            tokio::spawn(async move {
-                let mut n = 0u64;
-                while !flapping.is_cancelled() {
-                    tokio::time::sleep(Duration::from_millis(300 + (n * 37) % 200)).await;
-                    proxy.cut();
-                    tokio::time::sleep(Duration::from_millis(50 + (n * 53) % 200)).await;
-                    proxy.restore();
-                    n += 1;
-                }
-            })
-        };
-        let mut delivered = std::collections::HashSet::new();
-        let mut unavailable = 0;
-        let mut id = 0;
-        let until = Instant::now() + Duration::from_secs(8);
-        while Instant::now() < until {
-            let batch: Vec<Envelope> = (0..25)
-                .map(|_| {
-                    id += 1;
-                    envelope(id, "stress", None, &format!("m{id}"), false)
-                })
-                .collect();
-            let started = Instant::now();
-            let outcomes = t.publish(&batch).await;
-            assert!(started.elapsed() < Duration::from_millis(2500), "publish exceeded its timeout");
-            assert_eq!(outcomes.len(), batch.len());
-            for (e, o) in batch.iter().zip(&outcomes) {
-                match kind(o) {
-                    None => {
-                        delivered.insert(e.id.to_string());
-                    }
-                    Some(FailureKind::Unavailable) => unavailable += 1,
-                    Some(k) => panic!("unexpected {k:?}: {o:?}"),
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        flapping.cancel();
-        flapper.await.unwrap();
-        proxy.restore();
-        eprintln!("{} delivered, {unavailable} unavailable", delivered.len());
-        assert!(!delivered.is_empty() && unavailable > 0, "the cuts raced with publishes");
+        let delivered = delivered_under_repeated_cuts(&t, proxy, (300, 200)).await;
         let stored: std::collections::HashSet<String> =
             consume(&js, &stream, delivered.len(), Duration::from_secs(10))
                 .await
@@ -621,36 +463,6 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
     })
     .await
     .expect("test timed out");
-}
-
-/// A `nats-server` of the test's own on a free port, with JetStream, requiring the
-/// authorization `auth` gives (`--user u --pass p`, or `--auth token`); killed on drop.
-struct OwnServer(std::process::Child, u16, std::path::PathBuf);
-
-impl OwnServer {
-    fn start(auth: &[&str]) -> OwnServer {
-        let port = outbox_testkit::brokers::free_port();
-        let dir = std::env::temp_dir().join(unique("outbox-nats-auth"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let bin = std::env::var("OUTBOX_TEST_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
-        let child = std::process::Command::new(bin)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd", dir.to_str().unwrap()])
-            .args(auth)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("start nats-server (it is on PATH wherever the shared NATS runs)");
-        outbox_testkit::brokers::wait_port(port, Duration::from_secs(30), "nats-server");
-        OwnServer(child, port, dir)
-    }
-}
-
-impl Drop for OwnServer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.2);
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -668,8 +480,9 @@ async fn credentials_in_the_url_are_used_and_never_shown() {
                 "nats://127.0.0.1:{port}",
             ),
         ] {
-            let server = OwnServer::start(&auth);
-            let url = |t: &str| t.replace("{port}", &server.1.to_string());
+            let server = NatsServer::start(true, &auth)
+                .expect("start nats-server (it is on PATH wherever the shared NATS runs)");
+            let url = |t: &str| t.replace("{port}", &server.port().to_string());
             let mut cfg = NatsConfig {
                 url: url(good),
                 subject_prefix: Some("auth".into()),

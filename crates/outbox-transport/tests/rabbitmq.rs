@@ -8,7 +8,6 @@ mod common;
 use common::*;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,16 +18,15 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use outbox_core::{header, Envelope, FailureKind, NewMessage, Outcome, Status, Transport};
-use outbox_relay::{Destination, Relay, Route};
+use outbox_relay::Destination;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::rabbitmq::{DeclareConfig, RabbitMqConfig, RabbitMqTransport};
 use outbox_transport::TransportError;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(60);
 
 fn amqp_url() -> String {
-    std::env::var("OUTBOX_TEST_AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
+    env_or("OUTBOX_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/%2f")
 }
 
 /// `host:port` of the broker (for the proxy).
@@ -41,12 +39,6 @@ fn amqp_addr() -> String {
 /// `amqp_url()` pointed at another address.
 fn amqp_url_via(addr: &str) -> String {
     amqp_url().replace(&amqp_addr(), addr)
-}
-
-fn unique(what: &str) -> String {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
-    format!("outbox-t-{what}-{}-{}-{nanos}", std::process::id(), N.fetch_add(1, Ordering::Relaxed))
 }
 
 fn declared(exchange: &str) -> RabbitMqConfig {
@@ -67,7 +59,7 @@ impl Consumer {
     async fn bind(exchange: &str, binding: &str) -> Consumer {
         let conn = Connection::connect(&amqp_url(), ConnectionProperties::default()).await.unwrap();
         let channel = conn.create_channel().await.unwrap();
-        let queue = unique("q");
+        let queue = unique("outbox-t-q");
         let opts =
             QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
         channel.queue_declare(&queue, opts, FieldTable::default()).await.unwrap();
@@ -129,7 +121,7 @@ fn failure(o: &Outcome) -> (FailureKind, &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_a_batch_with_every_property_and_header() {
     tokio::time::timeout(WAIT, async {
-        let ex = unique("ex");
+        let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "#").await;
 
@@ -226,7 +218,7 @@ async fn fixed_routing_key_content_type_and_the_default_exchange() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unroutable_and_oversized_messages_fail_permanently_alone() {
     tokio::time::timeout(WAIT, async {
-        let ex = unique("ex");
+        let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(RabbitMqConfig { max_payload_bytes: 1024, ..declared(&ex) })
             .await
             .unwrap();
@@ -279,7 +271,7 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
     tokio::time::timeout(WAIT, async {
-        let ex = unique("ex");
+        let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "#").await;
         let good = |i: i64| Envelope::new(&outbox_message(i, "order.paid", &format!("good {i}")), 1);
@@ -332,7 +324,7 @@ async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_surviv
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_publish_does_not_confuse_the_next_one() {
     tokio::time::timeout(WAIT, async {
-        let ex = unique("ex");
+        let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "bound.#").await;
         // The relay's publish timeout drops a publish midway (confirms and returns outstanding).
@@ -365,7 +357,7 @@ async fn a_cancelled_publish_does_not_confuse_the_next_one() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
     tokio::time::timeout(WAIT, async {
-        let ex = unique("ex");
+        let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         delete_exchange(&ex).await;
         let batch = vec![
@@ -438,7 +430,7 @@ async fn connect_failures_are_clear_and_redacted() {
         }
 
         // An exchange that does not exist (and is not to be declared).
-        let missing = unique("missing");
+        let missing = unique("outbox-t-missing");
         match RabbitMqTransport::connect(RabbitMqConfig::new(amqp_url(), &missing)).await {
             Err(TransportError::Connect { reason, .. }) => {
                 assert!(reason.contains(&missing) && reason.contains("declare"), "{reason}")
@@ -516,39 +508,14 @@ fn spawn_collector(mut c: Consumer) -> (Arc<std::sync::Mutex<Seen>>, tokio::task
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_through_the_relay_exactly_once_without_faults() {
     tokio::time::timeout(Duration::from_secs(120), async {
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = outbox_store::Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        let ex = unique("ex");
+        let (db, outbox) = sqlite_outbox().await;
+        let ex = unique("outbox-t-ex");
         let transport = Arc::new(RabbitMqTransport::connect(declared(&ex)).await.unwrap());
         let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
+        let destination = Destination::new("rabbit", transport.clone()).retry(fast_retry(5));
+        let (stop, running) = spawn_relay(&outbox, "rabbit-e2e", "rabbit", destination);
 
-        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-            .config(relay_config("rabbit-e2e"))
-            .destination(Destination::new("rabbit", transport.clone()).retry(fast_retry(5)))
-            .route(Route::new("#", ["rabbit"]))
-            .build()
-            .unwrap();
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(relay.run(stop.clone()));
-
-        let mut ids = Vec::new();
-        for chunk in 0..20 {
-            let mut tx = outbox.begin().await.unwrap();
-            for i in 0..10 {
-                let n = chunk * 10 + i;
-                let msg = NewMessage::new(format!("order.{}", n % 3), format!(r#"{{"n":{n}}}"#))
-                    .key(format!("k{}", n % 7))
-                    .biz("order", n.to_string());
-                ids.push(tx.enqueue(&msg).await.unwrap().id);
-            }
-            tx.commit().await.unwrap();
-            if chunk == 10 {
-                let mut tx = outbox.begin().await.unwrap();
-                tx.enqueue(&NewMessage::new("order.0", "phantom")).await.unwrap();
-                tx.rollback().await.unwrap();
-            }
-        }
+        let ids: Vec<_> = commit_orders(&outbox).await.into_keys().collect();
         assert_eq!(ids.len(), 200);
 
         eventually("every committed message is consumed", || {
@@ -556,16 +523,9 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
             async move { n >= 200 }
         })
         .await;
-        eventually("every row is sent", || async {
-            for id in &ids {
-                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
-                    return false;
-                }
-            }
-            true
-        })
-        .await;
-        tokio::time::sleep(Duration::from_millis(500)).await; // anything extra would arrive now
+        wait_all_sent(&outbox, &ids, WAIT).await;
+        // A grace period, not a wait for an event: a duplicate would arrive now.
+        tokio::time::sleep(Duration::from_millis(500)).await;
         stop.cancel();
         running.await.unwrap();
 
@@ -596,10 +556,8 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
     tokio::time::timeout(Duration::from_secs(150), async {
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = outbox_store::Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        let ex = unique("ex");
+        let (db, outbox) = sqlite_outbox().await;
+        let ex = unique("outbox-t-ex");
         let proxy = TcpProxy::start(&amqp_addr()).await;
         let cfg = RabbitMqConfig {
             connect_timeout: Duration::from_secs(2),
@@ -610,16 +568,9 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
         let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
 
         // Few attempts: if the outage cost attempts, messages would end `failed`.
-        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
-            .config(relay_config("rabbit-outage"))
-            .destination(
-                Destination::new("rabbit", transport.clone()).retry(fast_retry(3)).breaker(fast_breaker()),
-            )
-            .route(Route::new("#", ["rabbit"]))
-            .build()
-            .unwrap();
-        let stop = CancellationToken::new();
-        let running = tokio::spawn(relay.run(stop.clone()));
+        let destination =
+            Destination::new("rabbit", transport.clone()).retry(fast_retry(3)).breaker(fast_breaker());
+        let (stop, running) = spawn_relay(&outbox, "rabbit-outage", "rabbit", destination);
 
         let enqueue = |range: std::ops::Range<u32>| {
             let outbox = outbox.clone();
@@ -637,15 +588,21 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
         };
 
         let mut ids = enqueue(0..40).await;
-        // Cut while the relay is busy with a stream of messages.
+        // Cut while the relay is busy with a stream of messages: once the first of the stream
+        // has arrived.
         let stream = tokio::spawn(enqueue(40..120));
-        tokio::time::sleep(Duration::from_millis(150)).await;
+        eventually("the relay publishes the stream", || {
+            let n = seen.lock().unwrap().by_id.len();
+            async move { n > 40 }
+        })
+        .await;
         proxy.cut();
         ids.extend(stream.await.unwrap());
         let during = enqueue(120..160).await;
         ids.extend(during.iter().copied());
 
-        // Down for a while: nothing fails, messages enqueued during the outage stay pending.
+        // Down for a while (an observation window, not a wait for an event): nothing fails,
+        // messages enqueued during the outage stay pending.
         tokio::time::sleep(Duration::from_secs(3)).await;
         for id in &ids {
             let m = outbox.get(*id).await.unwrap().unwrap();
@@ -670,15 +627,7 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
             async move { all }
         })
         .await;
-        eventually("every row is sent", || async {
-            for id in &ids {
-                if outbox.get(*id).await.unwrap().unwrap().status != Status::Sent {
-                    return false;
-                }
-            }
-            true
-        })
-        .await;
+        wait_all_sent(&outbox, &ids, WAIT).await;
         stop.cancel();
         running.await.unwrap();
         {

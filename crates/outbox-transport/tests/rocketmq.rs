@@ -13,8 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_core::{header, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
-use outbox_store::Outbox;
+use outbox_core::{header, FailureKind, MessageId, Outcome, Status, Transport};
 use outbox_testkit::brokers::RocketMq;
 use outbox_transport::rocketmq::{RocketMqConfig, RocketMqTransport};
 use rocketmq_client_rust::{
@@ -94,7 +93,7 @@ impl Reader {
         .unwrap();
         let got = Arc::new(Mutex::new(Vec::new()));
         let mut consumer = DefaultMQPushConsumer::builder(rt)
-            .consumer_group(format!("cg_{}_{}", std::process::id(), outbox_testkit::brokers::free_port()))
+            .consumer_group(format!("cg_{}_{}", std::process::id(), outbox_testkit::net::free_port()))
             .name_server_addr(namesrv)
             .consume_from_where(ConsumeFromWhere::ConsumeFromFirstOffset)
             .build();
@@ -136,17 +135,13 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
     let Some(broker) = RocketMq::start(true) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "OutboxOrders";
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
         assert_eq!(t.kind(), "rocketmq");
         t.health().await.unwrap();
         let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
 
-        let mut tx = outbox.begin().await.unwrap();
-        tx.enqueue(&NewMessage::new(topic, "phantom").key("order-1")).await.unwrap();
-        tx.rollback().await.unwrap();
+        rolled_back_phantom(&outbox, topic).await;
         let mut committed = HashMap::new();
         let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
         wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
@@ -201,19 +196,13 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
     let Some(mut broker) = RocketMq::start(true) else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let topic = "OutboxRestarts";
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
+        let (db, outbox) = pg_outbox().await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
         let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
 
         let mut committed = HashMap::new();
         let first = enqueue_all(&outbox, topic, 0..60, 6, &mut committed).await;
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !statuses(&outbox, &first).await.contains(&Status::Sent) {
-            assert!(Instant::now() < deadline, "nothing published before the kill");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        wait_any_sent(&outbox, &first, Duration::from_secs(90)).await;
         broker.stop_broker();
         let second = enqueue_all(&outbox, topic, 60..120, 6, &mut committed).await;
         tokio::time::sleep(Duration::from_secs(3)).await;

@@ -76,14 +76,12 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Relaying");
         relays.push(tokio::spawn(relay.run(stop.clone())));
         if !config.retention.finished_after.is_zero() {
-            relays.push(tokio::spawn(retention(
-                outbox,
-                name.clone(),
-                config.retention.finished_after,
-                config.retention.interval,
-                config.retention.batch,
-                stop.clone(),
-            )));
+            let retention = outbox_relay::Retention {
+                finished_after: config.retention.finished_after,
+                interval: config.retention.interval,
+                batch: config.retention.batch,
+            };
+            relays.push(tokio::spawn(retention.run(outbox, name.clone(), stop.clone())));
         }
     }
     if let (true, Some(secret)) = (config.destinations.values().any(|d| d.ack.is_some()), ack_secret) {
@@ -100,32 +98,6 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
     }
     tracing::info!("All relays stopped");
     Ok(())
-}
-
-/// Deletes finished messages older than `after`, every `interval`, `batch` rows per statement,
-/// until `stop`. Errors are logged and retried at the next tick (the store may be down).
-async fn retention(
-    outbox: AnyOutbox,
-    store: String,
-    after: std::time::Duration,
-    interval: std::time::Duration,
-    batch: usize,
-    stop: CancellationToken,
-) {
-    use outbox_store::MessageAdmin;
-    loop {
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(interval) => {}
-        }
-        match outbox.purge(after, batch, None).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(store = %store, deleted = n, "Retention removed finished messages"),
-            Err(e) => {
-                tracing::warn!(store = %store, error = %e, "Retention failed; retrying at the next tick")
-            }
-        }
-    }
 }
 
 fn spawn_signal_handler(stop: CancellationToken) {

@@ -11,14 +11,15 @@
 //! Timestamps are `DATETIME(6)` holding UTC (`UTC_TIMESTAMP(6)`), independent of the session
 //! time zone.
 
+use chrono::{DateTime, Utc};
 use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::mysql::{MySqlConnection, MySqlRow};
-use sqlx::{MySql, MySqlPool, Row};
+use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 
-use crate::common::{biz_parts, max_attempts};
+use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::{db, is_biz_duplicate};
 use crate::migrate::{plan, Migration, MigrationReport};
-use crate::outbox::{impl_connection, OutboxDatabase};
+use crate::outbox::{impl_connection, Outbox, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/mysql/`.
 pub const MIGRATIONS: &[Migration] = &[
@@ -109,6 +110,7 @@ impl OutboxDatabase for MySql {
     }
 }
 
+mod ack;
 mod admin;
 mod relay;
 
@@ -257,4 +259,41 @@ pub(crate) fn text(row: &MySqlRow, col: &'static str) -> Result<String> {
         id: String::new(),
         reason: format!("{col} is NULL"),
     })
+}
+
+impl Cells for MySqlRow {
+    fn text(&self, col: &'static str, _: At) -> Result<String> {
+        text(self, col)
+    }
+
+    fn opt_text(&self, col: &'static str, _: At) -> Result<Option<String>> {
+        opt_text(self, col)
+    }
+
+    fn time(&self, col: &'static str, _: At) -> Result<DateTime<Utc>> {
+        cell(self, col)
+    }
+
+    fn opt_time(&self, col: &'static str, _: At) -> Result<Option<DateTime<Utc>>> {
+        cell(self, col)
+    }
+}
+
+/// Appends `(?, ?, ...)` binding `ids`.
+pub(crate) fn in_list(qb: &mut QueryBuilder<'_, MySql>, ids: impl IntoIterator<Item = i64>) {
+    qb.push("(");
+    let mut sep = qb.separated(", ");
+    for id in ids {
+        sep.push_bind(id);
+    }
+    sep.push_unseparated(")");
+}
+
+/// Begins a READ COMMITTED transaction: a locking read then locks only the rows it returns
+/// (REPEATABLE READ would take gap locks and block the application's INSERTs).
+pub(crate) async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<Transaction<'static, MySql>> {
+    let mut conn = outbox.pool().acquire().await.map_err(db)?;
+    // Applies to the next transaction on this connection only.
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.map_err(db)?;
+    Transaction::begin(conn, None).await.map_err(db)
 }

@@ -27,8 +27,8 @@ use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
-use super::{decode_message, opt_text, text, MESSAGE_COLUMNS};
-use crate::common::{decode_rows, delivery_status, expired_per_message, log_poison, Poison};
+use super::{begin_read_committed, decode_message, in_list, opt_text, text, MESSAGE_COLUMNS};
+use crate::common::{decode_rows, log_poison, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -58,22 +58,6 @@ const NOT_BLOCKED: &str = "(m.msg_key IS NULL OR NOT EXISTS (
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-fn in_list<'a>(qb: &mut QueryBuilder<'a, MySql>, ids: impl IntoIterator<Item = i64>) {
-    qb.push("(");
-    let mut sep = qb.separated(", ");
-    for id in ids {
-        sep.push_bind(id);
-    }
-    sep.push_unseparated(")");
-}
-
-async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<sqlx::Transaction<'static, MySql>> {
-    let mut conn = outbox.pool().acquire().await.map_err(db)?;
-    // Applies to the next transaction on this connection only.
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.map_err(db)?;
-    sqlx::Transaction::begin(conn, None).await.map_err(db)
 }
 
 /// Steps 2 and 3: locks the candidates that are still due and head their key, in due order.
@@ -471,167 +455,11 @@ impl RelayStore for Outbox<MySql> {
     }
 
     async fn expire_acks(&self, limit: usize) -> Result<u64> {
-        if limit == 0 {
-            return Ok(0);
-        }
-        // READ COMMITTED: the locking read locks only the rows it returns (no gap locks), and
-        // SKIP LOCKED passes over deliveries an ACK or another reaper holds.
-        let mut tx = begin_read_committed(self).await?;
-        let rows = sqlx::query(
-            "SELECT message_id, destination, attempts FROM outbox_delivery \
-             WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= UTC_TIMESTAMP(6) \
-             ORDER BY ack_deadline LIMIT ? FOR UPDATE SKIP LOCKED",
-        )
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db)?;
-        let due = rows
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get::<i64, _>("message_id").map_err(db)?,
-                    text(r, "destination")?,
-                    r.try_get::<i32, _>("attempts").map_err(db)?,
-                ))
-            })
-            .collect::<Result<Vec<(i64, String, i32)>>>()?;
-        if due.is_empty() {
-            tx.commit().await.map_err(db)?;
-            return Ok(0);
-        }
-        // Message then delivery is the lock order of settle and ack: take the messages with
-        // SKIP LOCKED so this never waits while holding delivery locks; a delivery whose
-        // message is busy is left for the next pass.
-        let mut qb = QueryBuilder::<MySql>::new("SELECT id FROM outbox_message WHERE id IN ");
-        in_list(&mut qb, due.iter().map(|d| d.0).collect::<HashSet<_>>());
-        qb.push(" ORDER BY id FOR UPDATE SKIP LOCKED");
-        let free: HashSet<i64> =
-            qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-        let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
-        let mut expired = 0;
-        for (id, destination, _) in &due {
-            expired += sqlx::query(
-                "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, \
-                 next_attempt_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
-                 last_error = 'no ACK before the deadline', updated_at = UTC_TIMESTAMP(6) \
-                 WHERE message_id = ? AND destination = ?",
-            )
-            .bind(id)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?
-            .rows_affected();
-        }
-        for (id, (destination, attempts)) in expired_per_message(&due) {
-            sqlx::query(
-                "UPDATE outbox_message SET status = 'pending', next_attempt_at = UTC_TIMESTAMP(6), \
-                 attempts = GREATEST(attempts, ?), last_error = CONCAT('[', ?, '] no ACK before the deadline'), \
-                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) \
-                 WHERE id = ? AND status IN ('sent', 'acked')",
-            )
-            .bind(attempts)
-            .bind(destination)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
-        tx.commit().await.map_err(db)?;
-        Ok(expired)
+        super::ack::expire(self, limit).await
     }
 
     async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
-        let mut tx = begin_read_committed(self).await?;
-        // The message first: two ACKs of the same message serialize here, so the last one sees
-        // the other's delivery acked and completes the message.
-        let msg = sqlx::query("SELECT status FROM outbox_message WHERE id = ? FOR UPDATE")
-            .bind(message_id.0)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?;
-        let in_flight = match &msg {
-            Some(r) => text(r, "status")? == "sending",
-            None => false,
-        };
-        let status = match msg {
-            None => None,
-            Some(_) => sqlx::query(
-                "SELECT status FROM outbox_delivery WHERE message_id = ? AND destination = ? FOR UPDATE",
-            )
-            .bind(message_id.0)
-            .bind(destination)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db)?
-            .map(|r| text(&r, "status"))
-            .transpose()?,
-        };
-        // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
-        // settling keeps it (see the PostgreSQL module).
-        let outcome = match status.as_deref().map(delivery_status).transpose()? {
-            None if in_flight => {
-                sqlx::query(
-                    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
-                     VALUES (?, ?, 'acked', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-                )
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                AckOutcome::Acked { message_done: false }
-            }
-            Some(Status::Pending | Status::Sending) if in_flight => {
-                sqlx::query(
-                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
-                     updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
-                )
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                AckOutcome::Acked { message_done: false }
-            }
-            None => AckOutcome::Unknown,
-            Some(Status::Acked) => AckOutcome::AlreadyAcked,
-            Some(Status::Sent) => {
-                sqlx::query(
-                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), \
-                     ack_deadline = NULL, updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
-                )
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                let open: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
-                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
-                )
-                .bind(message_id.0)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
-                let message_done = open == 0
-                    && sqlx::query(
-                        "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) \
-                         WHERE id = ? AND status = 'sent'",
-                    )
-                    .bind(message_id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .rows_affected()
-                        == 1;
-                AckOutcome::Acked { message_done }
-            }
-            Some(status) => AckOutcome::NotAwaiting { status },
-        };
-        tx.commit().await.map_err(db)?;
-        Ok(outcome)
+        super::ack::ack(self, message_id, destination).await
     }
 
     async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {

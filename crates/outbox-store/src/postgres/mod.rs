@@ -12,7 +12,7 @@ use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, Outbox
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{PgPool, Postgres, Row};
 
-use crate::common::{biz_parts, max_attempts};
+use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{plan, Migration, MigrationReport};
 use crate::outbox::{impl_connection, OutboxDatabase};
@@ -203,6 +203,7 @@ impl OutboxDatabase for Postgres {
     }
 }
 
+mod ack;
 mod admin;
 mod relay;
 
@@ -368,4 +369,22 @@ pub(crate) fn decode_message(row: &PgRow) -> Result<OutboxMessage> {
         created_at: row.try_get("created_at").map_err(db)?,
         updated_at: row.try_get("updated_at").map_err(db)?,
     })
+}
+
+impl Cells for PgRow {
+    fn text(&self, col: &'static str, _: At) -> Result<String> {
+        cell(self, col)
+    }
+
+    fn opt_text(&self, col: &'static str, _: At) -> Result<Option<String>> {
+        cell(self, col)
+    }
+
+    fn time(&self, col: &'static str, _: At) -> Result<DateTime<Utc>> {
+        cell(self, col)
+    }
+
+    fn opt_time(&self, col: &'static str, _: At) -> Result<Option<DateTime<Utc>>> {
+        cell(self, col)
+    }
 }

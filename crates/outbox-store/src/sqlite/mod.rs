@@ -12,7 +12,7 @@ use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, Outbox
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
 use sqlx::{Connection, Row, Sqlite, SqlitePool};
 
-use crate::common::{biz_parts, max_attempts};
+use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{plan, Migration, MigrationReport};
 use crate::outbox::{impl_connection, OutboxDatabase};
@@ -214,17 +214,10 @@ pub(crate) fn read_message(row: &SqliteRow) -> Result<OutboxMessage> {
 
 fn decode_message_as(row: &SqliteRow, utf8: Utf8) -> Result<OutboxMessage> {
     let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed =
-        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
-    let time = |col: &'static str| -> Result<DateTime<Utc>> {
-        let ms: i64 = row.try_get(col).map_err(db)?;
-        from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time")))
-    };
-    let opt_time = |col: &'static str| -> Result<Option<DateTime<Utc>>> {
-        let ms: Option<i64> = row.try_get(col).map_err(db)?;
-        ms.map(|ms| from_millis(ms).ok_or_else(|| malformed(format!("{col} = {ms} is not a valid time"))))
-            .transpose()
-    };
+    let at = At { table: "outbox_message", id };
+    let malformed = |reason: String| at.malformed(reason);
+    let time = |col: &'static str| row.time(col, at);
+    let opt_time = |col: &'static str| row.opt_time(col, at);
     let opt_text = |col: &'static str| -> Result<Option<String>> {
         let Some(bytes) = row.try_get::<Option<&[u8]>, _>(col).map_err(db)? else {
             return Ok(None);
@@ -264,4 +257,25 @@ fn decode_message_as(row: &SqliteRow, utf8: Utf8) -> Result<OutboxMessage> {
         created_at: time("created_at")?,
         updated_at: time("updated_at")?,
     })
+}
+
+impl Cells for SqliteRow {
+    fn text(&self, col: &'static str, _: At) -> Result<String> {
+        cell(self, col)
+    }
+
+    fn opt_text(&self, col: &'static str, _: At) -> Result<Option<String>> {
+        cell(self, col)
+    }
+
+    fn time(&self, col: &'static str, at: At) -> Result<DateTime<Utc>> {
+        let ms: i64 = cell(self, col)?;
+        from_millis(ms).ok_or_else(|| at.malformed(format!("{col} = {ms} is not a valid time")))
+    }
+
+    fn opt_time(&self, col: &'static str, at: At) -> Result<Option<DateTime<Utc>>> {
+        let ms: Option<i64> = cell(self, col)?;
+        ms.map(|ms| from_millis(ms).ok_or_else(|| at.malformed(format!("{col} = {ms} is not a valid time"))))
+            .transpose()
+    }
 }

@@ -108,8 +108,8 @@ mod outcome;
 mod transport;
 
 pub use config::{HttpConfig, WebhookSecret, DEFAULT_MAX_PAYLOAD_BYTES, MIN_SECRET_BYTES, TOPIC_PLACEHOLDER};
-pub use transport::{
+pub use outbox_core::webhook::{
     decode_header_value, encode_header_value, envelope_header_name, http_header_name, sign, verify_signature,
-    HttpTransport, SignatureError, CUSTOM_HEADER_PREFIX, MAX_HEADER_BYTES, SIGNATURE_HEADER,
-    TIMESTAMP_HEADER,
+    SignatureError, CUSTOM_HEADER_PREFIX, SIGNATURE_HEADER, TIMESTAMP_HEADER,
 };
+pub use transport::{HttpTransport, MAX_HEADER_BYTES};

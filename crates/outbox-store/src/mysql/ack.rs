@@ -1,0 +1,183 @@
+//! ACK mode on MySQL/MariaDB: overdue deliveries go back to `pending`; a consumer's ACK
+//! completes its delivery, and the message once every destination is done.
+
+use std::collections::HashSet;
+
+use outbox_core::{MessageId, Result, Status};
+use sqlx::{MySql, QueryBuilder, Row};
+
+use super::{begin_read_committed, in_list, text};
+use crate::common::{delivery_status, expired_per_message};
+use crate::error::db;
+use crate::outbox::Outbox;
+use crate::relay::AckOutcome;
+
+/// [`crate::RelayStore::expire_acks`].
+pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> {
+    if limit == 0 {
+        return Ok(0);
+    }
+    // READ COMMITTED: the locking read locks only the rows it returns (no gap locks), and
+    // SKIP LOCKED passes over deliveries an ACK or another reaper holds.
+    let mut tx = begin_read_committed(outbox).await?;
+    let rows = sqlx::query(
+        "SELECT message_id, destination, attempts FROM outbox_delivery \
+             WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= UTC_TIMESTAMP(6) \
+             ORDER BY ack_deadline LIMIT ? FOR UPDATE SKIP LOCKED",
+    )
+    .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+    .fetch_all(&mut *tx)
+    .await
+    .map_err(db)?;
+    let due = rows
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get::<i64, _>("message_id").map_err(db)?,
+                text(r, "destination")?,
+                r.try_get::<i32, _>("attempts").map_err(db)?,
+            ))
+        })
+        .collect::<Result<Vec<(i64, String, i32)>>>()?;
+    if due.is_empty() {
+        tx.commit().await.map_err(db)?;
+        return Ok(0);
+    }
+    // Message then delivery is the lock order of settle and ack: take the messages with
+    // SKIP LOCKED so this never waits while holding delivery locks; a delivery whose
+    // message is busy is left for the next pass.
+    let mut qb = QueryBuilder::<MySql>::new("SELECT id FROM outbox_message WHERE id IN ");
+    in_list(&mut qb, due.iter().map(|d| d.0).collect::<HashSet<_>>());
+    qb.push(" ORDER BY id FOR UPDATE SKIP LOCKED");
+    let free: HashSet<i64> =
+        qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
+    let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
+    let mut expired = 0;
+    for (id, destination, _) in &due {
+        expired += sqlx::query(
+            "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, \
+                 next_attempt_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
+                 last_error = 'no ACK before the deadline', updated_at = UTC_TIMESTAMP(6) \
+                 WHERE message_id = ? AND destination = ?",
+        )
+        .bind(id)
+        .bind(destination)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+    }
+    for (id, (destination, attempts)) in expired_per_message(&due) {
+        sqlx::query(
+                "UPDATE outbox_message SET status = 'pending', next_attempt_at = UTC_TIMESTAMP(6), \
+                 attempts = GREATEST(attempts, ?), last_error = CONCAT('[', ?, '] no ACK before the deadline'), \
+                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) \
+                 WHERE id = ? AND status IN ('sent', 'acked')",
+            )
+            .bind(attempts)
+            .bind(destination)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+    }
+    tx.commit().await.map_err(db)?;
+    Ok(expired)
+}
+
+/// [`crate::RelayStore::ack`].
+pub(super) async fn ack(
+    outbox: &Outbox<MySql>,
+    message_id: MessageId,
+    destination: &str,
+) -> Result<AckOutcome> {
+    let mut tx = begin_read_committed(outbox).await?;
+    // The message first: two ACKs of the same message serialize here, so the last one sees
+    // the other's delivery acked and completes the message.
+    let msg = sqlx::query("SELECT status FROM outbox_message WHERE id = ? FOR UPDATE")
+        .bind(message_id.0)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?;
+    let in_flight = match &msg {
+        Some(r) => text(r, "status")? == "sending",
+        None => false,
+    };
+    let status = match msg {
+        None => None,
+        Some(_) => sqlx::query(
+            "SELECT status FROM outbox_delivery WHERE message_id = ? AND destination = ? FOR UPDATE",
+        )
+        .bind(message_id.0)
+        .bind(destination)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db)?
+        .map(|r| text(&r, "status"))
+        .transpose()?,
+    };
+    // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
+    // settling keeps it (see the PostgreSQL module).
+    let outcome = match status.as_deref().map(delivery_status).transpose()? {
+        None if in_flight => {
+            sqlx::query(
+                "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+                     VALUES (?, ?, 'acked', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+            )
+            .bind(message_id.0)
+            .bind(destination)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+            AckOutcome::Acked { message_done: false }
+        }
+        Some(Status::Pending | Status::Sending) if in_flight => {
+            sqlx::query(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
+                     updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            AckOutcome::Acked { message_done: false }
+        }
+        None => AckOutcome::Unknown,
+        Some(Status::Acked) => AckOutcome::AlreadyAcked,
+        Some(Status::Sent) => {
+            sqlx::query(
+                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), \
+                     ack_deadline = NULL, updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
+                )
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let open: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
+                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
+                )
+                .bind(message_id.0)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(db)?;
+            let message_done = open == 0
+                && sqlx::query(
+                    "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) \
+                         WHERE id = ? AND status = 'sent'",
+                )
+                .bind(message_id.0)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?
+                .rows_affected()
+                    == 1;
+            AckOutcome::Acked { message_done }
+        }
+        Some(status) => AckOutcome::NotAwaiting { status },
+    };
+    tx.commit().await.map_err(db)?;
+    Ok(outcome)
+}
