@@ -7,6 +7,7 @@ use outbox_core::{Error, NewMessage, Result, Status};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
 use crate::error::db;
+use crate::relay::AckOutcome;
 
 /// `(biz_type, biz_key)` as optional string slices for binding.
 pub(crate) fn biz_parts(msg: &NewMessage) -> (Option<&str>, Option<&str>) {
@@ -72,6 +73,39 @@ where
     T: Decode<'r, R::Database> + Type<R::Database>,
 {
     row.try_get(col).map_err(db)
+}
+
+/// What recording a consumer's ACK writes, decided from the message's status and its delivery
+/// row's at this destination (both read, and locked where the database can, by the caller).
+/// The rule is here once; each dialect runs only the SQL of the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AckStep {
+    /// The relay has published but not yet recorded this delivery (the message is still
+    /// `sending`, no row): insert the row `acked`. The settlement keeps it.
+    Insert,
+    /// Mark the delivery row `acked`. With `complete`, the delivery was `sent` and awaiting
+    /// this ACK: the message becomes `acked` too if no other destination is still open.
+    /// Without, the ACK overtook the relay's bookkeeping (the message is still `sending`).
+    Mark {
+        /// Complete the message when this was its last open delivery.
+        complete: bool,
+    },
+    /// Write nothing; answer this.
+    Answer(AckOutcome),
+}
+
+/// The step for an ACK of a message in `message` status (`None`: no such message) whose
+/// delivery row is in `delivery` status (`None`: no row).
+pub(crate) fn ack_step(message: Option<&str>, delivery: Option<Status>) -> AckStep {
+    let in_flight = message == Some("sending");
+    match delivery {
+        None if in_flight => AckStep::Insert,
+        Some(Status::Pending | Status::Sending) if in_flight => AckStep::Mark { complete: false },
+        None => AckStep::Answer(AckOutcome::Unknown),
+        Some(Status::Acked) => AckStep::Answer(AckOutcome::AlreadyAcked),
+        Some(Status::Sent) => AckStep::Mark { complete: true },
+        Some(status) => AckStep::Answer(AckOutcome::NotAwaiting { status }),
+    }
 }
 
 /// A delivery's `status` column.
@@ -140,5 +174,31 @@ fn poison_reason(what: &str) -> String {
 pub(crate) fn log_poison(poison: &[Poison]) {
     for p in poison {
         tracing::error!(message_id = p.id, reason = %p.reason, "Message failed: its row cannot be read");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ack_is_recorded_once_and_only_for_a_delivery_awaiting_it() {
+        let mark = |complete| AckStep::Mark { complete };
+        // Awaiting its ACK: the delivery is acked and may complete the message.
+        assert_eq!(ack_step(Some("sent"), Some(Status::Sent)), mark(true));
+        // The ACK overtook the relay's bookkeeping: recorded now, the settlement keeps it.
+        assert_eq!(ack_step(Some("sending"), None), AckStep::Insert);
+        assert_eq!(ack_step(Some("sending"), Some(Status::Pending)), mark(false));
+        assert_eq!(ack_step(Some("sending"), Some(Status::Sending)), mark(false));
+        // Idempotent, and nothing for what does not await an ACK.
+        assert_eq!(ack_step(Some("acked"), Some(Status::Acked)), AckStep::Answer(AckOutcome::AlreadyAcked));
+        assert_eq!(ack_step(None, None), AckStep::Answer(AckOutcome::Unknown));
+        assert_eq!(ack_step(Some("pending"), None), AckStep::Answer(AckOutcome::Unknown));
+        for status in [Status::Pending, Status::Failed, Status::Cancelled] {
+            assert_eq!(
+                ack_step(Some("pending"), Some(status)),
+                AckStep::Answer(AckOutcome::NotAwaiting { status })
+            );
+        }
     }
 }

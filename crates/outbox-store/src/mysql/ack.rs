@@ -3,14 +3,26 @@
 
 use std::collections::HashSet;
 
-use outbox_core::{MessageId, Result, Status};
+use outbox_core::{MessageId, Result};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{begin_read_committed, in_list, text};
-use crate::common::{delivery_status, expired_per_message};
+use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::AckOutcome;
+
+/// ACK mode, the SQL of each [`AckStep`]: a delivery row inserted `acked`, marked `acked`,
+/// the message's deliveries still open, the message completed.
+const INSERT_ACKED: &str =
+    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+     VALUES (?, ?, 'acked', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))";
+const MARK_ACKED: &str =
+    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
+     updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?";
+const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
+     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
+const COMPLETE_MESSAGE: &str = "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) WHERE id = ? AND status = 'sent'";
 
 /// [`crate::RelayStore::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> {
@@ -99,10 +111,7 @@ pub(super) async fn ack(
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
-    let in_flight = match &msg {
-        Some(r) => text(r, "status")? == "sending",
-        None => false,
-    };
+    let msg_status = msg.as_ref().map(|r| text(r, "status")).transpose()?;
     let status = match msg {
         None => None,
         Some(_) => sqlx::query(
@@ -118,24 +127,11 @@ pub(super) async fn ack(
     };
     // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
     // settling keeps it (see the PostgreSQL module).
-    let outcome = match status.as_deref().map(delivery_status).transpose()? {
-        None if in_flight => {
-            sqlx::query(
-                "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
-                     VALUES (?, ?, 'acked', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
-            )
-            .bind(message_id.0)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            AckOutcome::Acked { message_done: false }
-        }
-        Some(Status::Pending | Status::Sending) if in_flight => {
-            sqlx::query(
-                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
-                     updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
-                )
+    let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
+    let outcome = match step {
+        AckStep::Answer(outcome) => outcome,
+        AckStep::Insert => {
+            sqlx::query(INSERT_ACKED)
                 .bind(message_id.0)
                 .bind(destination)
                 .execute(&mut *tx)
@@ -143,40 +139,32 @@ pub(super) async fn ack(
                 .map_err(db)?;
             AckOutcome::Acked { message_done: false }
         }
-        None => AckOutcome::Unknown,
-        Some(Status::Acked) => AckOutcome::AlreadyAcked,
-        Some(Status::Sent) => {
-            sqlx::query(
-                    "UPDATE outbox_delivery SET status = 'acked', acked_at = UTC_TIMESTAMP(6), \
-                     ack_deadline = NULL, updated_at = UTC_TIMESTAMP(6) WHERE message_id = ? AND destination = ?",
-                )
+        AckStep::Mark { complete } => {
+            sqlx::query(MARK_ACKED)
                 .bind(message_id.0)
                 .bind(destination)
                 .execute(&mut *tx)
                 .await
                 .map_err(db)?;
-            let open: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
-                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
-                )
-                .bind(message_id.0)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
+            let open: i64 = if complete {
+                sqlx::query_scalar(OPEN_DELIVERIES)
+                    .bind(message_id.0)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?
+            } else {
+                1
+            };
             let message_done = open == 0
-                && sqlx::query(
-                    "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) \
-                         WHERE id = ? AND status = 'sent'",
-                )
-                .bind(message_id.0)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?
-                .rows_affected()
+                && sqlx::query(COMPLETE_MESSAGE)
+                    .bind(message_id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected()
                     == 1;
             AckOutcome::Acked { message_done }
         }
-        Some(status) => AckOutcome::NotAwaiting { status },
     };
     tx.commit().await.map_err(db)?;
     Ok(outcome)

@@ -3,10 +3,10 @@
 
 use std::collections::HashSet;
 
-use outbox_core::{MessageId, Result, Status};
+use outbox_core::{MessageId, Result};
 use sqlx::Postgres;
 
-use crate::common::{delivery_status, expired_per_message};
+use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::AckOutcome;
@@ -34,6 +34,19 @@ SET status = 'pending', next_attempt_at = now(), attempts = GREATEST(m.attempts,
     lease_owner = NULL, lease_until = NULL, updated_at = now()
 FROM unnest($1::int8[], $2::text[], $3::int4[]) AS w(id, destination, attempts)
 WHERE m.id = w.id AND m.status IN ('sent', 'acked')";
+
+/// ACK mode, the SQL of each [`AckStep`]: a delivery row inserted `acked`, marked `acked`,
+/// the message's deliveries still open, the message completed.
+const INSERT_ACKED: &str =
+    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
+     VALUES ($1, $2, 'acked', now(), now())";
+const MARK_ACKED: &str =
+    "UPDATE outbox_delivery SET status = 'acked', acked_at = now(), ack_deadline = NULL, \
+     updated_at = now() WHERE message_id = $1 AND destination = $2";
+const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = $1 \
+     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
+const COMPLETE_MESSAGE: &str =
+    "UPDATE outbox_message SET status = 'acked', updated_at = now() WHERE id = $1 AND status = 'sent'";
 
 /// [`crate::RelayStore::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u64> {
@@ -118,66 +131,44 @@ pub(super) async fn ack(
     // An ACK can overtake the relay's own bookkeeping: the consumer got the message while
     // the relay had not yet recorded the delivery (message still `sending`). The token
     // proves the delivery was issued, so record the ACK now; settling keeps it.
-    let in_flight = msg.as_deref() == Some("sending");
-    let outcome = match status.as_deref().map(delivery_status).transpose()? {
-        None if in_flight => {
-            sqlx::query(
-                "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
-                     VALUES ($1, $2, 'acked', now(), now())",
-            )
-            .bind(message_id.0)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            AckOutcome::Acked { message_done: false }
-        }
-        Some(Status::Pending | Status::Sending) if in_flight => {
-            sqlx::query(
-                "UPDATE outbox_delivery SET status = 'acked', acked_at = now(), ack_deadline = NULL, \
-                     updated_at = now() WHERE message_id = $1 AND destination = $2",
-            )
-            .bind(message_id.0)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            AckOutcome::Acked { message_done: false }
-        }
-        None => AckOutcome::Unknown,
-        Some(Status::Acked) => AckOutcome::AlreadyAcked,
-        Some(Status::Sent) => {
-            sqlx::query(
-                "UPDATE outbox_delivery SET status = 'acked', acked_at = now(), ack_deadline = NULL, \
-                     updated_at = now() WHERE message_id = $1 AND destination = $2",
-            )
-            .bind(message_id.0)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-            let open: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = $1 \
-                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
-                )
+    let step = ack_step(msg.as_deref(), status.as_deref().map(delivery_status).transpose()?);
+    let outcome = match step {
+        AckStep::Answer(outcome) => outcome,
+        AckStep::Insert => {
+            sqlx::query(INSERT_ACKED)
                 .bind(message_id.0)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
-            let message_done = open == 0
-                && sqlx::query(
-                    "UPDATE outbox_message SET status = 'acked', updated_at = now() \
-                         WHERE id = $1 AND status = 'sent'",
-                )
-                .bind(message_id.0)
+                .bind(destination)
                 .execute(&mut *tx)
                 .await
-                .map_err(db)?
-                .rows_affected()
+                .map_err(db)?;
+            AckOutcome::Acked { message_done: false }
+        }
+        AckStep::Mark { complete } => {
+            sqlx::query(MARK_ACKED)
+                .bind(message_id.0)
+                .bind(destination)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            let open: i64 = if complete {
+                sqlx::query_scalar(OPEN_DELIVERIES)
+                    .bind(message_id.0)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db)?
+            } else {
+                1
+            };
+            let message_done = open == 0
+                && sqlx::query(COMPLETE_MESSAGE)
+                    .bind(message_id.0)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?
+                    .rows_affected()
                     == 1;
             AckOutcome::Acked { message_done }
         }
-        Some(status) => AckOutcome::NotAwaiting { status },
     };
     tx.commit().await.map_err(db)?;
     Ok(outcome)

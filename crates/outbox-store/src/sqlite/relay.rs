@@ -5,13 +5,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{MessageId, OutboxMessage, Result, Status};
+use outbox_core::{MessageId, OutboxMessage, Result};
 use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
+use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
 use crate::common::{decode_rows, log_poison};
-use crate::common::{delivery_status, expired_per_message};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -24,6 +24,30 @@ macro_rules! now_ms {
         "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
     };
 }
+
+/// ACK mode, the SQL of each [`AckStep`]: a delivery row inserted `acked`, marked `acked`,
+/// the message's deliveries still open, the message completed.
+const ACK_INSERT: &str = concat!(
+    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) VALUES (?1, ?2, 'acked', ",
+    now_ms!(),
+    ", ",
+    now_ms!(),
+    ")"
+);
+const ACK_MARK: &str = concat!(
+    "UPDATE outbox_delivery SET status = 'acked', ack_deadline = NULL, acked_at = ",
+    now_ms!(),
+    ", updated_at = ",
+    now_ms!(),
+    " WHERE message_id = ?1 AND destination = ?2"
+);
+const ACK_OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ?1 \
+     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
+const ACK_COMPLETE_MESSAGE: &str = concat!(
+    "UPDATE outbox_message SET status = 'acked', updated_at = ",
+    now_ms!(),
+    " WHERE id = ?1 AND status = 'sent'"
+);
 
 /// Candidates come from the heads among the first `?4` due rows, the due rows without a key,
 /// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
@@ -385,7 +409,6 @@ impl RelayStore for Outbox<Sqlite> {
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(db)?;
-        let in_flight = msg_status.as_deref() == Some("sending");
         let status: Option<String> = sqlx::query_scalar(
             "SELECT status FROM outbox_delivery WHERE message_id = ?1 AND destination = ?2",
         )
@@ -396,76 +419,44 @@ impl RelayStore for Outbox<Sqlite> {
         .map_err(db)?;
         // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
         // settling keeps it (see the PostgreSQL module).
-        let outcome = match status.as_deref().map(delivery_status).transpose()? {
-            None if in_flight => {
-                sqlx::query(concat!(
-                    "INSERT INTO outbox_delivery (message_id, destination, status, acked_at, updated_at) \
-                     VALUES (?1, ?2, 'acked', ",
-                    now_ms!(),
-                    ", ",
-                    now_ms!(),
-                    ")"
-                ))
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                AckOutcome::Acked { message_done: false }
-            }
-            Some(Status::Pending | Status::Sending) if in_flight => {
-                sqlx::query(concat!(
-                    "UPDATE outbox_delivery SET status = 'acked', ack_deadline = NULL, acked_at = ",
-                    now_ms!(),
-                    ", updated_at = ",
-                    now_ms!(),
-                    " WHERE message_id = ?1 AND destination = ?2"
-                ))
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                AckOutcome::Acked { message_done: false }
-            }
-            None => AckOutcome::Unknown,
-            Some(Status::Acked) => AckOutcome::AlreadyAcked,
-            Some(Status::Sent) => {
-                sqlx::query(concat!(
-                    "UPDATE outbox_delivery SET status = 'acked', acked_at = ",
-                    now_ms!(),
-                    ", ack_deadline = NULL, updated_at = ",
-                    now_ms!(),
-                    " WHERE message_id = ?1 AND destination = ?2"
-                ))
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-                let open: i64 = sqlx::query_scalar(
-                    "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ?1 \
-                     AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))",
-                )
-                .bind(message_id.0)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(db)?;
-                let message_done = open == 0
-                    && sqlx::query(concat!(
-                        "UPDATE outbox_message SET status = 'acked', updated_at = ",
-                        now_ms!(),
-                        " WHERE id = ?1 AND status = 'sent'"
-                    ))
+        let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
+        let outcome = match step {
+            AckStep::Answer(outcome) => outcome,
+            AckStep::Insert => {
+                sqlx::query(ACK_INSERT)
                     .bind(message_id.0)
+                    .bind(destination)
                     .execute(&mut *tx)
                     .await
-                    .map_err(db)?
-                    .rows_affected()
+                    .map_err(db)?;
+                AckOutcome::Acked { message_done: false }
+            }
+            AckStep::Mark { complete } => {
+                sqlx::query(ACK_MARK)
+                    .bind(message_id.0)
+                    .bind(destination)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+                let open: i64 = if complete {
+                    sqlx::query_scalar(ACK_OPEN_DELIVERIES)
+                        .bind(message_id.0)
+                        .fetch_one(&mut *tx)
+                        .await
+                        .map_err(db)?
+                } else {
+                    1
+                };
+                let message_done = open == 0
+                    && sqlx::query(ACK_COMPLETE_MESSAGE)
+                        .bind(message_id.0)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(db)?
+                        .rows_affected()
                         == 1;
                 AckOutcome::Acked { message_done }
             }
-            Some(status) => AckOutcome::NotAwaiting { status },
         };
         tx.commit().await.map_err(db)?;
         Ok(outcome)
