@@ -48,7 +48,7 @@ fn start_relay(
         ..RelayConfig::default()
     };
     let signal = store.signal().clone();
-    let relay = Relay::builder(store, signal)
+    let relay = Relay::builder_with(store, signal)
         .config(config)
         .destination(Destination::new("bench", transport))
         .route(Route::new("#", ["bench"]))

@@ -12,7 +12,7 @@
 //! use outbox_relay::{Destination, Relay, Route};
 //! use tokio_util::sync::CancellationToken;
 //! let outbox = outbox_store::Outbox::new(pool);
-//! let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+//! let relay = Relay::builder(&outbox)
 //!     .destination(Destination::new("broker", transport))
 //!     .route(Route::new("order.#", ["broker"]))
 //!     .build()

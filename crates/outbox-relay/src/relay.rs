@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::{MessageId, OutboxMessage};
-use outbox_store::{CommitSignal, RelayStore};
+use outbox_store::{CommitSignal, RelayStore, Signalled};
 
 use crate::alert::{AlertHook, LogAlert};
 use crate::builder::RelayBuilder;
@@ -97,10 +97,18 @@ pub struct Relay<S: RelayStore> {
     pub(crate) inner: Arc<Inner<S>>,
 }
 
+impl<S: RelayStore + Signalled> Relay<S> {
+    /// Starts building a relay over `outbox` (an [`Outbox`](outbox_store::Outbox) or an
+    /// [`AnyOutbox`](outbox_store::AnyOutbox)), woken at once by its commits in this process.
+    pub fn builder(outbox: &S) -> RelayBuilder<S> {
+        Self::builder_with(outbox.clone(), outbox.commit_signal().clone())
+    }
+}
+
 impl<S: RelayStore> Relay<S> {
-    /// Starts building a relay over `store`, woken by `signal` (use `Outbox::signal()` so that
-    /// commits in this process wake it at once).
-    pub fn builder(store: S, signal: CommitSignal) -> RelayBuilder<S> {
+    /// Starts building a relay over `store`, woken by `signal`: for a store of your own. A
+    /// store of this library is built with [`Relay::builder`].
+    pub fn builder_with(store: S, signal: CommitSignal) -> RelayBuilder<S> {
         RelayBuilder {
             store,
             signal,

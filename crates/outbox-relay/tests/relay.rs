@@ -91,7 +91,7 @@ fn relay<DB: OutboxDatabase>(
 where
     Outbox<DB>: RelayStore,
 {
-    Relay::builder(outbox.clone(), outbox.signal().clone())
+    Relay::builder(outbox)
         .config(config(owner))
         .destination(Destination::new("broker", Arc::new(transport.clone())).retry(retry))
         .route(Route::new("#", ["broker"]))
@@ -134,7 +134,7 @@ where
     // A scan period of a minute: only the after-commit signal can explain a quick delivery.
     let mut cfg = config("r1");
     cfg.idle_interval = Duration::from_secs(60);
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(cfg)
         .destination(Destination::new("broker", Arc::new(t.clone())))
         .route(Route::new("#", ["broker"]))
@@ -219,7 +219,7 @@ where
     let t = TestTransport::new();
     t.set_max_payload(1000);
     let alerts = Arc::new(RecordingAlert::default());
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         // No other relay will route `user.created`: fail it at once rather than after a grace.
         .config(RelayConfig { unrouted_grace: Duration::ZERO, ..config("r1") })
         .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)))
@@ -348,7 +348,7 @@ where
     t.set_down(true);
     let alerts = Arc::new(RecordingAlert::default());
     // 2 attempts of 50 ms backoff would be exhausted in ~100 ms; the outage lasts 1.5 s.
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(config("r1"))
         .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)).breaker(
             BreakerConfig {
@@ -394,7 +394,7 @@ where
     cfg.lease = Duration::from_secs(2);
     cfg.publish_timeout = Duration::from_millis(1900);
     cfg.lock_claims = false;
-    let doomed = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let doomed = Relay::builder(&outbox)
         .config(cfg)
         .destination(Destination::new("broker", Arc::new(stuck.clone())))
         .route(Route::new("#", ["broker"]))
@@ -439,7 +439,7 @@ where
     let mut cfg = config("doomed");
     cfg.lease = Duration::from_secs(30);
     cfg.lock_claims = true;
-    let doomed = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let doomed = Relay::builder(&outbox)
         .config(cfg)
         .destination(Destination::new("broker", Arc::new(stuck.clone())))
         .route(Route::new("#", ["broker"]))
@@ -522,7 +522,7 @@ where
 {
     let good = TestTransport::new();
     let bad = TestTransport::new();
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(config("r1"))
         .destination(Destination::new("benefits", Arc::new(good.clone())).retry(fast_retry(10)))
         .destination(Destination::new("campaign", Arc::new(bad.clone())).retry(fast_retry(10)))
@@ -553,7 +553,7 @@ where
     t.set_hang(true);
     let mut cfg = config("r1");
     cfg.shutdown_timeout = Duration::from_millis(300);
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(cfg)
         .destination(Destination::new("broker", Arc::new(t.clone())))
         .route(Route::new("#", ["broker"]))
@@ -620,7 +620,7 @@ where
     }
     let bad = outbox.enqueue(&NewMessage::new("order.paid", "poison")).await.unwrap().id;
     let alerts = Arc::new(RecordingAlert::default());
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(config("r1"))
         .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5)))
         .route(Route::new("#", ["broker"]))
@@ -678,7 +678,7 @@ where
     let ta = TestTransport::new();
     let tb = TestTransport::new();
     let build = |owner: &str, t: &TestTransport, patterns: &[&str]| {
-        let mut b = Relay::builder(outbox.clone(), outbox.signal().clone())
+        let mut b = Relay::builder(&outbox)
             .config(config(owner))
             .destination(Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(2)));
         for p in patterns {
@@ -879,7 +879,7 @@ mod postgres_push {
         let t = TestTransport::new();
         let mut cfg = config("r1");
         cfg.idle_interval = Duration::from_secs(60); // the scan cannot explain a fast delivery
-        let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+        let relay = Relay::builder(&outbox)
             .config(cfg)
             .destination(Destination::new("broker", Arc::new(t.clone())))
             .route(Route::new("#", ["broker"]))
@@ -1003,7 +1003,7 @@ mod ack_mode {
     {
         let mut cfg = config("r1");
         cfg.idle_interval = Duration::from_millis(100);
-        Relay::builder(outbox.clone(), outbox.signal().clone())
+        Relay::builder(outbox)
             .config(cfg)
             .destination(
                 Destination::new("crm", Arc::new(t.clone())).retry(fast_retry(3)).ack(AckConfig::new(

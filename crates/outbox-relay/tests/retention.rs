@@ -28,7 +28,7 @@ async fn finished_messages_are_deleted_and_the_others_kept() {
     let unrouted = tx.enqueue(&NewMessage::new("elsewhere", "y")).await.unwrap().id;
     tx.commit().await.unwrap();
 
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(RelayConfig {
             idle_interval: Duration::from_millis(100),
             unrouted_grace: Duration::from_secs(3600),

@@ -46,7 +46,7 @@ pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxM
 pub use relay::{
     AckOutcome, DeliveryState, DeliveryWrite, LockedClaim, MessageWrite, RelayStore, SettleReport, Settlement,
 };
-pub use signal::CommitSignal;
+pub use signal::{CommitSignal, Signalled};
 
 /// Highest schema version this build knows.
 pub const SCHEMA_VERSION: i64 = 5;

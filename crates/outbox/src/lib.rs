@@ -42,7 +42,7 @@
 //! # async fn run(outbox: outbox::Outbox<sqlx::Postgres>, broker: std::sync::Arc<dyn outbox::transport::Transport>)
 //! # -> Result<(), Box<dyn std::error::Error>> {
 //! use outbox::{Destination, Relay, Route};
-//! let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+//! let relay = Relay::builder(&outbox)
 //!     .destination(Destination::new("broker", broker))
 //!     .route(Route::new("order.#", ["broker"]))
 //!     .build()?;

@@ -112,7 +112,7 @@ pub(crate) async fn run(args: DemoArgs) -> anyhow::Result<()> {
     // The relay runs in this process, woken by each commit; its one destination is the
     // built-in receiver.
     let receiver = Arc::new(Receiver { quiet: args.json, ..Receiver::default() });
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(&outbox)
         .config(RelayConfig {
             owner: "outbox-demo".into(),
             unrouted_grace: std::time::Duration::ZERO,

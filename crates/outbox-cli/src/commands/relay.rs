@@ -55,8 +55,7 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         } else {
             outbox.check_schema().await.with_context(|| format!("store {name:?} ({shown})"))?;
         }
-        let mut builder =
-            Relay::builder(outbox.clone(), outbox.signal().clone()).config(config.relay_config(name));
+        let mut builder = Relay::builder(&outbox).config(config.relay_config(name));
         for d in &destinations {
             let mut d = d.clone();
             if let (Some(ack), Some(secret)) =

@@ -166,7 +166,7 @@ pub(crate) fn spawn_relay<DB: OutboxDatabase>(
 where
     Outbox<DB>: RelayStore,
 {
-    let relay = Relay::builder(outbox.clone(), outbox.signal().clone())
+    let relay = Relay::builder(outbox)
         .config(relay_config(owner))
         .destination(destination)
         .route(Route::new("#", [name]))
