@@ -62,6 +62,25 @@ impl CommitSignal {
     }
 }
 
+/// A store whose writers in this process wake a relay after each commit: a relay built over
+/// it with `Relay::builder(&store)` waits on its [`CommitSignal`].
+pub trait Signalled {
+    /// The signal its commits raise.
+    fn commit_signal(&self) -> &CommitSignal;
+}
+
+impl<DB: crate::OutboxDatabase> Signalled for crate::Outbox<DB> {
+    fn commit_signal(&self) -> &CommitSignal {
+        self.signal()
+    }
+}
+
+impl Signalled for crate::AnyOutbox {
+    fn commit_signal(&self) -> &CommitSignal {
+        self.signal()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,24 +102,5 @@ mod tests {
         s.committed(&ids);
         s.committed(&[MessageId(-1)]);
         assert_eq!(s.take_ids().len(), MAX_PENDING_IDS);
-    }
-}
-
-/// A store whose writers in this process wake a relay after each commit: a relay built over
-/// it with `Relay::builder(&store)` waits on its [`CommitSignal`].
-pub trait Signalled {
-    /// The signal its commits raise.
-    fn commit_signal(&self) -> &CommitSignal;
-}
-
-impl<DB: crate::OutboxDatabase> Signalled for crate::Outbox<DB> {
-    fn commit_signal(&self) -> &CommitSignal {
-        self.signal()
-    }
-}
-
-impl Signalled for crate::AnyOutbox {
-    fn commit_signal(&self) -> &CommitSignal {
-        self.signal()
     }
 }

@@ -5,8 +5,9 @@
 //! - `OUTBOX_TEST_MYSQL_URL` (default `mysql://root@127.0.0.1:3306/test`)
 //!
 //! Each `fresh_*` call creates a uniquely named database (`outbox_t_...`) and returns a pool on
-//! it; [`TestDb::drop_db`] removes it. Databases left by a crashed test are removed by
-//! `scripts/test.sh` before the suite starts. A missing server is a test failure with a clear
+//! it; [`TestDb::drop_db`] removes it, and a `TestDb` dropped without it (a test that panicked)
+//! removes it too. Databases left by a killed test process are removed by `scripts/test.sh`
+//! before the suite starts. A missing server is a test failure with a clear
 //! message, never a silent skip.
 #![allow(clippy::expect_used, clippy::unwrap_used, missing_docs)]
 
@@ -47,6 +48,53 @@ pub struct TestDb<DB: sqlx::Database> {
     /// URL of this database (for child processes such as the Python/Java examples).
     pub url: String,
     admin_url: String,
+    /// Set by `drop_db`; otherwise (the test panicked, or forgot) the guard drops it.
+    dropped: bool,
+}
+
+/// The guard: a test that panics before `drop_db` still leaves no database behind. The drop
+/// runs on a thread of its own (a `Drop` cannot await, and may run inside a runtime), best
+/// effort; `scripts/test.sh` removes whatever a killed test process left.
+impl<DB: sqlx::Database> Drop for TestDb<DB> {
+    fn drop(&mut self) {
+        if self.dropped {
+            return;
+        }
+        let (name, admin_url) = (self.name.clone(), self.admin_url.clone());
+        match DB::NAME {
+            "SQLite" => remove_sqlite_files(&admin_url),
+            kind => {
+                let kind = kind.to_owned();
+                std::thread::spawn(move || {
+                    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                        return;
+                    };
+                    rt.block_on(async move {
+                        if kind == "PostgreSQL" {
+                            if let Ok(mut admin) =
+                                PgConnectOptions::from_str(&admin_url).unwrap().connect().await
+                            {
+                                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
+                                let _ = sqlx::query(&sql).execute(&mut admin).await;
+                            }
+                        } else if let Ok(mut admin) =
+                            MySqlConnectOptions::from_str(&admin_url).unwrap().connect().await
+                        {
+                            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                                .execute(&mut admin)
+                                .await;
+                        }
+                    });
+                });
+            }
+        }
+    }
+}
+
+fn remove_sqlite_files(path: &str) {
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{path}{suffix}"));
+    }
 }
 
 /// Replaces the database name (the URL path) of `url`.
@@ -86,11 +134,12 @@ pub async fn fresh_pg() -> TestDb<Postgres> {
     admin.close().await.ok();
     let url = with_db(&admin_url, &name);
     let pool = PgPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
-    TestDb { pool, name, url, admin_url }
+    TestDb { pool, name, url, admin_url, dropped: false }
 }
 
 impl TestDb<Postgres> {
-    pub async fn drop_db(self) {
+    pub async fn drop_db(mut self) {
+        self.dropped = true;
         close(&self.pool).await;
         if let Ok(mut admin) = PgConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
@@ -116,11 +165,12 @@ pub async fn fresh_mysql() -> TestDb<MySql> {
     admin.close().await.ok();
     let url = with_db(&admin_url, &name);
     let pool = MySqlPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
-    TestDb { pool, name, url, admin_url }
+    TestDb { pool, name, url, admin_url, dropped: false }
 }
 
 impl TestDb<MySql> {
-    pub async fn drop_db(self) {
+    pub async fn drop_db(mut self) {
+        self.dropped = true;
         close(&self.pool).await;
         if let Ok(mut admin) = MySqlConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
             let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name)).execute(&mut admin).await;
@@ -140,20 +190,24 @@ pub async fn fresh_sqlite() -> TestDb<Sqlite> {
         .busy_timeout(std::time::Duration::from_secs(30))
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts).await.expect("open sqlite");
-    TestDb { pool, name, url, admin_url: path.display().to_string() }
+    TestDb { pool, name, url, admin_url: path.display().to_string(), dropped: false }
 }
 
 impl TestDb<Sqlite> {
-    pub async fn drop_db(self) {
+    pub async fn drop_db(mut self) {
+        self.dropped = true;
         close(&self.pool).await;
-        for suffix in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{}", self.admin_url, suffix));
-        }
+        remove_sqlite_files(&self.admin_url);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::str::FromStr;
+
+    use sqlx::postgres::PgConnectOptions;
+    use sqlx::ConnectOptions;
+
     use super::with_db;
 
     #[test]
@@ -164,5 +218,43 @@ mod tests {
             "mysql://root@h:3306/x?ssl-mode=disabled"
         );
         assert_eq!(with_db("postgres://u@h", "x"), "postgres://u@h/x");
+    }
+
+    /// A test that panics before `drop_db` leaves no database: the guard removes it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_database_is_removed_even_without_drop_db() {
+        async fn exists(name: &str) -> bool {
+            let mut admin = PgConnectOptions::from_str(&super::pg_url()).unwrap().connect().await.unwrap();
+            let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM pg_database WHERE datname = $1")
+                .bind(name)
+                .fetch_one(&mut admin)
+                .await
+                .unwrap();
+            n == 1
+        }
+        let db = super::fresh_pg().await;
+        let name = db.name.clone();
+        assert!(exists(&name).await);
+        let panicked = std::thread::spawn(move || {
+            let _db = db;
+            panic!("a failing test");
+        })
+        .join();
+        assert!(panicked.is_err());
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while exists(&name).await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name} still exists a minute after its test panicked"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+
+        let file = super::fresh_sqlite().await;
+        let path = std::path::PathBuf::from(&file.admin_url);
+        sqlx::query("CREATE TABLE t (x INTEGER)").execute(&file.pool).await.unwrap();
+        assert!(path.exists());
+        drop(file);
+        assert!(!path.exists(), "the SQLite file is removed with its guard");
     }
 }
