@@ -108,6 +108,58 @@ pub(crate) fn ack_step(message: Option<&str>, delivery: Option<Status>) -> AckSt
     }
 }
 
+/// The SQL of each [`AckStep`] in one dialect: a delivery row inserted `acked` and marked
+/// `acked` (both bind the message id, then the destination), the message's deliveries still
+/// open and the message completed (both bind the message id); and how the dialect counts the
+/// rows a statement changed.
+pub(crate) struct AckSql<DB: sqlx::Database> {
+    pub(crate) insert: &'static str,
+    pub(crate) mark: &'static str,
+    pub(crate) open: &'static str,
+    pub(crate) complete: &'static str,
+    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
+}
+
+/// Runs `step` for the delivery of `message_id` to `destination`, on the connection of the
+/// caller's transaction (which read and locked the rows [`ack_step`] decided on).
+pub(crate) async fn record_ack<DB>(
+    conn: &mut DB::Connection,
+    sql: &AckSql<DB>,
+    step: AckStep,
+    message_id: i64,
+    destination: &str,
+) -> Result<AckOutcome>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    i64: Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> Decode<'r, DB>,
+    String: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let (insert_or_mark, complete) = match step {
+        AckStep::Answer(outcome) => return Ok(outcome),
+        AckStep::Insert => (sql.insert, false),
+        AckStep::Mark { complete } => (sql.mark, complete),
+    };
+    sqlx::query::<DB>(insert_or_mark)
+        .bind(message_id)
+        .bind(destination.to_owned())
+        .execute(&mut *conn)
+        .await
+        .map_err(db)?;
+    if !complete {
+        return Ok(AckOutcome::Acked { message_done: false });
+    }
+    let (open,): (i64,) =
+        sqlx::query_as::<DB, (i64,)>(sql.open).bind(message_id).fetch_one(&mut *conn).await.map_err(db)?;
+    let message_done = open == 0 && {
+        let done = sqlx::query::<DB>(sql.complete).bind(message_id).execute(&mut *conn).await.map_err(db)?;
+        (sql.rows_affected)(&done) == 1
+    };
+    Ok(AckOutcome::Acked { message_done })
+}
+
 /// A delivery's `status` column.
 pub(crate) fn delivery_status(value: &str) -> Result<Status> {
     parse_status("outbox_delivery", String::new(), value)

@@ -7,7 +7,7 @@ use outbox_core::{MessageId, Result};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{begin_read_committed, in_list, text};
-use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
+use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::AckOutcome;
@@ -23,6 +23,14 @@ const MARK_ACKED: &str =
 const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
      AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
 const COMPLETE_MESSAGE: &str = "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) WHERE id = ? AND status = 'sent'";
+
+const ACK_SQL: AckSql<MySql> = AckSql {
+    insert: INSERT_ACKED,
+    mark: MARK_ACKED,
+    open: OPEN_DELIVERIES,
+    complete: COMPLETE_MESSAGE,
+    rows_affected: |r| r.rows_affected(),
+};
 
 /// [`crate::RelayStore::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> {
@@ -128,44 +136,7 @@ pub(super) async fn ack(
     // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
     // settling keeps it (see the PostgreSQL module).
     let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-    let outcome = match step {
-        AckStep::Answer(outcome) => outcome,
-        AckStep::Insert => {
-            sqlx::query(INSERT_ACKED)
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            AckOutcome::Acked { message_done: false }
-        }
-        AckStep::Mark { complete } => {
-            sqlx::query(MARK_ACKED)
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            let open: i64 = if complete {
-                sqlx::query_scalar(OPEN_DELIVERIES)
-                    .bind(message_id.0)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db)?
-            } else {
-                1
-            };
-            let message_done = open == 0
-                && sqlx::query(COMPLETE_MESSAGE)
-                    .bind(message_id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .rows_affected()
-                    == 1;
-            AckOutcome::Acked { message_done }
-        }
-    };
+    let outcome = record_ack::<MySql>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
     tx.commit().await.map_err(db)?;
     Ok(outcome)
 }

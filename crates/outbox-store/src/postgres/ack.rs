@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use outbox_core::{MessageId, Result};
 use sqlx::Postgres;
 
-use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
+use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::AckOutcome;
@@ -47,6 +47,14 @@ const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE messag
      AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
 const COMPLETE_MESSAGE: &str =
     "UPDATE outbox_message SET status = 'acked', updated_at = now() WHERE id = $1 AND status = 'sent'";
+
+const ACK_SQL: AckSql<Postgres> = AckSql {
+    insert: INSERT_ACKED,
+    mark: MARK_ACKED,
+    open: OPEN_DELIVERIES,
+    complete: COMPLETE_MESSAGE,
+    rows_affected: |r| r.rows_affected(),
+};
 
 /// [`crate::RelayStore::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u64> {
@@ -132,44 +140,7 @@ pub(super) async fn ack(
     // the relay had not yet recorded the delivery (message still `sending`). The token
     // proves the delivery was issued, so record the ACK now; settling keeps it.
     let step = ack_step(msg.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-    let outcome = match step {
-        AckStep::Answer(outcome) => outcome,
-        AckStep::Insert => {
-            sqlx::query(INSERT_ACKED)
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            AckOutcome::Acked { message_done: false }
-        }
-        AckStep::Mark { complete } => {
-            sqlx::query(MARK_ACKED)
-                .bind(message_id.0)
-                .bind(destination)
-                .execute(&mut *tx)
-                .await
-                .map_err(db)?;
-            let open: i64 = if complete {
-                sqlx::query_scalar(OPEN_DELIVERIES)
-                    .bind(message_id.0)
-                    .fetch_one(&mut *tx)
-                    .await
-                    .map_err(db)?
-            } else {
-                1
-            };
-            let message_done = open == 0
-                && sqlx::query(COMPLETE_MESSAGE)
-                    .bind(message_id.0)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?
-                    .rows_affected()
-                    == 1;
-            AckOutcome::Acked { message_done }
-        }
-    };
+    let outcome = record_ack::<Postgres>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
     tx.commit().await.map_err(db)?;
     Ok(outcome)
 }

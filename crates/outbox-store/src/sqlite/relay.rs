@@ -10,7 +10,7 @@ use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
-use crate::common::{ack_step, delivery_status, expired_per_message, AckStep};
+use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
 use crate::common::{decode_rows, log_poison};
 use crate::error::db;
 use crate::outbox::Outbox;
@@ -48,6 +48,13 @@ const ACK_COMPLETE_MESSAGE: &str = concat!(
     now_ms!(),
     " WHERE id = ?1 AND status = 'sent'"
 );
+const ACK_SQL: AckSql<Sqlite> = AckSql {
+    insert: ACK_INSERT,
+    mark: ACK_MARK,
+    open: ACK_OPEN_DELIVERIES,
+    complete: ACK_COMPLETE_MESSAGE,
+    rows_affected: |r| r.rows_affected(),
+};
 
 /// Candidates come from the heads among the first `?4` due rows, the due rows without a key,
 /// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
@@ -420,44 +427,7 @@ impl RelayStore for Outbox<Sqlite> {
         // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
         // settling keeps it (see the PostgreSQL module).
         let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-        let outcome = match step {
-            AckStep::Answer(outcome) => outcome,
-            AckStep::Insert => {
-                sqlx::query(ACK_INSERT)
-                    .bind(message_id.0)
-                    .bind(destination)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
-                AckOutcome::Acked { message_done: false }
-            }
-            AckStep::Mark { complete } => {
-                sqlx::query(ACK_MARK)
-                    .bind(message_id.0)
-                    .bind(destination)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
-                let open: i64 = if complete {
-                    sqlx::query_scalar(ACK_OPEN_DELIVERIES)
-                        .bind(message_id.0)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(db)?
-                } else {
-                    1
-                };
-                let message_done = open == 0
-                    && sqlx::query(ACK_COMPLETE_MESSAGE)
-                        .bind(message_id.0)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db)?
-                        .rows_affected()
-                        == 1;
-                AckOutcome::Acked { message_done }
-            }
-        };
+        let outcome = record_ack::<Sqlite>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
         tx.commit().await.map_err(db)?;
         Ok(outcome)
     }
