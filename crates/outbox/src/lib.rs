@@ -86,7 +86,7 @@ pub mod dialect {
 #[cfg_attr(docsrs, doc(cfg(feature = "relay")))]
 pub use outbox_relay::{
     AckConfig, AlertHook, BreakerConfig, BuildError, Destination, LogAlert, Relay, RelayBuilder, RelayConfig,
-    RelayStats, Route,
+    RelayStats, Retention, Route,
 };
 
 /// Stops a running [`Relay`] (`tokio_util`'s token, re-exported so a service needs no direct
