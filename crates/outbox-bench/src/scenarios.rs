@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{MessageId, Transport};
 use outbox_relay::{Destination, Relay, RelayConfig, RelayStats, Route};
-use outbox_store::{AnyOutbox, RelayStore, Settlement};
+use outbox_store::{AnyOutbox, Claims, Settlement};
 use tokio_util::sync::CancellationToken;
 
 use crate::broker::{Broker, Seen};

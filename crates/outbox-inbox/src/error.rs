@@ -3,37 +3,18 @@
 use outbox_core::Error;
 
 /// Turns a sqlx error into an [`Error`], naming the violated constraint when the database
-/// rejected a row.
+/// rejected a row (`outbox-store`'s mapping, with the inbox's names).
 pub(crate) fn db(err: sqlx::Error) -> Error {
-    if let sqlx::Error::Database(dbe) = &err {
-        let message = dbe.message().to_owned();
-        let kind = dbe.kind();
-        let named = dbe.constraint().map(str::to_owned).or_else(|| constraint_in(&message));
-        let violation = matches!(
-            kind,
-            sqlx::error::ErrorKind::CheckViolation
-                | sqlx::error::ErrorKind::NotNullViolation
-                | sqlx::error::ErrorKind::UniqueViolation
-                | sqlx::error::ErrorKind::ForeignKeyViolation
-        );
-        if violation || named.is_some() {
-            let constraint = named.unwrap_or_else(|| format!("{kind:?}").to_lowercase());
-            return Error::Constraint { constraint, message };
-        }
-    }
-    Error::Database(Box::new(err))
+    // An unnamed NOT NULL violation reads as its kind here, as it always has for the inbox.
+    outbox_store::map_sqlx_error(err, constraint_in, "notnullviolation")
 }
 
 /// Finds an `outbox_inbox_...` constraint name in a database message (MySQL and SQLite put the
 /// name only in the text). Table names (`outbox_inbox`, `outbox_inbox_schema_migrations`) are
 /// not constraint names.
 fn constraint_in(message: &str) -> Option<String> {
-    let start = message.find("outbox_inbox_")?;
-    let name: String = message[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
-        .collect();
-    (!name.starts_with("outbox_inbox_schema_migrations")).then_some(name)
+    outbox_store::name_in(message, "outbox_inbox_")
+        .filter(|name| !name.starts_with("outbox_inbox_schema_migrations"))
 }
 
 #[cfg(test)]

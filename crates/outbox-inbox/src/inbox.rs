@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use outbox_core::{Error, MessageId, Result};
-use sqlx::{Database, Pool};
+use sqlx::Pool;
 
 use crate::message::InboxMessage;
-use crate::migrate::MigrationReport;
+use crate::migrate::{Migration, MigrationReport, Migrator, SCHEMA};
 
 /// Longest consumer group name the table holds.
 pub const MAX_GROUP_LEN: usize = 128;
@@ -21,12 +21,19 @@ pub const MAX_PRUNE_BATCH: u32 = 10_000;
 /// A database the inbox runs on: PostgreSQL, MySQL/MariaDB or SQLite (sqlx's database types).
 ///
 /// Library users call these through [`Inbox`].
-pub trait InboxDatabase: Database {
+pub trait InboxDatabase: Migrator {
+    /// This dialect's shipped inbox migrations.
+    const MIGRATIONS: &'static [Migration];
+
     /// Applies the missing inbox migrations (see the `migrate` module docs).
-    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send;
+    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
+        Self::migrate_schema(pool, &SCHEMA, Self::MIGRATIONS)
+    }
 
     /// The inbox schema version recorded in the database (0 when the table does not exist).
-    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send;
+    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
+        Self::schema_version_of(pool, &SCHEMA)
+    }
 
     /// Inserts `(group, message_id)` on `conn`, inside the caller's transaction: `true` when
     /// the row is new, `false` when it already exists (committed by another transaction, which

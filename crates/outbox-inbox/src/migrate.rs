@@ -6,63 +6,35 @@
 //! lock, refuses a database migrated by a newer build
 //! ([`Error::SchemaTooNew`](outbox_core::Error::SchemaTooNew)) and applies the missing versions
 //! in order; running it twice is a no-op.
+//!
+//! The migrator itself is `outbox-store`'s ([`Migrator`], one implementation per dialect),
+//! run with the inbox's [`SCHEMA`]: the rules are written once, for both schemas. It lives in
+//! `outbox-store` rather than `outbox-core` because it is SQL and IO, which `outbox-core`
+//! keeps out of; depending on `outbox-store` brings the store's SQL, not the relay engine or
+//! any transport.
 
-use outbox_core::{Error, Result};
+pub use outbox_store::{Migration, MigrationReport};
+pub(crate) use outbox_store::{Migrator, Schema};
 
-/// One schema migration.
-#[derive(Debug, Clone, Copy)]
-pub struct Migration {
-    /// Version number (1, 2, ...).
-    pub version: i64,
-    /// Short description.
-    pub description: &'static str,
-    /// The SQL, as shipped in `migrations/<dialect>/`.
-    pub sql: &'static str,
-}
-
-/// What a migration run did.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct MigrationReport {
-    /// Version before the run (0 = no inbox table).
-    pub from: i64,
-    /// Version after the run.
-    pub to: i64,
-    /// Versions applied by this run, in order.
-    pub applied: Vec<i64>,
-}
-
-/// Checks the version found in the database against the shipped migrations and returns the
-/// ones still to apply.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn plan(found: i64, migrations: &'static [Migration]) -> Result<&'static [Migration]> {
-    let supported = migrations.last().map_or(0, |m| m.version);
-    if found > supported {
-        return Err(Error::SchemaTooNew { found, supported });
-    }
-    let start = migrations.partition_point(|m| m.version <= found);
-    Ok(&migrations[start..])
-}
-
-/// Wraps a failed migration statement.
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) fn failed(m: &Migration, e: sqlx::Error) -> Error {
-    Error::Database(format!("inbox migration {} ({}) failed: {e}", m.version, m.description).into())
-}
+/// The inbox's schema: its own version table and locks, so it never waits on, or is taken for,
+/// the outbox's migrations.
+pub(crate) const SCHEMA: Schema = Schema {
+    version_table: "outbox_inbox_schema_migrations",
+    // "inbox" in ASCII.
+    pg_lock: 0x69_6e62_6f78,
+    mysql_lock: "outbox_inbox_migrate",
+    label: "inbox migration",
+    map_error: crate::error::db,
+};
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
-    const LIST: &[Migration] = &[
-        Migration { version: 1, description: "a", sql: "" },
-        Migration { version: 2, description: "b", sql: "" },
-    ];
+    use super::SCHEMA;
 
     #[test]
-    fn plans_missing_versions_only() {
-        assert_eq!(plan(0, LIST).unwrap().len(), 2);
-        assert_eq!(plan(1, LIST).unwrap()[0].version, 2);
-        assert!(plan(2, LIST).unwrap().is_empty());
-        assert!(matches!(plan(3, LIST), Err(Error::SchemaTooNew { found: 3, supported: 2 })));
+    fn the_inbox_schema_keeps_its_own_table_and_locks() {
+        assert_eq!(SCHEMA.version_table, "outbox_inbox_schema_migrations");
+        assert_eq!(&SCHEMA.pg_lock.to_be_bytes()[3..], b"inbox");
+        assert_eq!(SCHEMA.mysql_lock, "outbox_inbox_migrate");
     }
 }

@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Result};
+use outbox_core::Result;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
 use sqlx::{MySql, MySqlPool};
 
 use crate::error::db;
 use crate::inbox::InboxDatabase;
-use crate::migrate::{failed, plan, Migration, MigrationReport};
+use crate::migrate::Migration;
 
 /// The shipped migrations, from `migrations/mysql/`.
 pub const MIGRATIONS: &[Migration] = &[Migration {
@@ -23,8 +23,6 @@ pub const MIGRATIONS: &[Migration] = &[Migration {
 
 /// The claim statement (group, message id, topic); error 1062 on `PRIMARY` = duplicate.
 pub const CLAIM_SQL: &str = "INSERT INTO outbox_inbox (consumer_group, message_id, topic) VALUES (?, ?, ?)";
-
-const MIGRATION_LOCK: &str = "outbox_inbox_migrate";
 
 const PRUNE: &str = "DELETE FROM outbox_inbox \
     WHERE processed_at < UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?";
@@ -38,30 +36,7 @@ fn is_duplicate(err: &sqlx::Error) -> bool {
 }
 
 impl InboxDatabase for MySql {
-    async fn migrate(pool: &MySqlPool) -> Result<MigrationReport> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(MIGRATION_LOCK)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db)?;
-        if locked != Some(1) {
-            return Err(Error::Database(
-                "could not take the migration lock `outbox_inbox_migrate` within 60 s (another migration is running)"
-                    .into(),
-            ));
-        }
-        let result = migrate_locked(&mut conn).await;
-        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *conn).await;
-        let report = result?;
-        released.map_err(db)?;
-        Ok(report)
-    }
-
-    async fn schema_version(pool: &MySqlPool) -> Result<i64> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        version_on(&mut conn).await
-    }
+    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
 
     async fn claim<'a>(
         conn: &'a mut MySqlConnection,
@@ -85,34 +60,4 @@ impl InboxDatabase for MySql {
             .map_err(db)?;
         Ok(done.rows_affected())
     }
-}
-
-async fn migrate_locked(conn: &mut MySqlConnection) -> Result<MigrationReport> {
-    let from = version_on(conn).await?;
-    let mut applied = Vec::new();
-    for m in plan(from, MIGRATIONS)? {
-        // MySQL commits DDL implicitly; the version row is written last, so an interrupted
-        // migration is re-run (its statements are `IF NOT EXISTS`).
-        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| failed(m, e))?;
-        applied.push(m.version);
-    }
-    let to = applied.last().copied().unwrap_or(from);
-    Ok(MigrationReport { from, to, applied })
-}
-
-async fn version_on(conn: &mut MySqlConnection) -> Result<i64> {
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = 'outbox_inbox_schema_migrations'",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db)?;
-    if exists == 0 {
-        return Ok(0);
-    }
-    sqlx::query_scalar("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM outbox_inbox_schema_migrations")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)
 }

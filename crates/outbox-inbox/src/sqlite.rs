@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use outbox_core::{Error, Result};
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Connection, Sqlite, SqlitePool};
+use sqlx::{Sqlite, SqlitePool};
 
 use crate::error::db;
 use crate::inbox::InboxDatabase;
-use crate::migrate::{failed, plan, Migration, MigrationReport};
+use crate::migrate::Migration;
 
 /// The shipped migrations, from `migrations/sqlite/`.
 pub const MIGRATIONS: &[Migration] = &[Migration {
@@ -31,25 +31,7 @@ const PRUNE: &str = "DELETE FROM outbox_inbox WHERE rowid IN ( \
     ORDER BY processed_at LIMIT ?2)";
 
 impl InboxDatabase for Sqlite {
-    async fn migrate(pool: &SqlitePool) -> Result<MigrationReport> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        // BEGIN IMMEDIATE takes the write lock at once: concurrent migrators serialize here.
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-        let from = version_on(&mut tx).await?;
-        let mut applied = Vec::new();
-        for m in plan(from, MIGRATIONS)? {
-            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| failed(m, e))?;
-            applied.push(m.version);
-        }
-        tx.commit().await.map_err(db)?;
-        let to = applied.last().copied().unwrap_or(from);
-        Ok(MigrationReport { from, to, applied })
-    }
-
-    async fn schema_version(pool: &SqlitePool) -> Result<i64> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        version_on(&mut conn).await
-    }
+    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
 
     async fn claim<'a>(
         conn: &'a mut SqliteConnection,
@@ -73,20 +55,4 @@ impl InboxDatabase for Sqlite {
         let done = sqlx::query(PRUNE).bind(ms).bind(i64::from(batch)).execute(pool).await.map_err(db)?;
         Ok(done.rows_affected())
     }
-}
-
-async fn version_on(conn: &mut SqliteConnection) -> Result<i64> {
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_inbox_schema_migrations'",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db)?;
-    if exists == 0 {
-        return Ok(0);
-    }
-    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_inbox_schema_migrations")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)
 }

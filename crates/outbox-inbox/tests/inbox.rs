@@ -90,6 +90,30 @@ macro_rules! suite {
             }
 
             #[tokio::test]
+            async fn concurrent_migrators_serialize_and_the_outbox_schema_stays_apart() {
+                let db = $fresh().await;
+                let inbox = Inbox::new(db.pool.clone());
+                let runs: Vec<_> = (0..4)
+                    .map(|_| {
+                        let inbox = inbox.clone();
+                        tokio::spawn(async move { inbox.migrate().await })
+                    })
+                    .collect();
+                let mut applied = Vec::new();
+                for run in runs {
+                    applied.extend(run.await.unwrap().expect("migrate").applied);
+                }
+                assert_eq!(applied, vec![1], "exactly one migrator applies version 1");
+                // The inbox's version table is its own: the outbox's schema is still at 0, and
+                // migrating it leaves the inbox's version alone.
+                let outbox = outbox_store::Outbox::new(db.pool.clone());
+                let report = outbox.migrate().await.unwrap();
+                assert_eq!((report.from, report.to), (0, outbox_store::SCHEMA_VERSION));
+                assert_eq!(inbox.schema_version().await.unwrap(), outbox_inbox::SCHEMA_VERSION);
+                db.drop_db().await;
+            }
+
+            #[tokio::test]
             async fn three_deliveries_make_one_effect_and_two_duplicates() {
                 let (db, inbox) = setup().await;
                 let msg = InboxMessage::new("shop:42", r#"{"order":42}"#);

@@ -2,7 +2,7 @@
 
 use outbox_core::ack::{verify, AckTokenError};
 use outbox_core::MessageId;
-use outbox_store::{AckOutcome, RelayStore};
+use outbox_store::{AckOutcome, Acks};
 
 /// Why an ACK was refused.
 #[derive(Debug, thiserror::Error)]
@@ -18,7 +18,7 @@ pub enum AckError {
 
 /// Verifies `token` for (`store_name`, `id`, `destination`) and records the ACK. Idempotent: a
 /// second ACK of the same delivery answers [`AckOutcome::AlreadyAcked`].
-pub async fn acknowledge<S: RelayStore>(
+pub async fn acknowledge<S: Acks>(
     store: &S,
     secret: &[u8],
     store_name: &str,

@@ -3,10 +3,12 @@
 //! ([`crate::settle`]), write them back, then alert for what failed.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use outbox_core::{MessageId, OutboxMessage, Outcome, Status};
-use outbox_store::{DeliveryState, LockedClaim, RelayStore, SettleReport, Settlement};
+use outbox_store::{DeliveryState, Hold, RelayStore, SettleReport, Settlement};
 
 use crate::decide::{decide, Decision, Rules};
 use crate::dispatch::Item;
@@ -25,14 +27,14 @@ type Results = Vec<Vec<Option<TargetResult>>>;
 pub(crate) async fn process<S: RelayStore>(
     inner: &Inner<S>,
     batch: Vec<OutboxMessage>,
-    mut locked: Option<LockedClaim>,
+    mut hold: Hold<S::Lock>,
 ) {
     let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
-    let Some(prior) = read_state(inner, &batch, &routes, &mut locked).await else { return };
+    let Some(prior) = read_state(inner, &batch, &routes, &mut hold).await else { return };
     let (mut results, to_publish) = decide_all(inner, &batch, &routes, &prior);
     publish_all(inner, &batch, to_publish, &mut results).await;
     let (settlement, alerts) = plan_writes(inner, &batch, &routes, &results);
-    let Some(report) = write_back(inner, &batch, &settlement, locked).await else {
+    let Some(report) = write_back(inner, &batch, &settlement, hold).await else {
         let pause = inner.settle_failed();
         tracing::warn!(pause = ?pause, "Claiming paused after a failed settlement");
         return;
@@ -55,7 +57,7 @@ async fn read_state<S: RelayStore>(
     inner: &Inner<S>,
     batch: &[OutboxMessage],
     routes: &Routes,
-    locked: &mut Option<LockedClaim>,
+    hold: &mut Hold<S::Lock>,
 ) -> Option<HashMap<(MessageId, String), DeliveryState>> {
     let ids: Vec<MessageId> =
         batch.iter().zip(routes).filter(|(_, r)| keeps_rows(inner, r)).map(|(m, _)| m.id).collect();
@@ -63,11 +65,7 @@ async fn read_state<S: RelayStore>(
     if ids.is_empty() {
         return Some(prior);
     }
-    let read = match locked.as_mut() {
-        Some(claim) => inner.store.deliveries_locked(claim, &ids).await,
-        None => inner.store.deliveries(&ids).await,
-    };
-    match read {
+    match inner.store.deliveries_held(hold, &ids).await {
         Ok(rows) => {
             for r in rows {
                 prior.insert((r.message_id, r.destination.clone()), r);
@@ -76,7 +74,8 @@ async fn read_state<S: RelayStore>(
         }
         Err(e) => {
             RelayStats::add(&inner.stats.store_errors, 1);
-            let when = if locked.is_some() { "at once (rolled back)" } else { "after its lease" };
+            let when =
+                if matches!(hold, Hold::Lock(_)) { "at once (rolled back)" } else { "after its lease" };
             tracing::warn!(error = %e, "Could not read delivery state; the batch will be retried {when}");
             None
         }
@@ -265,10 +264,10 @@ async fn write_back<S: RelayStore>(
     inner: &Inner<S>,
     batch: &[OutboxMessage],
     settlement: &Settlement,
-    locked: Option<LockedClaim>,
+    hold: Hold<S::Lock>,
 ) -> Option<outbox_store::SettleReport> {
-    if let Some(claim) = locked {
-        return match inner.store.settle_locked(claim, &inner.cfg.owner, settlement).await {
+    if let Hold::Lock(lock) = hold {
+        return match inner.store.settle_held(Hold::Lock(lock), &inner.cfg.owner, settlement).await {
             Ok(report) => Some(report),
             Err(e) => {
                 RelayStats::add(&inner.stats.store_errors, 1);

@@ -6,7 +6,9 @@
 //! message through. A delivered probe closes it (the backlog drains at full speed); a failed
 //! probe re-opens it with a doubled cool-down, up to `max_cooldown`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use serde::{Deserialize, Serialize};
 

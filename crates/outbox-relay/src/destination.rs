@@ -3,7 +3,7 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use tokio::time::Instant;
 
 use outbox_core::{RetryPolicy, Transport};
 

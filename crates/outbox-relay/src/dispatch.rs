@@ -3,7 +3,9 @@
 //! concurrently, each bounded by the publish timeout; the answers feed the breakers.
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use outbox_core::{Envelope, FailureKind, OutboxMessage, Outcome};
 

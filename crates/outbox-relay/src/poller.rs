@@ -2,16 +2,17 @@
 //! each to [`crate::batch::process`] under a permit, and on shutdown drains and releases.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use outbox_core::OutboxMessage;
-use outbox_store::{LockedClaim, RelayStore};
+use tokio::time::Instant;
+
+use outbox_store::{ClaimMode, Hold, RelayStore};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::process;
-use crate::relay::{Inner, Relay};
+use crate::relay::Relay;
 use crate::stats::RelayStats;
 
 impl<S: RelayStore> Relay<S> {
@@ -38,7 +39,7 @@ impl<S: RelayStore> Relay<S> {
         let mut acks_checked = Instant::now();
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
-        let lock_claims = cfg.lock_claims && inner.store.locks_claims();
+        let mode = if cfg.lock_claims { ClaimMode::Lock } else { ClaimMode::Lease };
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -67,19 +68,19 @@ impl<S: RelayStore> Relay<S> {
             }
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = claim(&inner, lock_claims) => r,
+                r = inner.store.claim_with(mode, &cfg.owner, cfg.batch_size, cfg.lease) => r,
             };
             RelayStats::add(&inner.stats.claims, 1);
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a
             // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
-            let claimed = claimed.map(|(batch, locked)| {
-                let n = batch.len();
-                let batch = inner.without_held_back(batch);
+            let claimed = claimed.map(|c| {
+                let n = c.messages.len();
+                let batch = inner.without_held_back(c.messages);
                 if batch.is_empty() && n > 0 {
-                    (batch, None)
+                    (batch, Hold::Lease)
                 } else {
-                    (batch, locked)
+                    (batch, c.hold)
                 }
             });
             match claimed {
@@ -117,7 +118,7 @@ impl<S: RelayStore> Relay<S> {
                         idle_refreshed = Instant::now();
                     }
                 }
-                Ok((batch, locked)) => {
+                Ok((batch, hold)) => {
                     store_backoff = Duration::from_millis(100);
                     if idle {
                         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
@@ -129,7 +130,7 @@ impl<S: RelayStore> Relay<S> {
                     }
                     let inner2 = inner.clone();
                     tasks.spawn(async move {
-                        process(&inner2, batch, locked).await;
+                        process(&inner2, batch, hold).await;
                         drop(permit);
                         // Younger messages with the same keys may be claimable now.
                         inner2.signal.wake();
@@ -157,21 +158,5 @@ impl<S: RelayStore> Relay<S> {
             }
         }
         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
-    }
-}
-
-/// One claim: locked (the rows stay locked until the batch is settled) or leased.
-async fn claim<S: RelayStore>(
-    inner: &Inner<S>,
-    locked: bool,
-) -> outbox_core::Result<(Vec<OutboxMessage>, Option<LockedClaim>)> {
-    let cfg = &inner.cfg;
-    if locked {
-        Ok(match inner.store.claim_locked(&cfg.owner, cfg.batch_size, cfg.lease).await? {
-            Some((batch, claim)) => (batch, Some(claim)),
-            None => (Vec::new(), None),
-        })
-    } else {
-        Ok((inner.store.claim(&cfg.owner, cfg.batch_size, cfg.lease).await?, None))
     }
 }

@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use outbox_core::{MessageId, OutboxMessage};
 use outbox_store::{CommitSignal, RelayStore, Signalled};

@@ -1,10 +1,15 @@
 //! [`AnyOutbox`]: the database chosen at run time by URL scheme, for the `outbox` command.
 
 pub use outbox_core::redact_url;
-use outbox_core::{Error, Result};
+use std::time::Duration;
+
+use outbox_core::{Error, MessageId, Result};
 
 use crate::migrate::MigrationReport;
 use crate::outbox::Outbox;
+use crate::relay::{
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+};
 
 /// An outbox on whichever database a URL names: `postgres://` / `postgresql://`, `mysql://` /
 /// `mariadb://`, or `sqlite:` (a file path; created if missing).
@@ -158,81 +163,117 @@ impl AnyOutbox {
     }
 }
 
-impl crate::relay::RelayStore for AnyOutbox {
-    async fn claim(
+/// The row locks of a locked claim of an [`AnyOutbox`]: those of its database.
+#[derive(Debug)]
+pub enum AnyLock {
+    /// PostgreSQL.
+    #[cfg(feature = "postgres")]
+    Postgres(crate::postgres::PgLock),
+    /// MySQL / MariaDB.
+    #[cfg(feature = "mysql")]
+    MySql(crate::mysql::MySqlLock),
+}
+
+/// A claim made by one dialect's outbox, as an [`AnyOutbox`] claim.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+fn lift<L>(c: Claimed<L>, wrap: impl FnOnce(L) -> AnyLock) -> Claimed<AnyLock> {
+    let hold = match c.hold {
+        Hold::Lease => Hold::Lease,
+        Hold::Lock(l) => Hold::Lock(wrap(l)),
+    };
+    Claimed { messages: c.messages, hold }
+}
+
+/// The lock held for `$variant`'s outbox, or a lease; `$mismatch` when the lock is another
+/// database's (a claim of one `AnyOutbox` settled on another: a caller's bug).
+#[allow(unused_macros)]
+macro_rules! unwrap_hold {
+    ($hold:expr, $variant:path) => {
+        match $hold {
+            Hold::Lease => Hold::Lease,
+            #[allow(unreachable_patterns)]
+            Hold::Lock(lock) => match lock {
+                $variant(l) => Hold::Lock(l),
+                _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
+            },
+        }
+    };
+}
+
+impl Claims for AnyOutbox {
+    type Lock = AnyLock;
+
+    async fn claim_with(
         &self,
+        mode: ClaimMode,
         owner: &str,
         limit: usize,
-        lease: std::time::Duration,
-    ) -> Result<Vec<outbox_core::OutboxMessage>> {
-        each!(self, o => o.claim(owner, limit, lease).await)
+        lease: Duration,
+    ) -> Result<Claimed<AnyLock>> {
+        Ok(match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => lift(o.claim_with(mode, owner, limit, lease).await?, AnyLock::Postgres),
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql(o) => lift(o.claim_with(mode, owner, limit, lease).await?, AnyLock::MySql),
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite(o) => Claimed::leased(o.claim_with(mode, owner, limit, lease).await?.messages),
+        })
     }
 
-    fn locks_claims(&self) -> bool {
-        each!(self, o => o.locks_claims())
-    }
-
-    async fn claim_locked(
+    async fn deliveries_held(
         &self,
-        owner: &str,
-        limit: usize,
-        lease: std::time::Duration,
-    ) -> Result<Option<(Vec<outbox_core::OutboxMessage>, crate::relay::LockedClaim)>> {
-        each!(self, o => o.claim_locked(owner, limit, lease).await)
+        hold: &mut Hold<AnyLock>,
+        ids: &[MessageId],
+    ) -> Result<Vec<DeliveryState>> {
+        // Read through the lock's transaction, whichever outbox it came from.
+        match hold {
+            Hold::Lease => each!(self, o => o.deliveries(ids).await),
+            #[cfg(feature = "postgres")]
+            Hold::Lock(AnyLock::Postgres(l)) => crate::postgres::deliveries_locked(l, ids).await,
+            #[cfg(feature = "mysql")]
+            Hold::Lock(AnyLock::MySql(l)) => crate::mysql::deliveries_locked(l, ids).await,
+            #[cfg(not(any(feature = "postgres", feature = "mysql")))]
+            Hold::Lock(never) => match *never {},
+        }
     }
 
-    async fn settle_locked(
-        &self,
-        claim: crate::relay::LockedClaim,
-        owner: &str,
-        s: &crate::relay::Settlement,
-    ) -> Result<crate::relay::SettleReport> {
-        each!(self, o => o.settle_locked(claim, owner, s).await)
+    async fn settle_held(&self, hold: Hold<AnyLock>, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => o.settle_held(unwrap_hold!(hold, AnyLock::Postgres), owner, s).await,
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql(o) => o.settle_held(unwrap_hold!(hold, AnyLock::MySql), owner, s).await,
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite(o) => match hold {
+                Hold::Lease => o.settle(owner, s).await,
+                #[allow(unreachable_patterns)]
+                Hold::Lock(_) => Err(outbox_core::Error::Config("a locked claim of another database".into())),
+            },
+        }
     }
 
-    async fn deliveries_locked(
-        &self,
-        claim: &mut crate::relay::LockedClaim,
-        ids: &[outbox_core::MessageId],
-    ) -> Result<Vec<crate::relay::DeliveryState>> {
-        each!(self, o => o.deliveries_locked(claim, ids).await)
-    }
-
-    async fn deliveries(&self, ids: &[outbox_core::MessageId]) -> Result<Vec<crate::relay::DeliveryState>> {
-        each!(self, o => o.deliveries(ids).await)
-    }
-
-    async fn settle(&self, owner: &str, s: &crate::relay::Settlement) -> Result<crate::relay::SettleReport> {
-        each!(self, o => o.settle(owner, s).await)
-    }
-
-    async fn extend(
-        &self,
-        owner: &str,
-        ids: &[outbox_core::MessageId],
-        lease: std::time::Duration,
-    ) -> Result<u64> {
+    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
         each!(self, o => o.extend(owner, ids, lease).await)
     }
 
     async fn release(&self, owner: &str) -> Result<u64> {
         each!(self, o => o.release(owner).await)
     }
+}
 
-    async fn set_idle(&self, owner: &str, idle: bool, ttl: std::time::Duration) -> Result<()> {
-        each!(self, o => o.set_idle(owner, idle, ttl).await)
-    }
-
+impl Acks for AnyOutbox {
     async fn expire_acks(&self, limit: usize) -> Result<u64> {
         each!(self, o => o.expire_acks(limit).await)
     }
 
-    async fn ack(
-        &self,
-        message_id: outbox_core::MessageId,
-        destination: &str,
-    ) -> Result<crate::relay::AckOutcome> {
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
         each!(self, o => o.ack(message_id, destination).await)
+    }
+}
+
+impl Wakeups for AnyOutbox {
+    async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        each!(self, o => o.set_idle(owner, idle, ttl).await)
     }
 
     async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {

@@ -65,6 +65,28 @@ pub(crate) trait Cells {
     fn opt_time(&self, col: &'static str, at: At) -> Result<Option<DateTime<Utc>>>;
 }
 
+/// One row of the relay's delivery query (`message_id, destination, status, attempts,
+/// last_error, wait_ms`), on any dialect.
+pub(crate) fn delivery_state<R>(r: &R) -> Result<crate::relay::DeliveryState>
+where
+    R: Row + Cells,
+    for<'s> &'s str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let message_id: i64 = get(r, "message_id")?;
+    let at = At { table: "outbox_delivery", id: message_id };
+    let wait_ms: i64 = get(r, "wait_ms")?;
+    Ok(crate::relay::DeliveryState {
+        message_id: outbox_core::MessageId(message_id),
+        destination: r.text("destination", at)?,
+        status: delivery_status(&r.text("status", at)?)?,
+        attempts: get(r, "attempts")?,
+        wait: std::time::Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
+        last_error: r.opt_text("last_error", at)?,
+    })
+}
+
 /// Reads a column sqlx decodes as it is.
 pub(crate) fn get<'r, R, T>(row: &'r R, col: &'static str) -> Result<T>
 where

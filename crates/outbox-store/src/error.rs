@@ -5,10 +5,20 @@ use outbox_core::Error;
 /// Turns a sqlx error into an [`Error`], naming the violated constraint when the database
 /// rejected a row.
 pub(crate) fn db(err: sqlx::Error) -> Error {
+    map_sqlx_error(err, constraint_in, "not null")
+}
+
+/// Turns a sqlx error into an [`Error`]: a violation (or any error naming a constraint) becomes
+/// [`Error::Constraint`], named by the database, else by `find` in the message (MySQL and SQLite
+/// put the name only in the text), else `not_null` for an unnamed NOT NULL violation and the
+/// violation's kind for the others; anything else is [`Error::Database`]. Shared with
+/// `outbox-inbox`, which finds only its own names.
+#[doc(hidden)]
+pub fn map_sqlx_error(err: sqlx::Error, find: fn(&str) -> Option<String>, not_null: &str) -> Error {
     if let sqlx::Error::Database(dbe) = &err {
         let message = dbe.message().to_owned();
         let kind = dbe.kind();
-        let named = dbe.constraint().map(str::to_owned).or_else(|| constraint_in(&message));
+        let named = dbe.constraint().map(str::to_owned).or_else(|| find(&message));
         let violation = matches!(
             kind,
             sqlx::error::ErrorKind::CheckViolation
@@ -18,7 +28,7 @@ pub(crate) fn db(err: sqlx::Error) -> Error {
         );
         if violation || named.is_some() {
             let constraint = named.unwrap_or_else(|| match kind {
-                sqlx::error::ErrorKind::NotNullViolation => "not null".to_owned(),
+                sqlx::error::ErrorKind::NotNullViolation => not_null.to_owned(),
                 other => format!("{other:?}").to_lowercase(),
             });
             return Error::Constraint { constraint, message };
@@ -30,13 +40,20 @@ pub(crate) fn db(err: sqlx::Error) -> Error {
 /// Finds an `outbox_...` constraint name in a database message (MySQL and SQLite put the name
 /// only in the text).
 fn constraint_in(message: &str) -> Option<String> {
-    let start = message.find("outbox_")?;
-    let name: String = message[start..]
-        .chars()
-        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
-        .collect();
     // `outbox_message.headers` is MariaDB's name for the JSON validity check of that column.
-    Some(name)
+    name_in(message, "outbox_")
+}
+
+/// The first name starting with `prefix` in a database message (letters, digits, `_` and `.`).
+#[doc(hidden)]
+pub fn name_in(message: &str, prefix: &str) -> Option<String> {
+    let start = message.find(prefix)?;
+    Some(
+        message[start..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '.')
+            .collect(),
+    )
 }
 
 /// True when the error is a unique violation of the `(biz_type, biz_key)` constraint.

@@ -39,12 +39,15 @@ pub use admin::{
     TopicCount, MAX_BATCH, MAX_LIST_LIMIT, MAX_PURGE_AGE,
 };
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub use any::{redact_url, AnyOutbox, Dialect};
-pub use migrate::{Migration, MigrationReport};
+pub use any::{redact_url, AnyLock, AnyOutbox, Dialect};
+#[doc(hidden)]
+pub use error::{map_sqlx_error, name_in};
+pub use migrate::{Migration, MigrationReport, Migrator, Schema};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
-    AckOutcome, DeliveryState, DeliveryWrite, LockedClaim, MessageWrite, RelayStore, SettleReport, Settlement,
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite, NoLocks,
+    RelayStore, SettleReport, Settlement, Wakeups,
 };
 pub use signal::{CommitSignal, Signalled};
 

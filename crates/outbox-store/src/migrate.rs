@@ -5,8 +5,17 @@
 //! as applied. The migrator takes a database-wide lock, refuses a database migrated by a newer
 //! build ([`Error::SchemaTooNew`](outbox_core::Error::SchemaTooNew)) and applies the missing
 //! versions in order; running it twice is a no-op.
+//!
+//! The migrator is written once for any versioned [`Schema`]: [`plan`] and [`apply`] here, and
+//! the lock and version read once per dialect ([`Migrator`], in each dialect's module). The
+//! outbox's schema is [`OUTBOX_SCHEMA`]; `outbox-inbox` runs the same code with its own version
+//! table (`outbox_inbox_schema_migrations`) and migrations, so a consumer database needs no outbox
+//! tables. (This lives here rather than in `outbox-core`, which stays free of IO and of sqlx.)
+
+use std::future::Future;
 
 use outbox_core::{Error, Result};
+use sqlx::{Database, Pool};
 
 /// One schema migration.
 #[derive(Debug, Clone, Copy)]
@@ -22,12 +31,90 @@ pub struct Migration {
 /// What a migration run did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MigrationReport {
-    /// Version before the run (0 = no outbox tables).
+    /// Version before the run (0 = no tables of this schema).
     pub from: i64,
     /// Version after the run.
     pub to: i64,
     /// Versions applied by this run, in order.
     pub applied: Vec<i64>,
+}
+
+/// A versioned schema, whatever the dialect: where it records its versions, the locks that
+/// serialize concurrent migrators, and how its errors read. Each dialect has its own list of
+/// [`Migration`]s for it.
+#[derive(Debug, Clone, Copy)]
+pub struct Schema {
+    /// The table each migration's last statement records its version in.
+    pub version_table: &'static str,
+    /// PostgreSQL: key of the transaction-scoped advisory lock (`pg_advisory_xact_lock`).
+    pub pg_lock: i64,
+    /// MySQL/MariaDB: name of the session lock (`GET_LOCK`, 60 s).
+    pub mysql_lock: &'static str,
+    /// What a failed migration is called in its error (`"migration"` in `migration 2 (...) failed`).
+    pub label: &'static str,
+    /// Maps the migrator's own database errors (lock, version read, commit).
+    pub map_error: fn(sqlx::Error) -> Error,
+}
+
+/// The outbox's schema.
+pub(crate) const OUTBOX_SCHEMA: Schema = Schema {
+    version_table: "outbox_schema_migrations",
+    // "outbox" in ASCII.
+    pg_lock: 0x6f75_7462_6f78,
+    mysql_lock: "outbox_migrate",
+    label: "migration",
+    map_error: crate::error::db,
+};
+
+/// A dialect's migrator for any [`Schema`]: takes the database-wide lock, reads the version,
+/// refuses a newer schema ([`Error::SchemaTooNew`]) and applies the missing migrations in order.
+/// Implemented for `sqlx::Postgres`, `sqlx::MySql` and `sqlx::Sqlite`.
+pub trait Migrator: Database {
+    /// Applies the `migrations` of `schema` still missing in the database.
+    fn migrate_schema(
+        pool: &Pool<Self>,
+        schema: &'static Schema,
+        migrations: &'static [Migration],
+    ) -> impl Future<Output = Result<MigrationReport>> + Send;
+
+    /// The version of `schema` recorded on `conn` (0 when its version table does not exist).
+    fn version_on<'a>(
+        conn: &'a mut Self::Connection,
+        schema: &'static Schema,
+    ) -> impl Future<Output = Result<i64>> + Send + 'a;
+
+    /// The version of `schema` recorded in the database (0 when its version table does not exist).
+    fn schema_version_of(
+        pool: &Pool<Self>,
+        schema: &'static Schema,
+    ) -> impl Future<Output = Result<i64>> + Send {
+        async move {
+            let mut conn = pool.acquire().await.map_err(schema.map_error)?;
+            Self::version_on(&mut conn, schema).await
+        }
+    }
+}
+
+/// Applies, on `conn` (locked by the caller), the migrations [`plan`] finds missing above `from`.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) async fn apply<DB: Database>(
+    conn: &mut DB::Connection,
+    schema: &Schema,
+    from: i64,
+    migrations: &'static [Migration],
+) -> Result<MigrationReport>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    let mut applied = Vec::new();
+    for m in plan(from, migrations)? {
+        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| {
+            Error::Database(format!("{} {} ({}) failed: {e}", schema.label, m.version, m.description).into())
+        })?;
+        applied.push(m.version);
+    }
+    let to = applied.last().copied().unwrap_or(from);
+    Ok(MigrationReport { from, to, applied })
 }
 
 /// Checks the version found in the database against the shipped migrations and returns the
@@ -67,6 +154,13 @@ mod tests {
         assert_eq!(plan(0, LIST).unwrap().len(), 2);
         assert_eq!(plan(1, LIST).unwrap()[0].version, 2);
         assert!(plan(2, LIST).unwrap().is_empty());
+    }
+
+    #[test]
+    fn the_outbox_schema_keeps_its_table_and_locks() {
+        assert_eq!(OUTBOX_SCHEMA.version_table, "outbox_schema_migrations");
+        assert_eq!(&OUTBOX_SCHEMA.pg_lock.to_be_bytes()[2..], b"outbox");
+        assert_eq!(OUTBOX_SCHEMA.mysql_lock, "outbox_migrate");
     }
 
     #[test]

@@ -5,21 +5,28 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 
 use outbox_core::{Enqueued, MessageId, NewMessage, OutboxMessage, Result};
-use sqlx::{Database, Pool, Transaction};
+use sqlx::{Pool, Transaction};
 
 use crate::error::db;
-use crate::migrate::MigrationReport;
+use crate::migrate::{Migration, MigrationReport, Migrator, OUTBOX_SCHEMA};
 use crate::signal::CommitSignal;
 
 /// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite (sqlx's database types).
 ///
 /// Library users rarely call these directly: [`Outbox`] and [`OutboxConnection`] wrap them.
-pub trait OutboxDatabase: Database {
+pub trait OutboxDatabase: Migrator {
+    /// This dialect's shipped migrations of the outbox tables.
+    const MIGRATIONS: &'static [Migration];
+
     /// Applies the missing schema migrations (see the `migrate` module docs).
-    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send;
+    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
+        Self::migrate_schema(pool, &OUTBOX_SCHEMA, Self::MIGRATIONS)
+    }
 
     /// The schema version recorded in the database (0 when the outbox tables do not exist).
-    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send;
+    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
+        Self::schema_version_of(pool, &OUTBOX_SCHEMA)
+    }
 
     /// Inserts one message on `conn` (inside the caller's transaction) in one round trip, or
     /// returns the existing message when its `(biz_type, biz_key)` is already taken.

@@ -75,6 +75,7 @@ impl<DB: crate::OutboxDatabase> Signalled for crate::Outbox<DB> {
     }
 }
 
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 impl Signalled for crate::AnyOutbox {
     fn commit_signal(&self) -> &CommitSignal {
         self.signal()

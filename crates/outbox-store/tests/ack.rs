@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use outbox_store::{
-    AckOutcome, DeliveryWrite, MessageId, NewMessage, Outbox, RelayStore, Settlement, Status,
+    AckOutcome, Acks, Claims, DeliveryWrite, MessageId, NewMessage, Outbox, Settlement, Status,
 };
 
 const LEASE: Duration = Duration::from_secs(30);

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use outbox_store::{
-    Error, ListFilter, MessageAdmin, MessageId, NewMessage, Outbox, RelayStore, Status, MAX_LIST_LIMIT,
+    Claims, Error, ListFilter, MessageAdmin, MessageId, NewMessage, Outbox, Status, MAX_LIST_LIMIT,
 };
 
 /// The same suite, stamped out once per dialect. `ago(secs)` is the SQL for "the database's now

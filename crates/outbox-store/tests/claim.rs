@@ -8,9 +8,19 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_store::{MessageId, NewMessage, Outbox, RelayStore};
+use outbox_store::{ClaimMode, Claims, Hold, MessageId, NewMessage, Outbox, OutboxMessage};
 
 const LEASE: Duration = Duration::from_secs(30);
+
+/// A claim held by row locks: the messages and the hold, `None` when nothing was claimable.
+async fn lock<S: Claims>(
+    store: &S,
+    owner: &str,
+    limit: usize,
+) -> Option<(Vec<OutboxMessage>, Hold<S::Lock>)> {
+    let c = store.claim_with(ClaimMode::Lock, owner, limit, LEASE).await.unwrap();
+    (!c.messages.is_empty()).then_some((c.messages, c.hold))
+}
 
 macro_rules! suite {
     ($dialect:ident, $fresh:path, $db:ty) => {
@@ -67,7 +77,6 @@ macro_rules! locked_suite {
                 let db = $fresh().await;
                 let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
                 outbox.migrate().await.unwrap();
-                assert!(outbox.locks_claims());
                 let mut ids = Vec::new();
                 for i in 0..6 {
                     let m = NewMessage::new("t", "{}").key(format!("k{}", i % 3));
@@ -76,11 +85,10 @@ macro_rules! locked_suite {
                 let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
 
                 // Takes two: the heads of k0 and k1 (id order).
-                let (first, claim) =
-                    outbox.claim_locked("relay-a", 2, LEASE).await.unwrap().expect("claimed");
+                let (first, claim) = lock(&outbox, "relay-a", 2).await.expect("claimed");
                 let first_ids: Vec<MessageId> = first.iter().map(|m| m.id).collect();
                 assert_eq!(first_ids, vec![ids[0], ids[1]]);
-                assert_eq!(claim.ids(), &first_ids[..]);
+                assert!(matches!(claim, Hold::Lock(_)), "held by row locks, not a lease");
                 for id in &first_ids {
                     let m = outbox.get(*id).await.unwrap().unwrap();
                     assert_eq!((m.status, m.lease_owner), (Status::Pending, None), "nothing written");
@@ -91,7 +99,7 @@ macro_rules! locked_suite {
                 let leased: HashSet<MessageId> =
                     outbox.claim("relay-b", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
                 assert_eq!(leased, [ids[2], keyless].into_iter().collect::<HashSet<_>>());
-                let none = outbox.claim_locked("relay-c", 10, LEASE).await.unwrap();
+                let none = lock(&outbox, "relay-c", 10).await;
                 assert!(
                     none.is_none(),
                     "{:?}",
@@ -101,7 +109,7 @@ macro_rules! locked_suite {
                 // Dropped: rolled back, the rows are as they were and claimable again.
                 drop(claim);
                 let (again, claim) = loop {
-                    if let Some(c) = outbox.claim_locked("relay-a", 2, LEASE).await.unwrap() {
+                    if let Some(c) = lock(&outbox, "relay-a", 2).await {
                         break c;
                     }
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -122,7 +130,7 @@ macro_rules! locked_suite {
                     }],
                     deliveries: Vec::new(),
                 };
-                let report = outbox.settle_locked(claim, "relay-a", &settlement).await.unwrap();
+                let report = outbox.settle_held(claim, "relay-a", &settlement).await.unwrap();
                 assert_eq!((report.settled, report.lost_lease.len()), (2, 0));
                 let sent = outbox.get(ids[0]).await.unwrap().unwrap();
                 assert_eq!((sent.status, sent.updated_by.as_deref()), (Status::Sent, Some("relay-a")));
@@ -132,8 +140,7 @@ macro_rules! locked_suite {
 
                 // k0's next message is free now; k1's waits behind its retried head; k2's behind
                 // relay-b's lease.
-                let (next, claim) =
-                    outbox.claim_locked("relay-a", 10, LEASE).await.unwrap().expect("k0 is free");
+                let (next, claim) = lock(&outbox, "relay-a", 10).await.expect("k0 is free");
                 assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[3]]);
                 drop(claim);
                 db.drop_db().await;

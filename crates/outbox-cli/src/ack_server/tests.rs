@@ -3,7 +3,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::Request;
 use outbox_core::ack::sign;
-use outbox_store::{DeliveryWrite, NewMessage, Outbox, RelayStore, Settlement, Status};
+use outbox_store::{Claims, DeliveryWrite, NewMessage, Outbox, Settlement, Status};
 use tower::ServiceExt;
 
 use super::*;

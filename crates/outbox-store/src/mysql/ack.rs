@@ -32,7 +32,7 @@ const ACK_SQL: AckSql<MySql> = AckSql {
     rows_affected: |r| r.rows_affected(),
 };
 
-/// [`crate::RelayStore::expire_acks`].
+/// [`crate::Acks::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> {
     if limit == 0 {
         return Ok(0);
@@ -105,7 +105,7 @@ pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> 
     Ok(expired)
 }
 
-/// [`crate::RelayStore::ack`].
+/// [`crate::Acks::ack`].
 pub(super) async fn ack(
     outbox: &Outbox<MySql>,
     message_id: MessageId,

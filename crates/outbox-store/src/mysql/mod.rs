@@ -18,7 +18,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::{db, is_biz_duplicate};
-use crate::migrate::{plan, Migration, MigrationReport};
+use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::{impl_connection, Outbox, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/mysql/`.
@@ -50,8 +50,6 @@ pub const MIGRATIONS: &[Migration] = &[
     },
 ];
 
-const MIGRATION_LOCK: &str = "outbox_migrate";
-
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 0) MICROSECOND), ?, ?)";
@@ -64,29 +62,7 @@ pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key,
     last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by, created_at, updated_at";
 
 impl OutboxDatabase for MySql {
-    async fn migrate(pool: &MySqlPool) -> Result<MigrationReport> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(MIGRATION_LOCK)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db)?;
-        if locked != Some(1) {
-            return Err(Error::Database(
-                "could not take the migration lock `outbox_migrate` within 60 s (another migration is running)".into(),
-            ));
-        }
-        let result = migrate_locked(&mut conn).await;
-        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(MIGRATION_LOCK).execute(&mut *conn).await;
-        let report = result?;
-        released.map_err(db)?;
-        Ok(report)
-    }
-
-    async fn schema_version(pool: &MySqlPool) -> Result<i64> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        version_on(&mut conn).await
-    }
+    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
 
     fn enqueue<'a>(
         conn: &'a mut MySqlConnection,
@@ -113,39 +89,65 @@ impl OutboxDatabase for MySql {
 mod ack;
 mod admin;
 mod relay;
+pub(crate) use relay::deliveries_locked;
+pub use relay::MySqlLock;
 
 impl_connection!(MySqlConnection, MySql);
 
-async fn migrate_locked(conn: &mut MySqlConnection) -> Result<MigrationReport> {
-    let from = version_on(conn).await?;
-    let mut applied = Vec::new();
-    for m in plan(from, MIGRATIONS)? {
-        // MySQL commits DDL implicitly; each table is one CREATE statement, and the version
-        // row is written last, so an interrupted migration is visible and re-runnable by hand.
-        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| {
-            Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
-        })?;
-        applied.push(m.version);
+/// The migrator of any [`Schema`] (the outbox's, the inbox's), under the session lock
+/// `GET_LOCK(schema.mysql_lock, 60)`, so concurrent migrators serialize.
+impl Migrator for MySql {
+    async fn migrate_schema(
+        pool: &MySqlPool,
+        schema: &'static Schema,
+        migrations: &'static [Migration],
+    ) -> Result<MigrationReport> {
+        let db = schema.map_error;
+        let mut conn = pool.acquire().await.map_err(db)?;
+        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
+            .bind(schema.mysql_lock)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db)?;
+        if locked != Some(1) {
+            return Err(Error::Database(
+                format!(
+                    "could not take the migration lock `{}` within 60 s (another migration is running)",
+                    schema.mysql_lock
+                )
+                .into(),
+            ));
+        }
+        // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
+        // is written last, so an interrupted migration is visible and re-runnable.
+        let result = match Self::version_on(&mut conn, schema).await {
+            Ok(from) => apply::<MySql>(&mut conn, schema, from, migrations).await,
+            Err(e) => Err(e),
+        };
+        let released =
+            sqlx::query("SELECT RELEASE_LOCK(?)").bind(schema.mysql_lock).execute(&mut *conn).await;
+        let report = result?;
+        released.map_err(db)?;
+        Ok(report)
     }
-    let to = applied.last().copied().unwrap_or(from);
-    Ok(MigrationReport { from, to, applied })
-}
 
-async fn version_on(conn: &mut MySqlConnection) -> Result<i64> {
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = 'outbox_schema_migrations'",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db)?;
-    if exists == 0 {
-        return Ok(0);
-    }
-    sqlx::query_scalar("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM outbox_schema_migrations")
+    async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema) -> Result<i64> {
+        let table = schema.version_table;
+        let exists: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = DATABASE() AND table_name = '{table}'"
+        ))
         .fetch_one(&mut *conn)
         .await
-        .map_err(db)
+        .map_err(schema.map_error)?;
+        if exists == 0 {
+            return Ok(0);
+        }
+        sqlx::query_scalar(&format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}"))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(schema.map_error)
+    }
 }
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].

@@ -27,12 +27,14 @@ use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
-use super::{begin_read_committed, decode_message, in_list, opt_text, text, MESSAGE_COLUMNS};
+use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
 use crate::common::{decode_rows, log_poison, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
-use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
+use crate::relay::{
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+};
 use crate::signal::CommitSignal;
 
 /// Step 1: `(id, source)` of the window (`sending`, `pending`, `?` rows each) and of the first
@@ -268,138 +270,59 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = MySql>>(
     );
     in_list(&mut qb, ids.iter().map(|i| i.0));
     let rows = qb.build().fetch_all(e).await.map_err(db)?;
-    rows.iter()
-        .map(|r| {
-            let status = text(r, "status")?;
-            let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
-            Ok(DeliveryState {
-                message_id: MessageId(r.try_get("message_id").map_err(db)?),
-                destination: text(r, "destination")?,
-                status: crate::common::delivery_status(&status)?,
-                attempts: r.try_get("attempts").map_err(db)?,
-                wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
-                last_error: opt_text(r, "last_error")?,
-            })
-        })
-        .collect()
+    rows.iter().map(crate::common::delivery_state).collect()
 }
 
-impl RelayStore for Outbox<MySql> {
-    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, false).await?;
-        if kept.is_empty() {
-            tx.commit().await.map_err(db)?;
-            return Ok(kept);
-        }
-        let mut qb =
-            QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
-        qb.push_bind(owner.to_owned());
-        qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
-        qb.push_bind(owner.to_owned());
-        qb.push(" WHERE id IN ");
-        in_list(&mut qb, kept.iter().map(|m| m.id.0));
-        qb.build().execute(&mut *tx).await.map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        for m in &mut kept {
-            m.status = Status::Sending;
-            m.lease_owner = Some(owner.to_owned());
-        }
-        Ok(kept)
-    }
+/// The row locks of a locked claim on MySQL/MariaDB: its open transaction and the messages it
+/// holds. Dropping it rolls the transaction back.
+pub struct MySqlLock {
+    tx: sqlx::Transaction<'static, MySql>,
+    ids: Vec<MessageId>,
+}
 
-    fn locks_claims(&self) -> bool {
-        true
-    }
+/// The per-destination rows of these messages, read through the claim's own transaction.
+pub(crate) async fn deliveries_locked(lock: &mut MySqlLock, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+    read_deliveries(&mut *lock.tx, ids).await
+}
 
-    async fn claim_locked(
+impl std::fmt::Debug for MySqlLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MySqlLock").field("messages", &self.ids.len()).finish()
+    }
+}
+
+impl Claims for Outbox<MySql> {
+    type Lock = MySqlLock;
+
+    async fn claim_with(
         &self,
-        _owner: &str,
+        mode: ClaimMode,
+        owner: &str,
         limit: usize,
         lease: Duration,
-    ) -> Result<Option<(Vec<OutboxMessage>, LockedClaim)>> {
-        if limit == 0 {
-            return Ok(None);
-        }
-        let (mut tx, kept, poison) = lock_candidates(self, limit, true).await?;
-        if !kept.is_empty() {
-            // MariaDB ends a transaction left idle longer than this, so a relay that vanishes
-            // without closing its connection loses the claim after `lease`. MySQL 8 has no such
-            // variable (its `wait_timeout` applies instead): the error is ignored there.
-            let secs = lease.as_secs().max(1);
-            if let Err(e) =
-                sqlx::query(&format!("SET SESSION idle_transaction_timeout = {secs}")).execute(&mut *tx).await
-            {
-                tracing::debug!(error = %e, "idle_transaction_timeout is not available");
-            }
-        }
-        if kept.is_empty() {
-            if poison.is_empty() {
-                tx.rollback().await.map_err(db)?;
-            } else {
-                tx.commit().await.map_err(db)?;
-            }
-            return Ok(None);
-        }
-        let ids = kept.iter().map(|m| m.id).collect();
-        Ok(Some((kept, LockedClaim { tx: LockedTx::MySql(tx), ids })))
+    ) -> Result<Claimed<MySqlLock>> {
+        Ok(match mode {
+            ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
+            ClaimMode::Lock => Claimed::locked(self.claim_locked(limit, lease).await?),
+        })
     }
 
-    async fn settle_locked(&self, claim: LockedClaim, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        #[allow(unreachable_patterns)]
-        let mut tx = match claim.tx {
-            LockedTx::MySql(tx) => tx,
-            _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
-        };
-        let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
-        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &held }, s).await?;
-        // Back to the server's default before the connection returns to the pool, where the
-        // application's own transactions may use it.
-        let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await;
-        tx.commit().await.map_err(db)?;
-        Ok(report)
-    }
-
-    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-        read_deliveries(self.pool(), ids).await
-    }
-
-    async fn deliveries_locked(
+    async fn deliveries_held(
         &self,
-        claim: &mut LockedClaim,
+        hold: &mut Hold<MySqlLock>,
         ids: &[MessageId],
     ) -> Result<Vec<DeliveryState>> {
-        #[allow(unreachable_patterns)]
-        match &mut claim.tx {
-            LockedTx::MySql(tx) => read_deliveries(&mut **tx, ids).await,
-            _ => Err(outbox_core::Error::Config("a locked claim of another database".into())),
+        match hold {
+            Hold::Lease => read_deliveries(self.pool(), ids).await,
+            Hold::Lock(lock) => deliveries_locked(lock, ids).await,
         }
     }
 
-    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        let all = s.ids();
-        if all.is_empty() {
-            return Ok(SettleReport::default());
+    async fn settle_held(&self, hold: Hold<MySqlLock>, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        match hold {
+            Hold::Lease => self.settle_leased(owner, s).await,
+            Hold::Lock(lock) => self.settle_locked(lock, owner, s).await,
         }
-        let mut tx = begin_read_committed(self).await?;
-        let mut qb = QueryBuilder::<MySql>::new(
-            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
-        );
-        qb.push_bind(owner.to_owned());
-        qb.push(" AND id IN ");
-        in_list(&mut qb, all.iter().map(|i| i.0));
-        qb.push(" FOR UPDATE");
-        let owned: HashSet<i64> =
-            qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &owned }, s).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(report)
     }
 
     async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
@@ -432,7 +355,19 @@ impl RelayStore for Outbox<MySql> {
         .map_err(db)?;
         Ok(done.rows_affected())
     }
+}
 
+impl Acks for Outbox<MySql> {
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        super::ack::expire(self, limit).await
+    }
+
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        super::ack::ack(self, message_id, destination).await
+    }
+}
+
+impl Wakeups for Outbox<MySql> {
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         if idle {
             sqlx::query(
@@ -454,15 +389,101 @@ impl RelayStore for Outbox<MySql> {
         Ok(())
     }
 
-    async fn expire_acks(&self, limit: usize) -> Result<u64> {
-        super::ack::expire(self, limit).await
-    }
-
-    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
-        super::ack::ack(self, message_id, destination).await
-    }
-
     async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
         Ok(None)
+    }
+}
+
+impl Outbox<MySql> {
+    async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, false).await?;
+        if kept.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(kept);
+        }
+        let mut qb =
+            QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
+        qb.push_bind(ms(lease) * 1000);
+        qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(" WHERE id IN ");
+        in_list(&mut qb, kept.iter().map(|m| m.id.0));
+        qb.build().execute(&mut *tx).await.map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        for m in &mut kept {
+            m.status = Status::Sending;
+            m.lease_owner = Some(owner.to_owned());
+        }
+        Ok(kept)
+    }
+
+    async fn claim_locked(
+        &self,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
+        if limit == 0 {
+            return Ok(None);
+        }
+        let (mut tx, kept, poison) = lock_candidates(self, limit, true).await?;
+        if !kept.is_empty() {
+            // MariaDB ends a transaction left idle longer than this, so a relay that vanishes
+            // without closing its connection loses the claim after `lease`. MySQL 8 has no such
+            // variable (its `wait_timeout` applies instead): the error is ignored there.
+            let secs = lease.as_secs().max(1);
+            if let Err(e) =
+                sqlx::query(&format!("SET SESSION idle_transaction_timeout = {secs}")).execute(&mut *tx).await
+            {
+                tracing::debug!(error = %e, "idle_transaction_timeout is not available");
+            }
+        }
+        if kept.is_empty() {
+            if poison.is_empty() {
+                tx.rollback().await.map_err(db)?;
+            } else {
+                tx.commit().await.map_err(db)?;
+            }
+            return Ok(None);
+        }
+        let ids = kept.iter().map(|m| m.id).collect();
+        Ok(Some((kept, MySqlLock { tx, ids })))
+    }
+
+    async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let mut tx = claim.tx;
+        let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
+        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &held }, s).await?;
+        // Back to the server's default before the connection returns to the pool, where the
+        // application's own transactions may use it.
+        let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
+    }
+
+    async fn settle_leased(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let all = s.ids();
+        if all.is_empty() {
+            return Ok(SettleReport::default());
+        }
+        let mut tx = begin_read_committed(self).await?;
+        let mut qb = QueryBuilder::<MySql>::new(
+            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
+        );
+        qb.push_bind(owner.to_owned());
+        qb.push(" AND id IN ");
+        in_list(&mut qb, all.iter().map(|i| i.0));
+        qb.push(" FOR UPDATE");
+        let owned: HashSet<i64> =
+            qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
+        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &owned }, s).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
     }
 }

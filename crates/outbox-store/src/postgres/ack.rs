@@ -56,7 +56,7 @@ const ACK_SQL: AckSql<Postgres> = AckSql {
     rows_affected: |r| r.rows_affected(),
 };
 
-/// [`crate::RelayStore::expire_acks`].
+/// [`crate::Acks::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u64> {
     if limit == 0 {
         return Ok(0);
@@ -109,7 +109,7 @@ pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u6
     Ok(done.rows_affected())
 }
 
-/// [`crate::RelayStore::ack`].
+/// [`crate::Acks::ack`].
 pub(super) async fn ack(
     outbox: &Outbox<Postgres>,
     message_id: MessageId,

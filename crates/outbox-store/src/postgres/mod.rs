@@ -14,7 +14,7 @@ use sqlx::{PgPool, Postgres, Row};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
-use crate::migrate::{plan, Migration, MigrationReport};
+use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::{impl_connection, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/postgres/`.
@@ -45,9 +45,6 @@ pub const MIGRATIONS: &[Migration] = &[
         sql: include_str!("../../migrations/postgres/0005_bounds.sql"),
     },
 ];
-
-/// Key of the advisory lock that serializes concurrent migrations ("outbox" in ASCII).
-const MIGRATION_LOCK: i64 = 0x6f75_7462_6f78;
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
@@ -157,29 +154,7 @@ macro_rules! message_columns {
 pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
 impl OutboxDatabase for Postgres {
-    async fn migrate(pool: &PgPool) -> Result<MigrationReport> {
-        let mut tx = pool.begin().await.map_err(db)?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        let from = version_on(&mut tx).await?;
-        let todo = plan(from, MIGRATIONS)?;
-        let mut applied = Vec::new();
-        for m in todo {
-            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| migration_error(m, e))?;
-            applied.push(m.version);
-        }
-        tx.commit().await.map_err(db)?;
-        let to = applied.last().copied().unwrap_or(from);
-        Ok(MigrationReport { from, to, applied })
-    }
-
-    async fn schema_version(pool: &PgPool) -> Result<i64> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        version_on(&mut conn).await
-    }
+    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
 
     fn enqueue<'a>(
         conn: &'a mut PgConnection,
@@ -206,25 +181,47 @@ impl OutboxDatabase for Postgres {
 mod ack;
 mod admin;
 mod relay;
+pub(crate) use relay::deliveries_locked;
+pub use relay::PgLock;
 
 impl_connection!(PgConnection, Postgres);
 
-fn migration_error(m: &Migration, e: sqlx::Error) -> Error {
-    Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
-}
-
-async fn version_on(conn: &mut PgConnection) -> Result<i64> {
-    let exists: bool = sqlx::query_scalar("SELECT to_regclass('outbox_schema_migrations') IS NOT NULL")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)?;
-    if !exists {
-        return Ok(0);
+/// The migrator of any [`Schema`] (the outbox's, the inbox's): one transaction holding the
+/// transaction-scoped advisory lock `schema.pg_lock`, so concurrent migrators serialize and DDL
+/// and version rows commit together.
+impl Migrator for Postgres {
+    async fn migrate_schema(
+        pool: &PgPool,
+        schema: &'static Schema,
+        migrations: &'static [Migration],
+    ) -> Result<MigrationReport> {
+        let db = schema.map_error;
+        let mut tx = pool.begin().await.map_err(db)?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(schema.pg_lock)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let from = Self::version_on(&mut tx, schema).await?;
+        let report = apply::<Postgres>(&mut tx, schema, from, migrations).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
     }
-    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_schema_migrations")
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)
+
+    async fn version_on(conn: &mut PgConnection, schema: &'static Schema) -> Result<i64> {
+        let table = schema.version_table;
+        let exists: bool = sqlx::query_scalar(&format!("SELECT to_regclass('{table}') IS NOT NULL"))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(schema.map_error)?;
+        if !exists {
+            return Ok(0);
+        }
+        sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(schema.map_error)
+    }
 }
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].

@@ -21,7 +21,9 @@ use crate::common::{decode_rows, log_poison, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
-use crate::relay::{AckOutcome, DeliveryState, LockedClaim, LockedTx, RelayStore, SettleReport, Settlement};
+use crate::relay::{
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+};
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
 
@@ -325,24 +327,139 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     .fetch_all(e)
     .await
     .map_err(db)?;
-    rows.iter()
-        .map(|r| {
-            let status: String = r.try_get("status").map_err(db)?;
-            let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
-            Ok(DeliveryState {
-                message_id: MessageId(r.try_get("message_id").map_err(db)?),
-                destination: r.try_get("destination").map_err(db)?,
-                status: crate::common::delivery_status(&status)?,
-                attempts: r.try_get("attempts").map_err(db)?,
-                wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
-                last_error: r.try_get("last_error").map_err(db)?,
-            })
-        })
-        .collect()
+    rows.iter().map(crate::common::delivery_state).collect()
 }
 
-impl RelayStore for Outbox<Postgres> {
-    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+/// The row locks of a locked claim on PostgreSQL: its open transaction and the messages it
+/// holds. Dropping it rolls the transaction back.
+pub struct PgLock {
+    tx: sqlx::Transaction<'static, Postgres>,
+    ids: Vec<MessageId>,
+}
+
+/// The per-destination rows of these messages, read through the claim's own transaction.
+pub(crate) async fn deliveries_locked(lock: &mut PgLock, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+    read_deliveries(&mut *lock.tx, ids).await
+}
+
+impl std::fmt::Debug for PgLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLock").field("messages", &self.ids.len()).finish()
+    }
+}
+
+impl Claims for Outbox<Postgres> {
+    type Lock = PgLock;
+
+    async fn claim_with(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Claimed<PgLock>> {
+        Ok(match mode {
+            ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
+            ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, lease).await?),
+        })
+    }
+
+    async fn deliveries_held(
+        &self,
+        hold: &mut Hold<PgLock>,
+        ids: &[MessageId],
+    ) -> Result<Vec<DeliveryState>> {
+        match hold {
+            Hold::Lease => read_deliveries(self.pool(), ids).await,
+            Hold::Lock(lock) => deliveries_locked(lock, ids).await,
+        }
+    }
+
+    async fn settle_held(&self, hold: Hold<PgLock>, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        match hold {
+            Hold::Lease => self.settle_leased(owner, s).await,
+            Hold::Lock(lock) => self.settle_locked(lock, owner, s).await,
+        }
+    }
+
+    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox_message SET lease_until = now() + $3 * interval '1 millisecond', \
+             next_attempt_at = now() + $3 * interval '1 millisecond' \
+             WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2",
+        )
+        .bind(raw_ids(ids))
+        .bind(owner)
+        .bind(ms(lease))
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn release(&self, owner: &str) -> Result<u64> {
+        let done = sqlx::query(
+            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
+             next_attempt_at = now(), updated_at = now(), updated_by = $1 \
+             WHERE status = 'sending' AND lease_owner = $1",
+        )
+        .bind(owner)
+        .execute(self.pool())
+        .await
+        .map_err(db)?;
+        Ok(done.rows_affected())
+    }
+}
+
+impl Acks for Outbox<Postgres> {
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        super::ack::expire(self, limit).await
+    }
+
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        super::ack::ack(self, message_id, destination).await
+    }
+}
+
+impl Wakeups for Outbox<Postgres> {
+    async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        let q = if idle {
+            sqlx::query(
+                "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
+                 ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
+            )
+            .bind(owner)
+            .bind(ms(ttl))
+        } else {
+            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = $1").bind(owner)
+        };
+        q.execute(self.pool()).await.map_err(db)?;
+        Ok(())
+    }
+
+    async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+        let mut listener = PgListener::connect_with(self.pool()).await.map_err(db)?;
+        listener.listen(CHANNEL).await.map_err(db)?;
+        Ok(Some(tokio::spawn(async move {
+            loop {
+                match listener.recv().await {
+                    Ok(_) => signal.wake(),
+                    Err(e) => {
+                        // PgListener reconnects on the next recv; notifications sent meanwhile
+                        // are lost, which the scan covers. Wake once so nothing waits a full
+                        // idle period after a reconnect.
+                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                        signal.wake();
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                }
+            }
+        })))
+    }
+}
+
+impl Outbox<Postgres> {
+    async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
         let (limit, window) = claim_sizes(limit);
         let rows = sqlx::query(CLAIM)
             .bind(limit)
@@ -363,16 +480,12 @@ impl RelayStore for Outbox<Postgres> {
         Ok(out)
     }
 
-    fn locks_claims(&self) -> bool {
-        true
-    }
-
     async fn claim_locked(
         &self,
         owner: &str,
         limit: usize,
         lease: Duration,
-    ) -> Result<Option<(Vec<OutboxMessage>, LockedClaim)>> {
+    ) -> Result<Option<(Vec<OutboxMessage>, PgLock)>> {
         let (limit, window) = claim_sizes(limit);
         // A relay that vanishes without closing its connection loses the claim after `lease`.
         let conn = self.pool().acquire().await.map_err(db)?;
@@ -425,15 +538,11 @@ impl RelayStore for Outbox<Postgres> {
         }
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();
-        Ok(Some((out, LockedClaim { tx: LockedTx::Postgres(tx), ids })))
+        Ok(Some((out, PgLock { tx, ids })))
     }
 
-    async fn settle_locked(&self, claim: LockedClaim, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        #[allow(unreachable_patterns)]
-        let mut tx = match claim.tx {
-            LockedTx::Postgres(tx) => tx,
-            _ => return Err(outbox_core::Error::Config("a locked claim of another database".into())),
-        };
+    async fn settle_locked(&self, claim: PgLock, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let mut tx = claim.tx;
         let held: Vec<i64> = raw_ids(&claim.ids);
         let w = PgWrites { owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
         let report = settle_isolated(&mut *tx, &w, s).await?;
@@ -441,23 +550,7 @@ impl RelayStore for Outbox<Postgres> {
         Ok(report)
     }
 
-    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-        read_deliveries(self.pool(), ids).await
-    }
-
-    async fn deliveries_locked(
-        &self,
-        claim: &mut LockedClaim,
-        ids: &[MessageId],
-    ) -> Result<Vec<DeliveryState>> {
-        #[allow(unreachable_patterns)]
-        match &mut claim.tx {
-            LockedTx::Postgres(tx) => read_deliveries(&mut **tx, ids).await,
-            _ => Err(outbox_core::Error::Config("a locked claim of another database".into())),
-        }
-    }
-
-    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+    async fn settle_leased(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
         if s.messages.is_empty() && s.deliveries.is_empty() {
             // The common case: one statement, no transaction round trips. Should it fail for
             // another reason than the connection, the general path below isolates the row.
@@ -482,79 +575,6 @@ impl RelayStore for Outbox<Postgres> {
         Ok(report)
     }
 
-    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
-        let done = sqlx::query(
-            "UPDATE outbox_message SET lease_until = now() + $3 * interval '1 millisecond', \
-             next_attempt_at = now() + $3 * interval '1 millisecond' \
-             WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2",
-        )
-        .bind(raw_ids(ids))
-        .bind(owner)
-        .bind(ms(lease))
-        .execute(self.pool())
-        .await
-        .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-
-    async fn release(&self, owner: &str) -> Result<u64> {
-        let done = sqlx::query(
-            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
-             next_attempt_at = now(), updated_at = now(), updated_by = $1 \
-             WHERE status = 'sending' AND lease_owner = $1",
-        )
-        .bind(owner)
-        .execute(self.pool())
-        .await
-        .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-
-    async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
-        let q = if idle {
-            sqlx::query(
-                "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
-                 ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
-            )
-            .bind(owner)
-            .bind(ms(ttl))
-        } else {
-            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = $1").bind(owner)
-        };
-        q.execute(self.pool()).await.map_err(db)?;
-        Ok(())
-    }
-
-    async fn expire_acks(&self, limit: usize) -> Result<u64> {
-        super::ack::expire(self, limit).await
-    }
-
-    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
-        super::ack::ack(self, message_id, destination).await
-    }
-
-    async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
-        let mut listener = PgListener::connect_with(self.pool()).await.map_err(db)?;
-        listener.listen(CHANNEL).await.map_err(db)?;
-        Ok(Some(tokio::spawn(async move {
-            loop {
-                match listener.recv().await {
-                    Ok(_) => signal.wake(),
-                    Err(e) => {
-                        // PgListener reconnects on the next recv; notifications sent meanwhile
-                        // are lost, which the scan covers. Wake once so nothing waits a full
-                        // idle period after a reconnect.
-                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                        signal.wake();
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
-                }
-            }
-        })))
-    }
-}
-
-impl Outbox<Postgres> {
     async fn not_owned(&self, owner: &str, ids: &[MessageId]) -> Result<Vec<MessageId>> {
         let owned_sent: Vec<i64> = sqlx::query_scalar(
             "SELECT id FROM outbox_message WHERE id = ANY($1) AND status = 'sent' AND updated_by = $2",

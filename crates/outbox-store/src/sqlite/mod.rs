@@ -14,7 +14,7 @@ use sqlx::{Connection, Row, Sqlite, SqlitePool};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
-use crate::migrate::{plan, Migration, MigrationReport};
+use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::{impl_connection, OutboxDatabase};
 
 /// The shipped migrations, from `migrations/sqlite/`.
@@ -74,27 +74,7 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
 }
 
 impl OutboxDatabase for Sqlite {
-    async fn migrate(pool: &SqlitePool) -> Result<MigrationReport> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        // BEGIN IMMEDIATE takes the write lock at once: concurrent migrators serialize here.
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-        let from = version_on(&mut tx).await?;
-        let mut applied = Vec::new();
-        for m in plan(from, MIGRATIONS)? {
-            sqlx::Executor::execute(&mut *tx, m.sql).await.map_err(|e| {
-                Error::Database(format!("migration {} ({}) failed: {e}", m.version, m.description).into())
-            })?;
-            applied.push(m.version);
-        }
-        tx.commit().await.map_err(db)?;
-        let to = applied.last().copied().unwrap_or(from);
-        Ok(MigrationReport { from, to, applied })
-    }
-
-    async fn schema_version(pool: &SqlitePool) -> Result<i64> {
-        let mut conn = pool.acquire().await.map_err(db)?;
-        version_on(&mut conn).await
-    }
+    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
 
     fn enqueue<'a>(
         conn: &'a mut SqliteConnection,
@@ -123,20 +103,39 @@ mod relay;
 
 impl_connection!(SqliteConnection, Sqlite);
 
-async fn version_on(conn: &mut SqliteConnection) -> Result<i64> {
-    let exists: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'outbox_schema_migrations'",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(db)?;
-    if exists == 0 {
-        return Ok(0);
+/// The migrator of any [`Schema`] (the outbox's, the inbox's): one `BEGIN IMMEDIATE`
+/// transaction, which takes the write lock at once, so concurrent migrators serialize.
+impl Migrator for Sqlite {
+    async fn migrate_schema(
+        pool: &SqlitePool,
+        schema: &'static Schema,
+        migrations: &'static [Migration],
+    ) -> Result<MigrationReport> {
+        let db = schema.map_error;
+        let mut conn = pool.acquire().await.map_err(db)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let from = Self::version_on(&mut tx, schema).await?;
+        let report = apply::<Sqlite>(&mut tx, schema, from, migrations).await?;
+        tx.commit().await.map_err(db)?;
+        Ok(report)
     }
-    sqlx::query_scalar("SELECT COALESCE(MAX(version), 0) FROM outbox_schema_migrations")
+
+    async fn version_on(conn: &mut SqliteConnection, schema: &'static Schema) -> Result<i64> {
+        let table = schema.version_table;
+        let exists: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
+        ))
         .fetch_one(&mut *conn)
         .await
-        .map_err(db)
+        .map_err(schema.map_error)?;
+        if exists == 0 {
+            return Ok(0);
+        }
+        sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(schema.map_error)
+    }
 }
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].

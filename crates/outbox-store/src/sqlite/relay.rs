@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{MessageId, OutboxMessage, Result};
+use outbox_core::{MessageId, Result};
 use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
@@ -15,7 +15,10 @@ use crate::common::{decode_rows, log_poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
-use crate::relay::{AckOutcome, DeliveryState, RelayStore, SettleReport, Settlement};
+use crate::relay::{
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, NoLocks, SettleReport, Settlement,
+    Wakeups,
+};
 use crate::signal::CommitSignal;
 use sqlx::sqlite::SqliteConnection;
 
@@ -243,8 +246,18 @@ async fn fail_one(conn: &mut SqliteConnection, owner: &str, id: i64, reason: &st
     Ok(done.rows_affected())
 }
 
-impl RelayStore for Outbox<Sqlite> {
-    async fn claim(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+/// SQLite leases every claim: holding its single writer lock for the length of a publish would
+/// block every business transaction, so its [`Claims::Lock`] is [`NoLocks`].
+impl Claims for Outbox<Sqlite> {
+    type Lock = NoLocks;
+
+    async fn claim_with(
+        &self,
+        _mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Claimed<NoLocks>> {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let rows = sqlx::query(CLAIM)
             .bind(owner)
@@ -265,10 +278,17 @@ impl RelayStore for Outbox<Sqlite> {
             }
         }
         out.sort_by_key(|m| m.id);
-        Ok(out)
+        Ok(Claimed::leased(out))
     }
 
-    async fn deliveries(&self, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
+    async fn deliveries_held(
+        &self,
+        hold: &mut Hold<NoLocks>,
+        ids: &[MessageId],
+    ) -> Result<Vec<DeliveryState>> {
+        if let Hold::Lock(never) = hold {
+            match *never {}
+        }
         if ids.is_empty() {
             return Ok(Vec::new());
         }
@@ -279,23 +299,13 @@ impl RelayStore for Outbox<Sqlite> {
         ));
         in_list(&mut qb, ids.iter().map(|i| i.0));
         let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
-        rows.iter()
-            .map(|r| {
-                let status: String = r.try_get("status").map_err(db)?;
-                let wait_ms: i64 = r.try_get("wait_ms").map_err(db)?;
-                Ok(DeliveryState {
-                    message_id: MessageId(r.try_get("message_id").map_err(db)?),
-                    destination: r.try_get("destination").map_err(db)?,
-                    status: crate::common::delivery_status(&status)?,
-                    attempts: r.try_get("attempts").map_err(db)?,
-                    wait: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
-                    last_error: r.try_get("last_error").map_err(db)?,
-                })
-            })
-            .collect()
+        rows.iter().map(crate::common::delivery_state).collect()
     }
 
-    async fn settle(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+    async fn settle_held(&self, hold: Hold<NoLocks>, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        if let Hold::Lock(never) = hold {
+            match never {}
+        }
         let all = s.ids();
         if all.is_empty() {
             return Ok(SettleReport::default());
@@ -348,12 +358,9 @@ impl RelayStore for Outbox<Sqlite> {
         .map_err(db)?;
         Ok(done.rows_affected())
     }
+}
 
-    async fn set_idle(&self, _owner: &str, _idle: bool, _ttl: Duration) -> Result<()> {
-        // No push channel: an embedded relay is woken by the in-process commit signal.
-        Ok(())
-    }
-
+impl Acks for Outbox<Sqlite> {
     async fn expire_acks(&self, limit: usize) -> Result<u64> {
         if limit == 0 {
             return Ok(0);
@@ -430,6 +437,13 @@ impl RelayStore for Outbox<Sqlite> {
         let outcome = record_ack::<Sqlite>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
         tx.commit().await.map_err(db)?;
         Ok(outcome)
+    }
+}
+
+impl Wakeups for Outbox<Sqlite> {
+    async fn set_idle(&self, _owner: &str, _idle: bool, _ttl: Duration) -> Result<()> {
+        // No push channel: an embedded relay is woken by the in-process commit signal.
+        Ok(())
     }
 
     async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {

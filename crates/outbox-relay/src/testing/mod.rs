@@ -1,12 +1,18 @@
-//! An in-process transport for tests of the relay's logic: records what it was given and can be
-//! told to fail, be down, hang or be slow. Not for production; real transports are tested
-//! against real brokers.
+//! Test doubles for tests of the relay's logic: [`TestTransport`], an in-process transport that
+//! records what it was given and can be told to fail, be down, hang or be slow, and
+//! [`MemoryStore`], an in-memory store on tokio's clock (for tests with a paused clock). Not
+//! for production; real transports and stores are tested against real brokers and databases.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use outbox_core::{Envelope, MessageId, Outcome, Transport};
+
+mod memory;
+pub use memory::MemoryStore;
 
 /// One envelope the transport received, with the outcome it returned.
 #[derive(Debug, Clone)]

@@ -1,0 +1,273 @@
+//! The relay engine's timing rules on the in-memory store with tokio's paused clock: retry
+//! schedules, exhaustion, the breaker, the publish timeout, lease take-over, per-key order
+//! under failures, and the pause after a refused settlement. Time is virtual: a test that
+//! waits "ten seconds" takes none, and the figures asserted are exact, whatever the load of
+//! the machine. The same rules are tested against the real databases in `relay.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_core::{NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
+use outbox_relay::testing::{MemoryStore, TestTransport};
+use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_store::Claims;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The scan period of the relays here: a message due at `t` is published by `t + SCAN`.
+const SCAN: Duration = Duration::from_millis(100);
+
+fn config(owner: &str) -> RelayConfig {
+    RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: SCAN,
+        publish_timeout: Duration::from_secs(2),
+        lock_claims: false,
+        ..RelayConfig::default()
+    }
+}
+
+fn policy(max_attempts: u32, initial: Duration) -> RetryPolicy {
+    RetryPolicy { max_attempts, initial, max_delay: Duration::from_secs(60), multiplier: 2.0, jitter: 0.0 }
+}
+
+#[derive(Debug, Default)]
+struct Alerts(Mutex<Vec<(i64, String)>>);
+
+#[async_trait::async_trait]
+impl AlertHook for Alerts {
+    async fn message_failed(&self, m: &OutboxMessage, reason: &str) {
+        self.0.lock().unwrap().push((m.id.0, reason.to_owned()));
+    }
+}
+
+struct Running {
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+    }
+}
+
+fn start(store: &MemoryStore, t: &TestTransport, retry: RetryPolicy, alerts: Arc<Alerts>) -> Running {
+    let relay = Relay::builder(store)
+        .config(config("r1"))
+        .destination(Destination::new("broker", Arc::new(t.clone())).retry(retry).breaker(BreakerConfig {
+            failure_threshold: 3,
+            cooldown: Duration::from_secs(1),
+            max_cooldown: Duration::from_secs(8),
+        }))
+        .route(Route::new("#", ["broker"]))
+        .alert(alerts)
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    Running { stop, task }
+}
+
+/// Waits in virtual time for `cond`, at most ten virtual minutes.
+async fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+fn status(store: &MemoryStore, id: outbox_core::MessageId) -> Status {
+    store.get(id).unwrap().status
+}
+
+#[tokio::test(start_paused = true)]
+async fn retries_wait_exactly_the_policys_backoff() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    t.fail_message(id, 3, Outcome::retryable("broker busy"));
+    until("delivered", || status(&store, id) == Status::Sent).await;
+
+    let at: Vec<Instant> = t.received().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 4, "three failures, then the delivery");
+    // 1 s, 2 s, 4 s after each failure (no jitter), each found by the next scan.
+    for (i, nominal) in [1, 2, 4].into_iter().map(Duration::from_secs).enumerate() {
+        let gap = at[i + 1] - at[i];
+        assert!(
+            gap >= nominal && gap <= nominal + SCAN * 2,
+            "retry {} after {gap:?}, policy says {nominal:?}",
+            i + 1
+        );
+    }
+    let m = store.get(id).unwrap();
+    assert_eq!(m.attempts, 3, "the failed attempts are counted");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn exhausted_attempts_fail_the_message_once_with_an_alert() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let alerts = Arc::new(Alerts::default());
+    let running = start(&store, &t, policy(3, Duration::from_millis(200)), alerts.clone());
+    let bad = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let good = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    t.fail_message(bad, 1_000, Outcome::retryable("broker busy"));
+    until("failed", || status(&store, bad) == Status::Failed).await;
+    assert_eq!(status(&store, good), Status::Sent, "the other message is not held up");
+
+    // A virtual hour later: no further attempt, one alert.
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(t.attempts(bad), 3, "max_attempts = 3");
+    let m = store.get(bad).unwrap();
+    assert_eq!((m.status, m.attempts), (Status::Failed, 3));
+    assert!(m.last_error.as_deref().unwrap_or("").contains("broker busy"), "{:?}", m.last_error);
+    let alerts = alerts.0.lock().unwrap().clone();
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0].0, bad.0);
+    assert!(alerts[0].1.contains("broker busy"), "{alerts:?}");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_refusal_fails_at_once() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let alerts = Arc::new(Alerts::default());
+    let running = start(&store, &t, policy(10, Duration::from_secs(1)), alerts.clone());
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    t.fail_message(id, 1, Outcome::permanent("schema rejected"));
+    until("failed", || status(&store, id) == Status::Failed).await;
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(t.attempts(id), 1, "a permanent error is not retried");
+    assert_eq!(alerts.0.lock().unwrap().len(), 1);
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_destination_that_is_down_is_probed_not_hammered() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    t.set_down(true);
+    let running = start(&store, &t, policy(1_000, Duration::from_millis(100)), Arc::default());
+    let ids: Vec<_> =
+        (0..20).map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}"))).unwrap()).collect();
+
+    // One virtual minute down: after the breaker opens (3 unavailable publishes), one probe
+    // per cool-down (1, 2, 4, then 8 s), not 20 messages every 100 ms.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let publishes = t.received().len();
+    assert!(publishes <= 3 * 20 + 12, "{publishes} envelopes offered to a destination that is down");
+    let before = t.received().len();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let in_a_minute = t.received().len() - before;
+    assert!(in_a_minute <= 8, "{in_a_minute} envelopes in a minute with the breaker open");
+    assert!(ids.iter().all(|id| status(&store, *id) == Status::Pending), "nothing fails while it is down");
+
+    t.set_down(false);
+    until("all delivered", || ids.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_publish_that_never_answers_times_out_and_is_retried() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    t.set_hang(true);
+    let running = start(&store, &t, policy(10, Duration::from_millis(500)), Arc::default());
+    let start_at = Instant::now();
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    until("the publish timed out", || store.get(id).unwrap().last_error.is_some()).await;
+    let waited = Instant::now() - start_at;
+    assert!(
+        waited >= Duration::from_secs(2) && waited <= Duration::from_secs(2) + SCAN * 2,
+        "timed out after {waited:?}, publish_timeout is 2 s"
+    );
+    assert_eq!(status(&store, id), Status::Pending, "retried later, not failed");
+    t.set_hang(false);
+    until("delivered", || status(&store, id) == Status::Sent).await;
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_relays_lease_is_taken_over_when_it_expires() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let claimed_at = Instant::now();
+    // A relay claims it for 5 s and dies.
+    let ghost = store.claim("ghost", 10, Duration::from_secs(5)).await.unwrap();
+    assert_eq!(ghost.len(), 1);
+    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    until("delivered", || status(&store, id) == Status::Sent).await;
+    let at = t.received()[0].at;
+    assert!(at - claimed_at >= Duration::from_secs(5), "published {:?} after the claim", at - claimed_at);
+    assert!(at - claimed_at <= Duration::from_secs(5) + SCAN * 2, "taken over late: {:?}", at - claimed_at);
+    assert_eq!(store.get(id).unwrap().updated_by.as_deref(), Some("r1"));
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_keys_messages_keep_their_order_through_retries() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let running = start(&store, &t, policy(10, Duration::from_millis(300)), Arc::default());
+    let keyed: Vec<_> = (0..5)
+        .map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}")).key("order-7")).unwrap())
+        .collect();
+    let other = store.enqueue(&NewMessage::new("orders", "x").key("order-8")).unwrap();
+    t.fail_message(keyed[0], 2, Outcome::retryable("busy"));
+    t.fail_message(keyed[2], 1, Outcome::unavailable("gone"));
+    until("all delivered", || keyed.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+
+    let delivered: Vec<_> = t.delivered().iter().map(|e| e.id).filter(|id| keyed.contains(id)).collect();
+    assert_eq!(delivered, keyed, "once each, in id order");
+    let first_of_key = t.received().iter().position(|r| keyed.contains(&r.envelope.id)).unwrap();
+    let other_at = t.received().iter().position(|r| r.envelope.id == other).unwrap();
+    assert!(other_at <= first_of_key + 1, "another key is not held up by this key's retries");
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_settlement_pauses_claims_and_publishes_again_only_after_the_lease() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    // The batch's write is refused five times: the relay's five tries of one settlement.
+    store.refuse_settlements(5);
+    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    let start_at = Instant::now();
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    until("delivered", || status(&store, id) == Status::Sent).await;
+
+    let at: Vec<Instant> = t.received().iter().map(|r| r.at).collect();
+    assert_eq!(at.len(), 2, "published again once, after its lease; not in a loop");
+    let lease = config("r1").lease;
+    assert!(at[1] - start_at >= lease, "published again {:?} after the first claim", at[1] - start_at);
+    assert!(store.settlements() <= 7, "{} settlements", store.settlements());
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_store_that_refuses_claims_is_retried_with_backoff() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    store.refuse_claims(6);
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let start_at = Instant::now();
+    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    // Refused at 0, 0.1, 0.3, 0.7, 1.5 and 3.1 s (100 ms doubling); the next claim at 6.3 s.
+    tokio::time::sleep(Duration::from_millis(6200)).await;
+    assert_eq!(store.claims(), 6, "a refusing store is not asked in a tight loop");
+    assert!(t.received().is_empty());
+    until("delivered", || status(&store, id) == Status::Sent).await;
+    let waited = t.received()[0].at - start_at;
+    assert!(waited >= Duration::from_millis(6300), "delivered {waited:?} after six refused claims");
+    running.stop().await;
+}

@@ -1,0 +1,224 @@
+//! What the relay needs from a store, as capabilities a store implements:
+//!
+//! - [`Claims`]: claim due messages, read their per-destination state, settle outcomes, extend
+//!   and release leases. Every store. A claim holds its messages either by a lease written in
+//!   the rows or, where the database can, by row locks in an open transaction: the store's own
+//!   [`Claims::Lock`] type, so a claim can only ever be settled by the kind of store that made
+//!   it, and a store that cannot lock has no lock value at all ([`NoLocks`]).
+//! - [`Acks`]: ACK mode (a consumer's confirmation, overdue ACKs published again).
+//! - [`Wakeups`]: push wake-ups between relays and writers (PostgreSQL `LISTEN`/`NOTIFY`).
+//! - [`RelayStore`]: all three, which is what the relay engine runs on.
+//!
+//! Admin queries are the separate [`MessageAdmin`](crate::MessageAdmin).
+//!
+//! Every time is computed with the database clock (`now()`): the relay passes durations, never
+//! instants, so relays on machines with skewed clocks still agree on leases and schedules.
+
+use std::future::Future;
+use std::time::Duration;
+
+use outbox_core::{MessageId, OutboxMessage, Result, Status};
+
+use crate::signal::CommitSignal;
+
+mod isolate;
+mod settlement;
+
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
+pub(crate) use isolate::{settle_isolated, SettleWrites};
+pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
+
+/// What an ACK did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckOutcome {
+    /// The delivery was awaiting its ACK and is now `acked`. `message_done` is true when this
+    /// was the message's last open delivery, so the message itself became `acked`.
+    Acked {
+        /// The message became `acked` too.
+        message_done: bool,
+    },
+    /// It was acked before: nothing changed (an ACK is idempotent).
+    AlreadyAcked,
+    /// The delivery exists but is not awaiting an ACK (still pending, failed, ...).
+    NotAwaiting {
+        /// Its current status.
+        status: Status,
+    },
+    /// No such delivery.
+    Unknown,
+}
+
+/// How a relay asks to hold what it claims.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimMode {
+    /// A lease written in the rows (`sending`, `lease_owner`, `lease_until`): two writes per
+    /// message, works everywhere.
+    Lease,
+    /// Row locks (`FOR UPDATE SKIP LOCKED`) kept in an open transaction until the settlement
+    /// commits: one write per message. A store that cannot lock claims (its [`Claims::Lock`]
+    /// is [`NoLocks`]: SQLite, whose single writer lock would block every business
+    /// transaction for the length of a publish) leases instead.
+    Lock,
+}
+
+/// How a claim holds its messages until it is settled.
+#[derive(Debug)]
+pub enum Hold<L> {
+    /// By a lease in the rows (or nothing was claimed).
+    Lease,
+    /// By row locks in the store's open transaction. Dropping it rolls the transaction back:
+    /// the messages stay `pending`, due at once, untouched (nothing was written for them).
+    Lock(L),
+}
+
+/// What a claim returns: the messages, in id order, and how they are held.
+#[derive(Debug)]
+pub struct Claimed<L> {
+    /// The claimed messages, in id order.
+    pub messages: Vec<OutboxMessage>,
+    /// The lease or the row locks that hold them until [`Claims::settle_held`].
+    pub hold: Hold<L>,
+}
+
+impl<L> Claimed<L> {
+    /// Messages held by a lease.
+    pub fn leased(messages: Vec<OutboxMessage>) -> Self {
+        Claimed { messages, hold: Hold::Lease }
+    }
+
+    /// Messages held by `lock`, or nothing claimed (`None`).
+    pub fn locked(claim: Option<(Vec<OutboxMessage>, L)>) -> Self {
+        match claim {
+            Some((messages, lock)) => Claimed { messages, hold: Hold::Lock(lock) },
+            None => Claimed::leased(Vec::new()),
+        }
+    }
+}
+
+/// The [`Claims::Lock`] of a store that cannot lock claims: a type with no values, so no
+/// locked claim of such a store can exist, and the compiler knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoLocks {}
+
+/// Claiming and settling: what every store does for the relay.
+pub trait Claims: Clone + Send + Sync + 'static {
+    /// Row locks a locked claim holds in an open transaction until it is settled: the store's
+    /// own transaction type, or [`NoLocks`] where the store cannot lock claims.
+    type Lock: Send + 'static;
+
+    /// Claims up to `limit` due messages for `owner`: `pending` rows whose `next_attempt_at`
+    /// has come, and `sending` rows whose lease expired. A message with a key is claimed only
+    /// if every older open message with that key is claimed with it (per-key order). Returned
+    /// in id order.
+    ///
+    /// With [`ClaimMode::Lease`] the messages are leased for `lease` (`sending`). With
+    /// [`ClaimMode::Lock`], where the store can, they stay `pending` but locked in an open
+    /// transaction returned in [`Claimed::hold`], until [`Claims::settle_held`] writes the
+    /// outcomes and commits: other relays skip the locked rows, and their per-key check still
+    /// sees them open, so per-key order holds as with leases. A relay that dies mid-publish
+    /// loses its connection and the database rolls back at once. One that vanishes without
+    /// closing its connection (host frozen, network partition) is cut off by the database
+    /// after `lease` of idleness inside the transaction (PostgreSQL
+    /// `idle_in_transaction_session_timeout`, MariaDB `idle_transaction_timeout`), so its rows
+    /// are free again after `lease`, as with a lease. No transaction is kept when nothing was
+    /// claimed.
+    fn claim_with(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+
+    /// The per-destination rows of these messages, read through the claim's own transaction
+    /// when it holds one (a batch never waits for a second pooled connection while it holds
+    /// one).
+    fn deliveries_held(
+        &self,
+        hold: &mut Hold<Self::Lock>,
+        ids: &[MessageId],
+    ) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send;
+
+    /// Applies a settlement atomically to the messages `owner` still holds (its lease, or the
+    /// claim's locks, then committed). Messages of a locked claim that the settlement does not
+    /// mention stay `pending`, untouched.
+    fn settle_held(
+        &self,
+        hold: Hold<Self::Lock>,
+        owner: &str,
+        settlement: &Settlement,
+    ) -> impl Future<Output = Result<SettleReport>> + Send;
+
+    /// Extends the lease of messages `owner` holds (long publishes).
+    fn extend(
+        &self,
+        owner: &str,
+        ids: &[MessageId],
+        lease: Duration,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Returns every message `owner` leases to `pending`, due now (graceful shutdown).
+    fn release(&self, owner: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// [`Claims::claim_with`] a lease: the claimed messages.
+    fn claim(
+        &self,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Vec<OutboxMessage>>> + Send {
+        async move { Ok(self.claim_with(ClaimMode::Lease, owner, limit, lease).await?.messages) }
+    }
+
+    /// The per-destination rows of these messages.
+    fn deliveries(&self, ids: &[MessageId]) -> impl Future<Output = Result<Vec<DeliveryState>>> + Send {
+        async move { self.deliveries_held(&mut Hold::Lease, ids).await }
+    }
+
+    /// Applies a settlement atomically, for the messages `owner` still leases.
+    fn settle(
+        &self,
+        owner: &str,
+        settlement: &Settlement,
+    ) -> impl Future<Output = Result<SettleReport>> + Send {
+        self.settle_held(Hold::Lease, owner, settlement)
+    }
+}
+
+/// ACK mode: the consumer confirms a delivery, and one not confirmed in time is published
+/// again with the same id.
+pub trait Acks: Clone + Send + Sync + 'static {
+    /// Deliveries `sent` whose `ack_deadline` has passed go back to `pending` (attempts + 1,
+    /// due now) and so do their messages (from `sent`), so the next claim publishes them
+    /// again with the same id. At most `limit` deliveries per call. Returns how many expired.
+    fn expire_acks(&self, limit: usize) -> impl Future<Output = Result<u64>> + Send;
+
+    /// The consumer confirmed `message_id` at `destination` (the caller has verified the
+    /// token). Idempotent.
+    fn ack(
+        &self,
+        message_id: MessageId,
+        destination: &str,
+    ) -> impl Future<Output = Result<AckOutcome>> + Send;
+}
+
+/// Push wake-ups: writers wake idle relays at once instead of at the next scan.
+pub trait Wakeups: Clone + Send + Sync + 'static {
+    /// Tells writers whether `owner` is idle, so that they push a wake-up (PostgreSQL `NOTIFY`
+    /// only while some relay is idle).
+    fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+
+    /// Starts forwarding the store's push notifications (PostgreSQL `LISTEN`) to `signal`.
+    /// Returns `None` where the store has no push channel (polling and the in-process signal
+    /// remain).
+    fn listen(
+        &self,
+        signal: CommitSignal,
+    ) -> impl Future<Output = Result<Option<tokio::task::JoinHandle<()>>>> + Send;
+}
+
+/// Everything the relay engine runs on: [`Claims`], [`Acks`] and [`Wakeups`]. Implemented
+/// for every store that has the three (`Outbox<Postgres | MySql | Sqlite>`, `AnyOutbox`).
+pub trait RelayStore: Claims + Acks + Wakeups {}
+
+impl<S: Claims + Acks + Wakeups> RelayStore for S {}
