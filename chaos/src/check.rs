@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use crate::combo::Dialect;
+use crate::db::{on_pool, Db};
 
 /// One consumer record: message id, key, seq, broker position, receive order.
 type Rec = (i64, i32, i64, Option<i64>, i64);
@@ -41,47 +41,24 @@ pub(crate) struct Snapshot {
 
 impl Snapshot {
     /// Reads the run's tables.
-    pub(crate) async fn load(dialect: Dialect, url: &str) -> anyhow::Result<Snapshot> {
-        let mut s = Snapshot::default();
-        match dialect {
-            Dialect::Pg => {
-                let pool = sqlx::PgPool::connect(url).await?;
-                s.ledger = sqlx::query_as("SELECT msg_id, k, seq FROM chaos_ledger").fetch_all(&pool).await?;
-                let rb: Vec<(i64,)> =
-                    sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
-                s.rolled_back = rb.into_iter().map(|r| r.0).collect();
-                let ob: Vec<(i64, String, Option<String>)> =
-                    sqlx::query_as("SELECT id, status, last_error FROM outbox_message")
-                        .fetch_all(&pool)
-                        .await?;
-                s.outbox = ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect();
-                s.raw =
-                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
-                s.effect = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect")
-                    .fetch_all(&pool)
-                    .await?;
-                pool.close().await;
+    pub(crate) async fn load(url: &str) -> anyhow::Result<Snapshot> {
+        let db = Db::connect(url).await?;
+        let outbox_rows = db.dialect().pick(
+            "SELECT id, status, last_error FROM outbox_message",
+            "SELECT id, CAST(status AS CHAR), CAST(last_error AS CHAR) FROM outbox_message",
+        );
+        let s = on_pool!(&db, pool => {
+            let rb: Vec<(i64,)> = sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(pool).await?;
+            let ob: Vec<(i64, String, Option<String>)> = sqlx::query_as(outbox_rows).fetch_all(pool).await?;
+            Snapshot {
+                ledger: sqlx::query_as("SELECT msg_id, k, seq FROM chaos_ledger").fetch_all(pool).await?,
+                rolled_back: rb.into_iter().map(|r| r.0).collect(),
+                outbox: ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect(),
+                raw: sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(pool).await?,
+                effect: sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect").fetch_all(pool).await?,
             }
-            Dialect::My => {
-                let pool = sqlx::MySqlPool::connect(url).await?;
-                s.ledger = sqlx::query_as("SELECT msg_id, k, seq FROM chaos_ledger").fetch_all(&pool).await?;
-                let rb: Vec<(i64,)> =
-                    sqlx::query_as("SELECT msg_id FROM chaos_rolledback").fetch_all(&pool).await?;
-                s.rolled_back = rb.into_iter().map(|r| r.0).collect();
-                let ob: Vec<(i64, String, Option<String>)> = sqlx::query_as(
-                    "SELECT id, CAST(status AS CHAR), CAST(last_error AS CHAR) FROM outbox_message",
-                )
-                .fetch_all(&pool)
-                .await?;
-                s.outbox = ob.into_iter().map(|(id, st, e)| (id, (st, e))).collect();
-                s.raw =
-                    sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_raw").fetch_all(&pool).await?;
-                s.effect = sqlx::query_as("SELECT msg_id, k, seq, pos, n FROM chaos_effect")
-                    .fetch_all(&pool)
-                    .await?;
-                pool.close().await;
-            }
-        }
+        });
+        db.close().await;
         Ok(s)
     }
 }

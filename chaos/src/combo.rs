@@ -5,7 +5,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{Connection, Executor};
+
+use crate::db::{on_pool, Db};
 
 /// Which database.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,6 +16,41 @@ pub(crate) enum Dialect {
     Pg,
     /// MariaDB / MySQL.
     My,
+}
+
+impl Dialect {
+    /// The dialect of a database URL: `postgres…` is PostgreSQL, anything else MariaDB.
+    pub(crate) fn of_url(url: &str) -> Dialect {
+        if url.starts_with("postgres") {
+            Dialect::Pg
+        } else {
+            Dialect::My
+        }
+    }
+
+    /// `pg` on PostgreSQL, `my` on MariaDB.
+    pub(crate) fn pick<T>(self, pg: T, my: T) -> T {
+        match self {
+            Dialect::Pg => pg,
+            Dialect::My => my,
+        }
+    }
+
+    /// `statement`, written with `?` placeholders, as this dialect wants it: PostgreSQL numbers
+    /// them (`$1`, `$2`, …). No statement of the harness has a `?` in a literal.
+    pub(crate) fn sql(self, statement: &str) -> String {
+        if self == Dialect::My {
+            return statement.to_owned();
+        }
+        let mut out = String::with_capacity(statement.len() + 8);
+        for (n, part) in statement.split('?').enumerate() {
+            if n > 0 {
+                out.push_str(&format!("${n}"));
+            }
+            out.push_str(part);
+        }
+        out
+    }
 }
 
 /// Which broker.
@@ -54,18 +91,27 @@ impl FromStr for Combo {
     }
 }
 
-impl std::fmt::Display for Combo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let d = match self.dialect {
-            Dialect::Pg => "pg",
-            Dialect::My => "mariadb",
-        };
-        let b = match self.broker {
+impl Broker {
+    const ALL: [Broker; 3] = [Broker::Nats, Broker::Rabbit, Broker::Redis];
+
+    /// Its name in combos and on the consumer's command line.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
             Broker::Nats => "nats",
             Broker::Rabbit => "rabbitmq",
             Broker::Redis => "redis",
-        };
-        write!(f, "{d}-{b}")
+        }
+    }
+
+    /// The broker of that [`name`](Self::name).
+    pub(crate) fn of_name(name: &str) -> Option<Broker> {
+        Broker::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+impl std::fmt::Display for Combo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.dialect.pick("pg", "mariadb"), self.broker.name())
     }
 }
 
@@ -81,6 +127,13 @@ impl Servers {
     /// The MariaDB admin URL (`OUTBOX_TEST_MYSQL_URL`).
     pub(crate) fn my() -> String {
         std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    }
+    /// The admin URL of the server of `dialect`.
+    pub(crate) fn admin(dialect: Dialect) -> String {
+        match dialect {
+            Dialect::Pg => Servers::pg(),
+            Dialect::My => Servers::my(),
+        }
     }
     /// `host:port` of the broker.
     pub(crate) fn broker_addr(b: Broker) -> String {
@@ -173,75 +226,52 @@ const MY_TABLES: &[&str] = &[
      seq BIGINT NOT NULL, pos BIGINT NULL, at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) ENGINE=InnoDB",
 ];
 
+/// Runs `statement` on the server of `dialect`, on a connection of its own to its admin URL.
+async fn on_server(dialect: Dialect, statement: &str) -> anyhow::Result<()> {
+    async fn run<C>(url: &str, server: &str, statement: &str) -> anyhow::Result<()>
+    where
+        C: Connection,
+        for<'c> &'c mut C: Executor<'c, Database = C::Database>,
+    {
+        let mut c = C::connect(url).await.with_context(|| format!("{server} at {url} is not reachable"))?;
+        c.execute(statement).await?;
+        c.close().await?;
+        Ok(())
+    }
+    let admin = Servers::admin(dialect);
+    match dialect {
+        Dialect::Pg => run::<sqlx::PgConnection>(&admin, "PostgreSQL", statement).await,
+        Dialect::My => run::<sqlx::MySqlConnection>(&admin, "MariaDB", statement).await,
+    }
+}
+
 /// Creates the run's database with the outbox, inbox and chaos tables and `keys` business rows;
 /// returns its direct URL.
 pub(crate) async fn create_database(dialect: Dialect, names: &Names, keys: u32) -> anyhow::Result<String> {
     let db = names.database();
-    let url = match dialect {
-        Dialect::Pg => {
-            let admin = Servers::pg();
-            let mut c = sqlx::postgres::PgConnectOptions::from_str(&admin)?
-                .connect()
-                .await
-                .with_context(|| format!("PostgreSQL at {admin} is not reachable"))?;
-            sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut c).await?;
-            c.close().await?;
-            rewrite_url(&admin, None, &db)?.1
-        }
-        Dialect::My => {
-            let admin = Servers::my();
-            let mut c = sqlx::mysql::MySqlConnectOptions::from_str(&admin)?
-                .connect()
-                .await
-                .with_context(|| format!("MariaDB at {admin} is not reachable"))?;
-            sqlx::query(&format!("CREATE DATABASE {db}")).execute(&mut c).await?;
-            c.close().await?;
-            rewrite_url(&admin, None, &db)?.1
-        }
-    };
+    on_server(dialect, &format!("CREATE DATABASE {db}")).await?;
+    let url = rewrite_url(&Servers::admin(dialect), None, &db)?.1;
     let outbox = outbox_store::AnyOutbox::connect(&url, 2).await?;
     outbox.migrate().await?;
-    match dialect {
-        Dialect::Pg => {
-            let pool = sqlx::PgPool::connect(&url).await?;
-            outbox_inbox::Inbox::new(pool.clone()).migrate().await?;
-            for t in PG_TABLES {
-                sqlx::query(t).execute(&pool).await?;
-            }
-            for k in 0..keys {
-                sqlx::query("INSERT INTO chaos_biz (k) VALUES ($1)").bind(k as i32).execute(&pool).await?;
-            }
-            pool.close().await;
+    let pools = Db::connect(&url).await?;
+    let insert_key = dialect.sql("INSERT INTO chaos_biz (k) VALUES (?)");
+    on_pool!(&pools, pool => {
+        outbox_inbox::Inbox::new(pool.clone()).migrate().await?;
+        for t in dialect.pick(PG_TABLES, MY_TABLES) {
+            sqlx::query(t).execute(pool).await?;
         }
-        Dialect::My => {
-            let pool = sqlx::MySqlPool::connect(&url).await?;
-            outbox_inbox::Inbox::new(pool.clone()).migrate().await?;
-            for t in MY_TABLES {
-                sqlx::query(t).execute(&pool).await?;
-            }
-            for k in 0..keys {
-                sqlx::query("INSERT INTO chaos_biz (k) VALUES (?)").bind(k as i32).execute(&pool).await?;
-            }
-            pool.close().await;
+        for k in 0..keys {
+            sqlx::query(&insert_key).bind(k as i32).execute(pool).await?;
         }
-    }
+    });
+    pools.close().await;
     Ok(url)
 }
 
 /// Drops the run's database.
 pub(crate) async fn drop_database(dialect: Dialect, names: &Names) -> anyhow::Result<()> {
-    let db = names.database();
-    match dialect {
-        Dialect::Pg => {
-            let mut c = sqlx::postgres::PgConnectOptions::from_str(&Servers::pg())?.connect().await?;
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).execute(&mut c).await?;
-        }
-        Dialect::My => {
-            let mut c = sqlx::mysql::MySqlConnectOptions::from_str(&Servers::my())?.connect().await?;
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {db}")).execute(&mut c).await?;
-        }
-    }
-    Ok(())
+    let force = dialect.pick(" WITH (FORCE)", "");
+    on_server(dialect, &format!("DROP DATABASE IF EXISTS {}{force}", names.database())).await
 }
 
 /// Creates the broker side: the JetStream stream, the RabbitMQ queues bound to the topic, or the
@@ -326,4 +356,25 @@ pub(crate) async fn teardown_broker(broker: Broker, names: &Names) -> anyhow::Re
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_are_numbered_on_postgres_only() {
+        let q = "INSERT INTO t (a, b) VALUES (?, ?)";
+        assert_eq!(Dialect::Pg.sql(q), "INSERT INTO t (a, b) VALUES ($1, $2)");
+        assert_eq!(Dialect::My.sql(q), q);
+        assert_eq!(Dialect::Pg.sql("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn broker_names_round_trip() {
+        for b in Broker::ALL {
+            assert_eq!(Broker::of_name(b.name()), Some(b));
+        }
+        assert_eq!(Broker::of_name("kafka"), None);
+    }
 }

@@ -18,6 +18,7 @@ use futures::StreamExt;
 use outbox_inbox::{Inbox, InboxMessage};
 
 use crate::combo::{Broker, Names};
+use crate::db::{on_pool, Db};
 
 /// What one consumer does.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,9 +40,13 @@ pub(crate) struct ConsumerArgs {
     pub(crate) run: String,
 }
 
-enum Sink {
-    Pg(sqlx::PgPool, Inbox<sqlx::Postgres>),
-    My(sqlx::MySqlPool, Inbox<sqlx::MySql>),
+/// Where a consumer records its deliveries.
+struct Sink {
+    db: Db,
+    /// The raw group's insert.
+    raw: String,
+    /// The inbox group's business effect.
+    effect: String,
 }
 
 fn parse(msg: &InboxMessage) -> anyhow::Result<(i64, i32, i64)> {
@@ -54,84 +59,32 @@ fn parse(msg: &InboxMessage) -> anyhow::Result<(i64, i32, i64)> {
 
 impl Sink {
     async fn connect(url: &str) -> anyhow::Result<Sink> {
-        if url.starts_with("postgres") {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect(url)
-                .await?;
-            Ok(Sink::Pg(pool.clone(), Inbox::new(pool)))
-        } else {
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect(url)
-                .await?;
-            Ok(Sink::My(pool.clone(), Inbox::new(pool)))
-        }
+        let db = Db::connect_small(url).await?;
+        let raw = db.sql("INSERT INTO chaos_raw (msg_id, k, seq, pos) VALUES (?, ?, ?, ?)");
+        let effect = db.sql("INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES (?, ?, ?, ?)");
+        Ok(Sink { db, raw, effect })
     }
 
     /// Records one delivery for `group`; returns once it is committed.
     async fn record(&self, group: &str, msg: &InboxMessage, pos: Option<i64>) -> anyhow::Result<()> {
         let (id, k, seq) = parse(msg)?;
-        match (self, group) {
-            (Sink::Pg(pool, _), "raw") => {
-                sqlx::query("INSERT INTO chaos_raw (msg_id, k, seq, pos) VALUES ($1, $2, $3, $4)")
-                    .bind(id)
-                    .bind(k)
-                    .bind(seq)
-                    .bind(pos)
-                    .execute(pool)
-                    .await?;
-            }
-            (Sink::My(pool, _), "raw") => {
-                sqlx::query("INSERT INTO chaos_raw (msg_id, k, seq, pos) VALUES (?, ?, ?, ?)")
-                    .bind(id)
-                    .bind(k)
-                    .bind(seq)
-                    .bind(pos)
-                    .execute(pool)
-                    .await?;
-            }
-            (Sink::Pg(pool, inbox), _) => {
+        let effect = self.effect.as_str();
+        on_pool!(&self.db, pool => {
+            if group == "raw" {
+                sqlx::query(&self.raw).bind(id).bind(k).bind(seq).bind(pos).execute(pool).await?;
+            } else {
                 let mut tx = pool.begin().await?;
-                let _first_or_duplicate = inbox
+                let _first_or_duplicate = Inbox::new(pool.clone())
                     .process(&mut tx, group, msg, |conn| {
                         Box::pin(async move {
-                            sqlx::query(
-                                "INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES ($1, $2, $3, $4)",
-                            )
-                            .bind(id)
-                            .bind(k)
-                            .bind(seq)
-                            .bind(pos)
-                            .execute(&mut *conn)
-                            .await?;
+                            sqlx::query(effect).bind(id).bind(k).bind(seq).bind(pos).execute(&mut *conn).await?;
                             Ok::<_, anyhow::Error>(())
                         })
                     })
                     .await?;
                 tx.commit().await?;
             }
-            (Sink::My(pool, inbox), _) => {
-                let mut tx = pool.begin().await?;
-                let _first_or_duplicate = inbox
-                    .process(&mut tx, group, msg, |conn| {
-                        Box::pin(async move {
-                            sqlx::query("INSERT INTO chaos_effect (msg_id, k, seq, pos) VALUES (?, ?, ?, ?)")
-                                .bind(id)
-                                .bind(k)
-                                .bind(seq)
-                                .bind(pos)
-                                .execute(&mut *conn)
-                                .await?;
-                            Ok::<_, anyhow::Error>(())
-                        })
-                    })
-                    .await?;
-                tx.commit().await?;
-            }
-        }
+        });
         Ok(())
     }
 }
@@ -140,12 +93,7 @@ impl Sink {
 pub(crate) async fn run(args: ConsumerArgs) -> anyhow::Result<()> {
     let sink = Sink::connect(&args.db_url).await.context("connecting to the database")?;
     let names = Names { run: args.run.clone() };
-    let broker = match args.broker.as_str() {
-        "nats" => Broker::Nats,
-        "rabbitmq" => Broker::Rabbit,
-        "redis" => Broker::Redis,
-        other => return Err(anyhow!("unknown broker {other:?}")),
-    };
+    let broker = Broker::of_name(&args.broker).ok_or_else(|| anyhow!("unknown broker {:?}", args.broker))?;
     match broker {
         Broker::Nats => nats(&args, &names, &sink).await,
         Broker::Rabbit => rabbit(&args, &names, &sink).await,

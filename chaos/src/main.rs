@@ -14,6 +14,7 @@
 mod check;
 mod combo;
 mod consumer;
+mod db;
 mod procs;
 mod proxy;
 mod run;
@@ -66,9 +67,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => orchestrate(args).await,
             Command::Check { db_url, receive_order } => {
-                let dialect =
-                    if db_url.starts_with("postgres") { combo::Dialect::Pg } else { combo::Dialect::My };
-                let snapshot = check::Snapshot::load(dialect, &db_url).await?;
+                let snapshot = check::Snapshot::load(&db_url).await?;
                 let report = check::Report::of(&snapshot, !receive_order);
                 print!("{}", report.table());
                 let v = report.violations();

@@ -126,6 +126,15 @@ impl Proc {
         Ok(())
     }
 
+    /// Keeps it up: down without a planned restart, it is restarted at once; then
+    /// [`supervise`](Self::supervise).
+    pub(crate) fn keep_up(&mut self, delay: Duration) -> anyhow::Result<()> {
+        if !self.running() && self.restart_at.is_none() {
+            self.restart_at = Some(Instant::now());
+        }
+        self.supervise(delay)
+    }
+
     /// The log file.
     pub(crate) fn log(&self) -> &PathBuf {
         &self.log

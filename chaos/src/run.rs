@@ -11,7 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check::{Report, Snapshot};
-use crate::combo::{self, Broker, Combo, Dialect, Names, Servers};
+use crate::combo::{self, Broker, Combo, Names, Servers};
 use crate::procs::{Proc, Stopped};
 use crate::proxy::{FaultProxy, Mode};
 pub(crate) use crate::setup::outbox_bin;
@@ -63,18 +63,10 @@ pub(crate) struct Chaos {
     pub(crate) relay_sigterms: u32,
     /// Graceful stops that did not exit 0 in time.
     pub(crate) bad_graceful_stops: u32,
-    /// Broker connections dropped and refused.
-    pub(crate) broker_cuts: u32,
-    /// Broker black-holed.
-    pub(crate) broker_blackholes: u32,
-    /// Broker slowed down.
-    pub(crate) broker_delays: u32,
-    /// Database connections dropped and refused.
-    pub(crate) db_cuts: u32,
-    /// Database black-holed.
-    pub(crate) db_blackholes: u32,
-    /// Database slowed down.
-    pub(crate) db_delays: u32,
+    /// Broker outages.
+    pub(crate) broker: Outages,
+    /// Database outages.
+    pub(crate) db: Outages,
     /// Real database server restarts.
     pub(crate) db_restarts: u32,
     /// Consumers SIGKILLed and restarted.
@@ -85,17 +77,33 @@ pub(crate) struct Chaos {
     pub(crate) relay_panics: u32,
 }
 
+/// What the proxies did to the connections to one server (the broker, or the database).
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Outages {
+    /// Connections dropped and refused.
+    pub(crate) cuts: u32,
+    /// Black-holed.
+    pub(crate) blackholes: u32,
+    /// Slowed down.
+    pub(crate) delays: u32,
+}
+
 const RELAYS: usize = 3;
 const KEYS: u32 = 24;
 
+/// The server whose connections a fault strikes.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    Broker,
+    Db,
+}
+
+/// What a fault does to them.
 #[derive(Debug, Clone, Copy)]
 enum Fault {
-    BrokerCut,
-    BrokerBlackhole,
-    BrokerDelay,
-    DbCut,
-    DbBlackhole,
-    DbDelay,
+    Cut,
+    Blackhole,
+    Delay,
 }
 
 /// Runs one combo; returns the report, what was done, and whether it passed.
@@ -129,10 +137,7 @@ pub(crate) async fn run_combo(
         combo::create_database(combo.dialect, &names, KEYS).await.context("creating the database")?;
     combo::setup_broker(combo.broker, &names).await.context("setting up the broker")?;
 
-    let (db_host, _) = match combo.dialect {
-        Dialect::Pg => combo::rewrite_url(&Servers::pg(), None, "x")?,
-        Dialect::My => combo::rewrite_url(&Servers::my(), None, "x")?,
-    };
+    let (db_host, _) = combo::rewrite_url(&Servers::admin(combo.dialect), None, "x")?;
     let db_proxy = FaultProxy::start(&db_host).await?;
     let broker_proxy = FaultProxy::start(&Servers::broker_addr(combo.broker)).await?;
     let proxied_db =
@@ -177,11 +182,6 @@ pub(crate) async fn run_combo(
         ];
         writers.push(Proc::new(name.clone(), me.clone(), a, dir.join(format!("{name}.log"))));
     }
-    let broker_name = match combo.broker {
-        Broker::Nats => "nats",
-        Broker::Rabbit => "rabbitmq",
-        Broker::Redis => "redis",
-    };
     let mut consumers = Vec::new();
     for group in ["raw", "inbox"] {
         let a = vec![
@@ -191,7 +191,7 @@ pub(crate) async fn run_combo(
             "--broker-url".into(),
             direct_broker.clone(),
             "--broker".into(),
-            broker_name.into(),
+            combo.broker.name().into(),
             "--group".into(),
             group.into(),
             "--run".into(),
@@ -262,39 +262,31 @@ pub(crate) async fn run_combo(
                 next_fault = Instant::now() + Duration::from_millis(rng.gen_range(1000..4000));
             }
         } else if now >= next_fault {
-            let fault = match rng.gen_range(0..10) {
-                0..=2 => Fault::BrokerCut,
-                3..=4 => Fault::BrokerBlackhole,
-                5 => Fault::BrokerDelay,
-                6..=7 => Fault::DbCut,
-                8 => Fault::DbBlackhole,
-                _ => Fault::DbDelay,
+            let (target, fault) = match rng.gen_range(0..10) {
+                0..=2 => (Target::Broker, Fault::Cut),
+                3..=4 => (Target::Broker, Fault::Blackhole),
+                5 => (Target::Broker, Fault::Delay),
+                6..=7 => (Target::Db, Fault::Cut),
+                8 => (Target::Db, Fault::Blackhole),
+                _ => (Target::Db, Fault::Delay),
             };
             let length = Duration::from_millis(rng.gen_range(500..6000));
+            let (proxy, outages, max_delay_ms) = match target {
+                Target::Broker => (&broker_proxy, &mut chaos.broker, 400),
+                Target::Db => (&db_proxy, &mut chaos.db, 300),
+            };
             match fault {
-                Fault::BrokerCut => {
-                    broker_proxy.set_mode(Mode::Cut);
-                    chaos.broker_cuts += 1;
+                Fault::Cut => {
+                    proxy.set_mode(Mode::Cut);
+                    outages.cuts += 1;
                 }
-                Fault::BrokerBlackhole => {
-                    broker_proxy.set_mode(Mode::Blackhole);
-                    chaos.broker_blackholes += 1;
+                Fault::Blackhole => {
+                    proxy.set_mode(Mode::Blackhole);
+                    outages.blackholes += 1;
                 }
-                Fault::BrokerDelay => {
-                    broker_proxy.set_delay(Duration::from_millis(rng.gen_range(20..400)));
-                    chaos.broker_delays += 1;
-                }
-                Fault::DbCut => {
-                    db_proxy.set_mode(Mode::Cut);
-                    chaos.db_cuts += 1;
-                }
-                Fault::DbBlackhole => {
-                    db_proxy.set_mode(Mode::Blackhole);
-                    chaos.db_blackholes += 1;
-                }
-                Fault::DbDelay => {
-                    db_proxy.set_delay(Duration::from_millis(rng.gen_range(20..300)));
-                    chaos.db_delays += 1;
+                Fault::Delay => {
+                    proxy.set_delay(Duration::from_millis(rng.gen_range(20..max_delay_ms)));
+                    outages.delays += 1;
                 }
             }
             fault_end = Some(Instant::now() + length);
@@ -336,8 +328,8 @@ pub(crate) async fn run_combo(
                 "   {:>5}s: {} SIGKILLs, {} broker outages, {} db outages, {} consumer kills",
                 started.elapsed().as_secs(),
                 chaos.relay_sigkills,
-                chaos.broker_cuts + chaos.broker_blackholes,
-                chaos.db_cuts + chaos.db_blackholes,
+                chaos.broker.cuts + chaos.broker.blackholes,
+                chaos.db.cuts + chaos.db.blackholes,
                 chaos.consumer_kills
             );
         }
@@ -355,12 +347,9 @@ pub(crate) async fn run_combo(
     let mut last = (0, 0, 0, 0);
     while drain_started.elapsed() < drain_timeout {
         for p in relays.iter_mut().chain(consumers.iter_mut()) {
-            if !p.running() && p.restart_at.is_none() {
-                p.restart_at = Some(Instant::now());
-            }
-            p.supervise(Duration::from_millis(300))?;
+            p.keep_up(Duration::from_millis(300))?;
         }
-        match drain_state(combo.dialect, &db_url).await {
+        match drain_state(&db_url).await {
             Ok(s) => {
                 last = s;
                 let (open, sent, raw, eff) = s;
@@ -385,10 +374,7 @@ pub(crate) async fn run_combo(
         // Judge a graceful stop only once the relay's start-up is over.
         let deadline = Instant::now() + Duration::from_secs(60);
         while !r.up_for(Duration::from_secs(1)) && Instant::now() < deadline {
-            if !r.running() && r.restart_at.is_none() {
-                r.restart_at = Some(Instant::now());
-            }
-            r.supervise(Duration::from_millis(300))?;
+            r.keep_up(Duration::from_millis(300))?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         if r.running() {
@@ -406,12 +392,9 @@ pub(crate) async fn run_combo(
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
         for c in consumers.iter_mut() {
-            if !c.running() && c.restart_at.is_none() {
-                c.restart_at = Some(Instant::now());
-            }
-            c.supervise(Duration::from_millis(300))?;
+            c.keep_up(Duration::from_millis(300))?;
         }
-        if let Ok((_, sent, raw, eff)) = drain_state(combo.dialect, &db_url).await {
+        if let Ok((_, sent, raw, eff)) = drain_state(&db_url).await {
             if raw >= sent && eff >= sent {
                 break;
             }
@@ -427,7 +410,7 @@ pub(crate) async fn run_combo(
         chaos.relay_panics += text.lines().filter(|l| l.contains("panicked")).count() as u32;
     }
 
-    let snapshot = Snapshot::load(combo.dialect, &db_url).await.context("reading the results")?;
+    let snapshot = Snapshot::load(&db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
     let passed =
         drained && report.violations().is_empty() && chaos.bad_graceful_stops == 0 && chaos.relay_panics == 0;
@@ -450,7 +433,7 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
     );
     println!(
         "          broker: {} cuts, {} black-holes, {} slowdowns; database: {} cuts, {} black-holes, {} slowdowns, {} server restarts",
-        c.broker_cuts, c.broker_blackholes, c.broker_delays, c.db_cuts, c.db_blackholes, c.db_delays, c.db_restarts
+        c.broker.cuts, c.broker.blackholes, c.broker.delays, c.db.cuts, c.db.blackholes, c.db.delays, c.db_restarts
     );
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
     print!("{}", r.table());

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 
 use crate::combo::{self, Broker, Combo, Dialect, Names, Servers};
+use crate::db::{on_pool, Db};
 
 pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: &str, i: usize) -> String {
     let transport = match combo.broker {
@@ -118,10 +119,7 @@ pub(crate) async fn restart_database(dialect: Dialect) -> anyhow::Result<()> {
         }
     }
     // Wait until it accepts connections again.
-    let addr = match dialect {
-        Dialect::Pg => combo::rewrite_url(&Servers::pg(), None, "x")?.0,
-        Dialect::My => combo::rewrite_url(&Servers::my(), None, "x")?.0,
-    };
+    let addr = combo::rewrite_url(&Servers::admin(dialect), None, "x")?.0;
     let deadline = Instant::now() + Duration::from_secs(120);
     while tokio::net::TcpStream::connect(&addr).await.is_err() {
         if Instant::now() > deadline {
@@ -132,30 +130,17 @@ pub(crate) async fn restart_database(dialect: Dialect) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Counts read while waiting for the drain.
-pub(crate) async fn drain_state(dialect: Dialect, url: &str) -> anyhow::Result<(i64, i64, i64, i64)> {
+/// Counts read while waiting for the drain: open, sent, received by the raw group, effects.
+pub(crate) async fn drain_state(url: &str) -> anyhow::Result<(i64, i64, i64, i64)> {
     let q_open = "SELECT COUNT(*) FROM outbox_message WHERE status IN ('pending', 'sending')";
     let q_sent = "SELECT COUNT(*) FROM outbox_message WHERE status IN ('sent', 'acked')";
     let q_raw = "SELECT COUNT(DISTINCT msg_id) FROM chaos_raw";
     let q_eff = "SELECT COUNT(DISTINCT msg_id) FROM chaos_effect";
-    Ok(match dialect {
-        Dialect::Pg => {
-            let pool = sqlx::PgPool::connect(url).await?;
-            let mut out = [0i64; 4];
-            for (i, q) in [q_open, q_sent, q_raw, q_eff].iter().enumerate() {
-                out[i] = sqlx::query_scalar(q).fetch_one(&pool).await?;
-            }
-            pool.close().await;
-            (out[0], out[1], out[2], out[3])
-        }
-        Dialect::My => {
-            let pool = sqlx::MySqlPool::connect(url).await?;
-            let mut out = [0i64; 4];
-            for (i, q) in [q_open, q_sent, q_raw, q_eff].iter().enumerate() {
-                out[i] = sqlx::query_scalar(q).fetch_one(&pool).await?;
-            }
-            pool.close().await;
-            (out[0], out[1], out[2], out[3])
-        }
-    })
+    let db = Db::connect(url).await?;
+    let mut out = [0i64; 4];
+    for (i, q) in [q_open, q_sent, q_raw, q_eff].iter().enumerate() {
+        out[i] = on_pool!(&db, pool => sqlx::query_scalar(q).fetch_one(pool).await?);
+    }
+    db.close().await;
+    Ok((out[0], out[1], out[2], out[3]))
 }

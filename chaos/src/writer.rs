@@ -13,7 +13,7 @@ use anyhow::Context;
 use outbox_store::{NewMessage, Outbox};
 use rand::{Rng, SeedableRng};
 
-use crate::combo::Dialect;
+use crate::db::{on_pool, Db};
 
 /// How a writer enqueues.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -54,128 +54,74 @@ fn payload(k: i32, seq: i64, writer: &str) -> String {
     serde_json::json!({ "k": k, "seq": seq, "w": writer }).to_string()
 }
 
+/// A plain `INSERT INTO outbox_message` inside the transaction on `self`, as a foreign
+/// application writes it (`created_by` = `chaos-sql`); returns the new message's id.
+trait InsertForeign {
+    async fn insert_foreign(&mut self, topic: &str, body: String, key: String) -> anyhow::Result<i64>;
+}
+
+impl InsertForeign for sqlx::PgConnection {
+    async fn insert_foreign(&mut self, topic: &str, body: String, key: String) -> anyhow::Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
+             VALUES ($1, $2, $3, 'chaos-sql') RETURNING id",
+        )
+        .bind(topic)
+        .bind(body)
+        .bind(key)
+        .fetch_one(self)
+        .await?)
+    }
+}
+
+impl InsertForeign for sqlx::MySqlConnection {
+    async fn insert_foreign(&mut self, topic: &str, body: String, key: String) -> anyhow::Result<i64> {
+        let done = sqlx::query(
+            "INSERT INTO outbox_message (topic, payload, msg_key, created_by) VALUES (?, ?, ?, 'chaos-sql')",
+        )
+        .bind(topic)
+        .bind(body)
+        .bind(key)
+        .execute(self)
+        .await?;
+        Ok(done.last_insert_id() as i64)
+    }
+}
+
 /// Runs until killed.
 pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
-    let dialect = if args.db_url.starts_with("postgres") { Dialect::Pg } else { Dialect::My };
     let mut rng = rand::rngs::StdRng::from_entropy();
     let period = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    match dialect {
-        Dialect::Pg => {
-            let pool = sqlx::postgres::PgPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect(&args.db_url)
-                .await
-                .context("connecting")?;
-            let outbox = Outbox::new(pool.clone());
-            loop {
-                tick.tick().await;
-                let k = rng.gen_range(0..args.keys) as i32;
-                let rollback = rng.gen_bool(args.rollback_share);
-                let mut tx = outbox.begin().await?;
-                let seq: i64 = sqlx::query_scalar("SELECT seq FROM chaos_biz WHERE k = $1 FOR UPDATE")
-                    .bind(k)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let seq = seq + 1;
-                sqlx::query("UPDATE chaos_biz SET seq = $1 WHERE k = $2")
-                    .bind(seq)
-                    .bind(k)
-                    .execute(&mut *tx)
-                    .await?;
-                let body = payload(k, seq, &args.name);
-                let id: i64 = match args.mode {
-                    Mode::Lib => {
-                        tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0
-                    }
-                    Mode::Sql => {
-                        sqlx::query_scalar(
-                            "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
-                             VALUES ($1, $2, $3, 'chaos-sql') RETURNING id",
-                        )
-                        .bind(&args.topic)
-                        .bind(body)
-                        .bind(format!("k{k}"))
-                        .fetch_one(&mut *tx)
-                        .await?
-                    }
-                };
-                sqlx::query("INSERT INTO chaos_ledger (msg_id, k, seq, writer) VALUES ($1, $2, $3, $4)")
-                    .bind(id)
-                    .bind(k)
-                    .bind(seq)
-                    .bind(&args.name)
-                    .execute(&mut *tx)
-                    .await?;
-                if rollback {
-                    tx.rollback().await?;
-                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES ($1)")
-                        .bind(id)
-                        .execute(&pool)
-                        .await?;
-                } else {
-                    tx.commit().await?;
-                }
+    let db = Db::connect_small(&args.db_url).await.context("connecting")?;
+    let lock_key = db.sql("SELECT seq FROM chaos_biz WHERE k = ? FOR UPDATE");
+    let bump_key = db.sql("UPDATE chaos_biz SET seq = ? WHERE k = ?");
+    let record = db.sql("INSERT INTO chaos_ledger (msg_id, k, seq, writer) VALUES (?, ?, ?, ?)");
+    let record_rollback = db.sql("INSERT INTO chaos_rolledback (msg_id) VALUES (?)");
+    on_pool!(&db, pool => {
+        let outbox = Outbox::new(pool.clone());
+        loop {
+            tick.tick().await;
+            let k = rng.gen_range(0..args.keys) as i32;
+            let rollback = rng.gen_bool(args.rollback_share);
+            let mut tx = outbox.begin().await?;
+            let seq: i64 = sqlx::query_scalar(&lock_key).bind(k).fetch_one(&mut *tx).await?;
+            let seq = seq + 1;
+            sqlx::query(&bump_key).bind(seq).bind(k).execute(&mut *tx).await?;
+            let body = payload(k, seq, &args.name);
+            let key = format!("k{k}");
+            let id: i64 = match args.mode {
+                Mode::Lib => tx.enqueue(&NewMessage::new(&args.topic, body).key(key)).await?.id.0,
+                Mode::Sql => tx.insert_foreign(&args.topic, body, key).await?,
+            };
+            sqlx::query(&record).bind(id).bind(k).bind(seq).bind(&args.name).execute(&mut *tx).await?;
+            if rollback {
+                tx.rollback().await?;
+                sqlx::query(&record_rollback).bind(id).execute(pool).await?;
+            } else {
+                tx.commit().await?;
             }
         }
-        Dialect::My => {
-            let pool = sqlx::mysql::MySqlPoolOptions::new()
-                .max_connections(2)
-                .acquire_timeout(Duration::from_secs(5))
-                .connect(&args.db_url)
-                .await
-                .context("connecting")?;
-            let outbox = Outbox::new(pool.clone());
-            loop {
-                tick.tick().await;
-                let k = rng.gen_range(0..args.keys) as i32;
-                let rollback = rng.gen_bool(args.rollback_share);
-                let mut tx = outbox.begin().await?;
-                let seq: i64 = sqlx::query_scalar("SELECT seq FROM chaos_biz WHERE k = ? FOR UPDATE")
-                    .bind(k)
-                    .fetch_one(&mut *tx)
-                    .await?;
-                let seq = seq + 1;
-                sqlx::query("UPDATE chaos_biz SET seq = ? WHERE k = ?")
-                    .bind(seq)
-                    .bind(k)
-                    .execute(&mut *tx)
-                    .await?;
-                let body = payload(k, seq, &args.name);
-                let id: i64 = match args.mode {
-                    Mode::Lib => {
-                        tx.enqueue(&NewMessage::new(&args.topic, body).key(format!("k{k}"))).await?.id.0
-                    }
-                    Mode::Sql => sqlx::query(
-                        "INSERT INTO outbox_message (topic, payload, msg_key, created_by) \
-                             VALUES (?, ?, ?, 'chaos-sql')",
-                    )
-                    .bind(&args.topic)
-                    .bind(body)
-                    .bind(format!("k{k}"))
-                    .execute(&mut *tx)
-                    .await?
-                    .last_insert_id() as i64,
-                };
-                sqlx::query("INSERT INTO chaos_ledger (msg_id, k, seq, writer) VALUES (?, ?, ?, ?)")
-                    .bind(id)
-                    .bind(k)
-                    .bind(seq)
-                    .bind(&args.name)
-                    .execute(&mut *tx)
-                    .await?;
-                if rollback {
-                    tx.rollback().await?;
-                    sqlx::query("INSERT INTO chaos_rolledback (msg_id) VALUES (?)")
-                        .bind(id)
-                        .execute(&pool)
-                        .await?;
-                } else {
-                    tx.commit().await?;
-                }
-            }
-        }
-    }
+    })
 }

@@ -24,7 +24,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use outbox_testkit::net::free_port;
-use outbox_testkit::process::{outbox_bin, RelayProcess};
+use outbox_testkit::process::{outbox_bin, RelayConfig, RelayProcess};
 
 fn temp_dir(name: &str) -> PathBuf {
     outbox_testkit::fs::temp_dir(&format!("outbox-bad-input-{name}"))
@@ -33,10 +33,9 @@ fn temp_dir(name: &str) -> PathBuf {
 // ---------------------------------------------------------------------------------------------
 // Foreign inserts
 
-/// `(statement suffix after "INSERT INTO outbox_message ", what the error must name)`.
-const PG_BAD_ROWS: &[(&str, &str)] = &[
-    ("(payload) VALUES ('x')", "\"topic\""),
-    ("(topic) VALUES ('order.paid')", "\"payload\""),
+/// `(statement suffix after "INSERT INTO outbox_message ", what the error must name)`: what
+/// both PostgreSQL and MariaDB refuse with the same named constraint.
+const BAD_ROWS: &[(&str, &str)] = &[
     ("(topic, payload) VALUES ('', 'x')", "outbox_message_topic_not_blank"),
     ("(topic, payload) VALUES (' order.paid', 'x')", "outbox_message_topic_not_blank"),
     ("(topic, payload, msg_key) VALUES ('t', 'x', '')", "outbox_message_key_not_blank"),
@@ -49,6 +48,12 @@ const PG_BAD_ROWS: &[(&str, &str)] = &[
     ("(topic, payload, max_attempts) VALUES ('t', 'x', 0)", "outbox_message_max_attempts_positive"),
     ("(topic, payload, headers) VALUES ('t', 'x', '[1, 2]')", "outbox_message_headers_object"),
     ("(topic, payload, headers) VALUES ('t', 'x', '\"text\"')", "outbox_message_headers_object"),
+];
+
+/// PostgreSQL's own cases and wording (see [`BAD_ROWS`]).
+const PG_BAD_ROWS: &[(&str, &str)] = &[
+    ("(payload) VALUES ('x')", "\"topic\""),
+    ("(topic) VALUES ('order.paid')", "\"payload\""),
     ("(topic, payload, headers) VALUES ('t', 'x', '{not json')", "invalid input syntax for type json"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{\"a\": 1')", "invalid input syntax for type json"),
     // Schema version 5: what the relay could not read or deliver.
@@ -66,21 +71,10 @@ const PG_BAD_ROWS: &[(&str, &str)] = &[
     ("(topic, payload, last_error) VALUES ('t', 'x', repeat('e', 2001))", "outbox_message_last_error_bounded"),
 ];
 
+/// MariaDB's own cases and wording (see [`BAD_ROWS`]).
 const MY_BAD_ROWS: &[(&str, &str)] = &[
     ("(payload) VALUES ('x')", "'topic'"),
     ("(topic) VALUES ('order.paid')", "'payload'"),
-    ("(topic, payload) VALUES ('', 'x')", "outbox_message_topic_not_blank"),
-    ("(topic, payload) VALUES (' order.paid', 'x')", "outbox_message_topic_not_blank"),
-    ("(topic, payload, msg_key) VALUES ('t', 'x', '')", "outbox_message_key_not_blank"),
-    ("(topic, payload, tag) VALUES ('t', 'x', '')", "outbox_message_tag_not_blank"),
-    ("(topic, payload, biz_type) VALUES ('t', 'x', 'order')", "outbox_message_biz_pair"),
-    ("(topic, payload, biz_type, biz_key) VALUES ('t', 'x', '', '')", "outbox_message_biz_not_blank"),
-    ("(topic, payload, status) VALUES ('t', 'x', 'bogus')", "outbox_message_status_known"),
-    ("(topic, payload, status) VALUES ('t', 'x', 'sending')", "outbox_message_sending_has_lease"),
-    ("(topic, payload, attempts) VALUES ('t', 'x', -1)", "outbox_message_attempts_not_negative"),
-    ("(topic, payload, max_attempts) VALUES ('t', 'x', 0)", "outbox_message_max_attempts_positive"),
-    ("(topic, payload, headers) VALUES ('t', 'x', '[1, 2]')", "outbox_message_headers_object"),
-    ("(topic, payload, headers) VALUES ('t', 'x', '\"text\"')", "outbox_message_headers_object"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{not json')", "outbox_message"),
     ("(topic, payload, headers) VALUES ('t', 'x', '{\"a\": 1')", "outbox_message"),
     // Schema version 5: what the relay could not read or deliver.
@@ -107,7 +101,7 @@ async fn postgres_rejects_malformed_foreign_rows_at_insert_naming_the_rule() {
     outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
     sqlx::query("CREATE TABLE shop_order (id BIGINT PRIMARY KEY)").execute(&db.pool).await.unwrap();
     let long = long_topic();
-    let mut cases: Vec<(&str, &str)> = PG_BAD_ROWS.to_vec();
+    let mut cases: Vec<(&str, &str)> = BAD_ROWS.iter().chain(PG_BAD_ROWS).copied().collect();
     cases.push((&long, "character varying(255)"));
     for (i, (row, expected)) in cases.iter().enumerate() {
         let mut tx = db.pool.begin().await.unwrap();
@@ -139,7 +133,7 @@ async fn mariadb_rejects_malformed_foreign_rows_at_insert_naming_the_rule() {
     let db = outbox_testkit::fresh_mysql().await;
     outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
     let long = long_topic();
-    let mut cases: Vec<(&str, &str)> = MY_BAD_ROWS.to_vec();
+    let mut cases: Vec<(&str, &str)> = BAD_ROWS.iter().chain(MY_BAD_ROWS).copied().collect();
     cases.push((&long, "Data too long for column 'topic'"));
     for (row, expected) in cases {
         let err = sqlx::query(&format!("INSERT INTO outbox_message {row}"))
@@ -158,56 +152,39 @@ async fn mariadb_rejects_malformed_foreign_rows_at_insert_naming_the_rule() {
 // ---------------------------------------------------------------------------------------------
 // The relay under bad messages and HTTP garbage
 
+const REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// The `[relay]` timings of every relay this suite starts.
+const RELAY_TIMINGS: &str = r#"
+    idle_interval = "200ms"
+    lease = "5s"
+    publish_timeout = "2s"
+    shutdown_timeout = "5s"
+"#;
+
+/// A transport to `stream` on the local Redis.
+fn redis_transport(stream: &str) -> String {
+    format!("type = \"redis\"\nurl = \"{REDIS_URL}\"\nstream = \"{stream}\"")
+}
+
 fn relay_config(dir: &Path, store_url: &str, stream: &str, ack_port: u16) -> PathBuf {
-    let path = dir.join("outbox.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r##"
-[relay]
-idle_interval = "200ms"
-lease = "5s"
-publish_timeout = "2s"
-shutdown_timeout = "5s"
-unrouted_grace = "0s"
-
-[[stores]]
-name = "shop"
-url = "{store_url}"
-
-[destinations.stream]
-max_payload_bytes = 4096
-[destinations.stream.transport]
-type = "redis"
-url = "redis://127.0.0.1:6379"
-stream = "{stream}"
-
-[destinations.confirmed]
-ack = {{ timeout = "60s" }}
-[destinations.confirmed.transport]
-type = "redis"
-url = "redis://127.0.0.1:6379"
-stream = "{stream}-acked"
-
-[[routes]]
-topic = "good.#"
-destinations = ["stream"]
-
-[[routes]]
-topic = "confirm.#"
-destinations = ["confirmed"]
-
-[ack]
-listen = "127.0.0.1:{ack_port}"
-secret = "bad-input-test-secret-0123456789"
-
-[retention]
-finished_after = "0s"
-"##
-        ),
-    )
-    .unwrap();
-    path
+    let ack = format!(
+        r#"[ack]
+           listen = "127.0.0.1:{ack_port}"
+           secret = "bad-input-test-secret-0123456789""#
+    );
+    RelayConfig::new(&format!("{RELAY_TIMINGS}\nunrouted_grace = \"0s\""), store_url)
+        .destination("stream", "max_payload_bytes = 4096", &redis_transport(stream))
+        .destination(
+            "confirmed",
+            r#"ack = { timeout = "60s" }"#,
+            &redis_transport(&format!("{stream}-acked")),
+        )
+        .route("good.#", &["stream"])
+        .route("confirm.#", &["confirmed"])
+        .section(&ack)
+        .section("[retention]\nfinished_after = \"0s\"")
+        .write(&dir.join("outbox.toml"))
 }
 
 fn spawn_relay(config: &Path, log: &Path) -> RelayProcess {
@@ -226,6 +203,20 @@ fn request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> V
     let headers: Vec<(&str, &str)> =
         [("Connection", "close")].into_iter().chain(headers.iter().copied()).collect();
     outbox_testkit::net::request(method, path, &headers, body)
+}
+
+async fn redis_conn() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(REDIS_URL).unwrap().get_multiplexed_async_connection().await.unwrap()
+}
+
+/// Every message on `stream`, in stream order.
+async fn stream_messages(
+    conn: &mut redis::aio::MultiplexedConnection,
+    stream: &str,
+) -> Vec<outbox_inbox::InboxMessage> {
+    use redis::AsyncCommands;
+    let r: redis::streams::StreamRangeReply = conn.xrange_all(stream).await.unwrap();
+    r.ids.iter().map(|e| outbox_inbox::from_redis_stream(e).unwrap()).collect()
 }
 
 async fn status_of(pool: &sqlx::PgPool, id: i64) -> (String, Option<String>) {
@@ -251,8 +242,6 @@ async fn insert(pool: &sqlx::PgPool, topic: &str, payload: &str, key: Option<&st
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
-    use redis::AsyncCommands;
-
     let db = outbox_testkit::fresh_pg().await;
     outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
     let pool = db.pool.clone();
@@ -366,8 +355,7 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     }
 
     // Every good message is delivered; the bad ones failed with their reason.
-    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let mut conn = redis_conn().await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut open = 0;
@@ -399,14 +387,8 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     let (st, err) = status_of(&pool, bad[1].1).await;
     assert_eq!(st, "failed");
     assert!(err.as_deref().unwrap_or("").contains("no route for topic \"nowhere.order\""), "{err:?}");
-    let entries: Vec<redis::streams::StreamId> = {
-        let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
-        r.ids
-    };
-    let mut seen = std::collections::HashSet::new();
-    for e in &entries {
-        seen.insert(outbox_inbox::from_redis_stream(e).unwrap().id.parse::<i64>().unwrap());
-    }
+    let seen: std::collections::HashSet<i64> =
+        stream_messages(&mut conn, &stream).await.iter().map(|m| m.id.parse().unwrap()).collect();
     for id in &good {
         assert!(seen.contains(id), "message {id} was not received");
     }
@@ -415,12 +397,8 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
     // A real ACK still works after all that.
     let deadline = Instant::now() + Duration::from_secs(30);
     let token = loop {
-        let r: redis::streams::StreamRangeReply = conn.xrange_all(format!("{stream}-acked")).await.unwrap();
-        let found = r
-            .ids
-            .iter()
-            .map(|e| outbox_inbox::from_redis_stream(e).unwrap())
-            .find(|m| m.id == id.to_string());
+        let acked = stream_messages(&mut conn, &format!("{stream}-acked")).await;
+        let found = acked.into_iter().find(|m| m.id == id.to_string());
         if let Some(m) = found {
             break m.header("outbox-ack-token").unwrap().to_owned();
         }
@@ -452,36 +430,15 @@ async fn the_relay_fails_only_the_bad_messages_and_shrugs_off_http_garbage() {
 // A rolling deploy: two relay processes whose routes differ, on one table
 
 fn routes_config(dir: &Path, name: &str, store_url: &str, stream: &str, topics: &[&str]) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    let routes: String = topics
+    let config = RelayConfig::new(&format!("owner = \"{name}\"\n{RELAY_TIMINGS}"), store_url).destination(
+        "stream",
+        "",
+        &redis_transport(stream),
+    );
+    topics
         .iter()
-        .map(|t| format!("[[routes]]\ntopic = \"{t}\"\ndestinations = [\"stream\"]\n\n"))
-        .collect();
-    std::fs::write(
-        &path,
-        format!(
-            r##"
-[relay]
-owner = "{name}"
-idle_interval = "200ms"
-lease = "5s"
-publish_timeout = "2s"
-shutdown_timeout = "5s"
-
-[[stores]]
-name = "shop"
-url = "{store_url}"
-
-[destinations.stream.transport]
-type = "redis"
-url = "redis://127.0.0.1:6379"
-stream = "{stream}"
-
-{routes}"##
-        ),
-    )
-    .unwrap();
-    path
+        .fold(config, |config, topic| config.route(topic, &["stream"]))
+        .write(&dir.join(format!("{name}.toml")))
 }
 
 /// Relay A routes `old.#`; relay B, the next version, routes `old.#` and `new.#`. Whichever
@@ -489,7 +446,6 @@ stream = "{stream}"
 /// in key order, once B runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relay_without_the_route_leaves_the_message_to_one_that_has_it_in_either_start_order() {
-    use redis::AsyncCommands;
     for old_first in [true, false] {
         let db = outbox_testkit::fresh_pg().await;
         outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
@@ -568,11 +524,8 @@ async fn a_relay_without_the_route_leaves_the_message_to_one_that_has_it_in_eith
             .unwrap();
         assert_eq!(attempts, 0, "no attempt spent on a missing route");
 
-        let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
-        let got: Vec<outbox_inbox::InboxMessage> =
-            r.ids.iter().map(|e| outbox_inbox::from_redis_stream(e).unwrap()).collect();
+        let mut conn = redis_conn().await;
+        let got = stream_messages(&mut conn, &stream).await;
         let ids: Vec<i64> = got.iter().map(|m| m.id.parse().unwrap()).collect();
         let mut sorted = ids.clone();
         sorted.sort_unstable();
@@ -617,7 +570,6 @@ fn listed(url: &str, status: &str) -> Vec<(i64, Option<String>)> {
 /// containing its needle (or, where the reader can make sense of it, `sent`), the relay never
 /// dies, and `outbox list --status failed` shows the failed ones.
 async fn poison_rows_fail_alone(url: &str, good: &[i64], poison: &[(i64, &str)]) {
-    use redis::AsyncCommands;
     let dir = temp_dir("poison");
     let stream = format!("outbox-poison-{}-{}", std::process::id(), rand::random::<u32>());
     let cfg = relay_config(&dir, url, &stream, free_port());
@@ -647,12 +599,10 @@ async fn poison_rows_fail_alone(url: &str, good: &[i64], poison: &[(i64, &str)])
             assert!(needle.is_empty(), "poison row {id} was sent; expected it to fail with {needle:?}");
         }
     }
-    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    let r: redis::streams::StreamRangeReply = conn.xrange_all(&stream).await.unwrap();
+    let mut conn = redis_conn().await;
     let mut seen = std::collections::HashMap::<i64, usize>::new();
-    for e in &r.ids {
-        *seen.entry(outbox_inbox::from_redis_stream(e).unwrap().id.parse().unwrap()).or_default() += 1;
+    for m in stream_messages(&mut conn, &stream).await {
+        *seen.entry(m.id.parse().unwrap()).or_default() += 1;
     }
     for id in good {
         assert_eq!(seen.get(id), Some(&1), "message {id} published {:?} times", seen.get(id));

@@ -147,9 +147,8 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
-    /// Database URL: postgres://, mysql:// (also MariaDB) or sqlite:PATH.
-    #[arg(long, env = "OUTBOX_DATABASE_URL", hide_env_values = true)]
-    pub(crate) database_url: String,
+    #[command(flatten)]
+    pub(crate) db: DatabaseArgs,
     /// Print the result as JSON.
     #[arg(long)]
     pub(crate) json: bool,

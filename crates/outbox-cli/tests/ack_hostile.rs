@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use outbox_testkit::fs::temp_dir;
 use outbox_testkit::net::{free_port, read_response, request};
-use outbox_testkit::process::RelayProcess;
+use outbox_testkit::process::{RelayConfig, RelayProcess};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -55,42 +55,26 @@ impl Daemon {
         let dir = temp_dir(&format!("outbox-ack-hostile-{name}"));
         let db_url = format!("sqlite:{}", dir.join("shop.db").display());
         let port = free_port();
-        let config = dir.join("outbox.toml");
-        std::fs::write(
-            &config,
-            format!(
-                r##"
-[relay]
-idle_interval = "100ms"
-shutdown_timeout = "5s"
-
-[[stores]]
-name = "shop"
-url = "{db_url}"
-migrate = true
-
-[destinations.hook]
-ack = {{ timeout = "5m" }}
-[destinations.hook.transport]
-type = "http"
-url = "http://127.0.0.1:{hook_port}/hook"
-unsigned = true
-
-[[routes]]
-topic = "#"
-destinations = ["hook"]
-
-[ack]
-listen = "127.0.0.1:{port}"
-secret = "{SECRET}"
-max_connections = {}
-header_timeout = "{}"
-request_timeout = "{}"
-"##,
-                limits.max_connections, limits.header_timeout, limits.request_timeout
-            ),
-        )
-        .unwrap();
+        let transport = format!(
+            r#"type = "http"
+               url = "http://127.0.0.1:{hook_port}/hook"
+               unsigned = true"#
+        );
+        let ack = format!(
+            r#"[ack]
+               listen = "127.0.0.1:{port}"
+               secret = "{SECRET}"
+               max_connections = {}
+               header_timeout = "{}"
+               request_timeout = "{}""#,
+            limits.max_connections, limits.header_timeout, limits.request_timeout
+        );
+        let config = RelayConfig::new("idle_interval = \"100ms\"\nshutdown_timeout = \"5s\"", &db_url)
+            .migrate()
+            .destination("hook", "ack = { timeout = \"5m\" }", &transport)
+            .route("#", &["hook"])
+            .section(&ack)
+            .write(&dir.join("outbox.toml"));
         let log = dir.join("relay.log");
         let mut cmd = Command::new("sh");
         cmd.args(["-c", &format!("ulimit -n {FD_LIMIT} && exec \"$0\" \"$@\"")])

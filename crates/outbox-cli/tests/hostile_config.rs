@@ -8,22 +8,27 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use outbox_testkit::process::{NatsServer, RelayProcess};
+use outbox_testkit::process::{NatsServer, RelayConfig, RelayProcess};
 
 fn temp_dir(name: &str) -> PathBuf {
     outbox_testkit::fs::temp_dir(&format!("outbox-hostile-{name}"))
 }
 
-/// `outbox` with a clean environment (no OUTBOX_* or RUST_LOG from the caller) plus `env`.
-fn outbox_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// `outbox` without the caller's OUTBOX_* variables.
+fn outbox_cmd() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
-    cmd.args(args);
     for (k, _) in std::env::vars() {
-        if k.starts_with("OUTBOX") || k == "RUST_LOG" {
+        if k.starts_with("OUTBOX") {
             cmd.env_remove(k);
         }
     }
-    cmd.envs(env.iter().copied());
+    cmd
+}
+
+/// `outbox` with a clean environment (no OUTBOX_* or RUST_LOG from the caller) plus `env`.
+fn outbox_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = outbox_cmd();
+    cmd.args(args).env_remove("RUST_LOG").envs(env.iter().copied());
     run_with_deadline(cmd, Duration::from_secs(60))
 }
 
@@ -355,31 +360,12 @@ fn rust_log_trace_does_not_print_the_nats_password_or_token() {
         ("relay:natspw-hunter2", "trace,async_nats=trace"),
     ] {
         let db = dir.join(format!("shop-{}.db", rust_log.len() + userinfo.len()));
-        let path = dir.join("outbox.toml");
-        std::fs::write(
-            &path,
-            format!(
-                r##"
-[relay]
-idle_interval = "200ms"
-
-[[stores]]
-name = "shop"
-url = "sqlite:{}"
-migrate = true
-
-[destinations.bus.transport]
-type = "nats"
-url = "nats://{userinfo}@127.0.0.1:{port}"
-
-[[routes]]
-topic = "#"
-destinations = ["bus"]
-"##,
-                db.display()
-            ),
-        )
-        .unwrap();
+        let transport = format!("type = \"nats\"\nurl = \"nats://{userinfo}@127.0.0.1:{port}\"");
+        let path = RelayConfig::new("idle_interval = \"200ms\"", &format!("sqlite:{}", db.display()))
+            .migrate()
+            .destination("bus", "", &transport)
+            .route("#", &["bus"])
+            .write(&dir.join("outbox.toml"));
         let log = relay_log_until_running(&path, rust_log);
         assert!(log.contains("Destination ready"), "{log}");
         if rust_log.contains("async_nats=") {
@@ -398,13 +384,8 @@ destinations = ["bus"]
 /// Runs `outbox relay` with `RUST_LOG=rust_log` until it logs `Relaying` (every destination
 /// connected), stops it, and returns its whole log (kept next to `config`).
 fn relay_log_until_running(config: &Path, rust_log: &str) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_outbox"));
+    let mut cmd = outbox_cmd();
     cmd.args(["relay", "--config", config.to_str().unwrap()]).env("RUST_LOG", rust_log);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OUTBOX") {
-            cmd.env_remove(k);
-        }
-    }
     let mut relay = RelayProcess::spawn(cmd, &config.with_extension("log"));
     relay.wait_for_log("Relaying", Duration::from_secs(60));
     relay.child.kill();

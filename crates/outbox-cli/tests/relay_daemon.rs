@@ -8,38 +8,17 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use outbox_testkit::fs::temp_dir;
-use outbox_testkit::process::RelayProcess;
+use outbox_testkit::process::{RelayConfig, RelayProcess};
 
 const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
 
 fn config(dir: &Path, store_url: &str, redis_url: &str, stream: &str) -> PathBuf {
-    let path = dir.join("outbox.toml");
-    std::fs::write(
-        &path,
-        format!(
-            r##"
-[relay]
-idle_interval = "200ms"
-shutdown_timeout = "5s"
-
-[[stores]]
-name = "shop"
-url = "{store_url}"
-migrate = true
-
-[destinations.stream.transport]
-type = "redis"
-url = "{redis_url}"
-stream = "{stream}"
-
-[[routes]]
-topic = "#"
-destinations = ["stream"]
-"##
-        ),
-    )
-    .unwrap();
-    path
+    let transport = format!("type = \"redis\"\nurl = \"{redis_url}\"\nstream = \"{stream}\"");
+    RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", store_url)
+        .migrate()
+        .destination("stream", "", &transport)
+        .route("#", &["stream"])
+        .write(&dir.join("outbox.toml"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! Child processes of a test: killed on drop, the `outbox` binary, the relay daemon and its
-//! log, and a `nats-server` of the test's own.
+//! Child processes of a test: killed on drop, the `outbox` binary, the relay daemon, its
+//! configuration file and its log, and a `nats-server` of the test's own.
 
 use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
@@ -86,6 +86,96 @@ pub fn outbox_bin() -> PathBuf {
         target.join("debug").join("outbox")
     })
     .clone()
+}
+
+/// The `outbox.toml` of a relay under test: `[relay]` settings, one store named `shop`, its
+/// destinations and routes, then any further section. Settings are TOML lines as they stand in
+/// the file (indentation and blank lines are dropped).
+///
+/// ```ignore
+/// let config = RelayConfig::new(r#"idle_interval = "200ms""#, "sqlite:/tmp/shop.db")
+///     .migrate()
+///     .destination("stream", "", r#"type = "redis"
+///         url = "redis://127.0.0.1:6379"
+///         stream = "s""#)
+///     .route("#", &["stream"])
+///     .write(&dir.join("outbox.toml"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    relay: String,
+    store_url: String,
+    migrate: bool,
+    destinations: String,
+    routes: String,
+    sections: String,
+}
+
+/// `toml`'s lines, trimmed, without the empty ones; each ends with a newline.
+fn toml_lines(toml: &str) -> String {
+    toml.lines().map(str::trim).filter(|l| !l.is_empty()).map(|l| format!("{l}\n")).collect()
+}
+
+impl RelayConfig {
+    /// `[relay]` with `settings`, and the store `shop` at `store_url`.
+    pub fn new(settings: &str, store_url: &str) -> RelayConfig {
+        RelayConfig {
+            relay: toml_lines(settings),
+            store_url: store_url.to_owned(),
+            migrate: false,
+            destinations: String::new(),
+            routes: String::new(),
+            sections: String::new(),
+        }
+    }
+
+    /// The daemon creates or upgrades the store's tables at start (`migrate = true`).
+    pub fn migrate(mut self) -> RelayConfig {
+        self.migrate = true;
+        self
+    }
+
+    /// `[destinations.<name>]` with `settings` (the table is left out when they are empty) and
+    /// `[destinations.<name>.transport]` with `transport`.
+    pub fn destination(mut self, name: &str, settings: &str, transport: &str) -> RelayConfig {
+        let settings = toml_lines(settings);
+        if !settings.is_empty() {
+            self.destinations.push_str(&format!("\n[destinations.{name}]\n{settings}"));
+        } else {
+            self.destinations.push('\n');
+        }
+        self.destinations.push_str(&format!("[destinations.{name}.transport]\n{}", toml_lines(transport)));
+        self
+    }
+
+    /// A `[[routes]]` entry: messages of `topic` go to `destinations`.
+    pub fn route(mut self, topic: &str, destinations: &[&str]) -> RelayConfig {
+        let names: Vec<String> = destinations.iter().map(|d| format!("\"{d}\"")).collect();
+        self.routes
+            .push_str(&format!("\n[[routes]]\ntopic = \"{topic}\"\ndestinations = [{}]\n", names.join(", ")));
+        self
+    }
+
+    /// Further sections (`[ack]`, `[retention]`), at the end of the file.
+    pub fn section(mut self, toml: &str) -> RelayConfig {
+        self.sections.push_str(&format!("\n{}", toml_lines(toml)));
+        self
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> String {
+        let migrate = if self.migrate { "migrate = true\n" } else { "" };
+        format!(
+            "[relay]\n{}\n[[stores]]\nname = \"shop\"\nurl = \"{}\"\n{migrate}{}{}{}",
+            self.relay, self.store_url, self.destinations, self.routes, self.sections
+        )
+    }
+
+    /// Writes the file to `path`; returns `path`.
+    pub fn write(&self, path: &Path) -> PathBuf {
+        std::fs::write(path, self.text()).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        path.to_owned()
+    }
 }
 
 /// An `outbox relay` process (or any daemon) whose stderr goes to a log file; killed on drop.
@@ -198,5 +288,54 @@ impl Drop for NatsServer {
     fn drop(&mut self) {
         self.child.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RelayConfig;
+
+    #[test]
+    fn a_relay_config_renders_its_sections_in_order() {
+        let text = RelayConfig::new("\n    idle_interval = \"200ms\"\n    lease = \"5s\"\n", "sqlite:/x.db")
+            .migrate()
+            .destination("a", "max_payload_bytes = 10", "type = \"redis\"\nstream = \"s\"")
+            .destination("b", "", "type = \"nats\"")
+            .route("x.#", &["a"])
+            .route("#", &["a", "b"])
+            .section("[ack]\nsecret = \"k\"")
+            .text();
+        assert_eq!(
+            text,
+            r##"[relay]
+idle_interval = "200ms"
+lease = "5s"
+
+[[stores]]
+name = "shop"
+url = "sqlite:/x.db"
+migrate = true
+
+[destinations.a]
+max_payload_bytes = 10
+[destinations.a.transport]
+type = "redis"
+stream = "s"
+
+[destinations.b.transport]
+type = "nats"
+
+[[routes]]
+topic = "x.#"
+destinations = ["a"]
+
+[[routes]]
+topic = "#"
+destinations = ["a", "b"]
+
+[ack]
+secret = "k"
+"##
+        );
     }
 }

@@ -6,8 +6,8 @@ use outbox_store::{redact_url, AnyOutbox};
 use crate::cli::MigrateArgs;
 
 pub(crate) async fn run(args: MigrateArgs) -> anyhow::Result<()> {
-    let shown = super::ops::clean(&redact_url(&args.database_url), 1000);
-    let outbox = AnyOutbox::connect(&args.database_url, 2).await?;
+    let shown = super::ops::clean(&redact_url(&args.db.database_url), 1000);
+    let outbox = AnyOutbox::connect(&args.db.database_url, 2).await?;
     let report = outbox.migrate().await.with_context(|| format!("migrating {shown}"))?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
