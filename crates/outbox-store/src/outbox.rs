@@ -77,9 +77,36 @@ pub trait OutboxConnection: Send {
     ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
 }
 
+/// Implements [`OutboxDatabase`] for a dialect with the functions of its module (`MIGRATIONS`,
+/// `enqueue`, `enqueue_batch`, `get`), and [`OutboxConnection`] for its connection.
 #[allow(unused_macros)]
-macro_rules! impl_connection {
+macro_rules! impl_dialect {
     ($conn:ty, $db:ty) => {
+        impl $crate::OutboxDatabase for $db {
+            const MIGRATIONS: &'static [$crate::Migration] = MIGRATIONS;
+
+            fn enqueue<'a>(
+                conn: &'a mut $conn,
+                msg: &'a ::outbox_core::NewMessage,
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<::outbox_core::Enqueued>> + Send + 'a {
+                enqueue(conn, msg)
+            }
+
+            fn enqueue_batch<'a>(
+                conn: &'a mut $conn,
+                msgs: &'a [::outbox_core::NewMessage],
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
+                enqueue_batch(conn, msgs)
+            }
+
+            fn get<'a>(
+                conn: &'a mut $conn,
+                id: ::outbox_core::MessageId,
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Option<::outbox_core::OutboxMessage>>> + Send + 'a {
+                get(conn, id)
+            }
+        }
+
         impl $crate::OutboxConnection for $conn {
             type Database = $db;
 
@@ -100,7 +127,7 @@ macro_rules! impl_connection {
     };
 }
 #[allow(unused_imports)]
-pub(crate) use impl_connection;
+pub(crate) use impl_dialect;
 
 /// The entry point for a service: a sqlx pool plus the after-commit signal its relay listens
 /// to. Cheap to clone.

@@ -35,32 +35,6 @@ pub fn redact(url: &str) -> String {
     outbox_core::redact_url(url)
 }
 
-/// A timeout must be positive and at most 10 minutes (the NATS, Redis and MQTT configurations).
-#[cfg(any(feature = "nats", feature = "redis", feature = "mqtt"))]
-pub(crate) fn check_timeout(
-    transport: &'static str,
-    key: &'static str,
-    d: std::time::Duration,
-) -> Result<()> {
-    if d.is_zero() || d > std::time::Duration::from_secs(600) {
-        return Err(TransportError::Config {
-            transport,
-            key,
-            reason: format!("must be more than 0 and at most 10 min, got {d:?}"),
-        });
-    }
-    Ok(())
-}
-
-/// The key a configuration error names (the configurations' unit tests).
-#[cfg(test)]
-pub(crate) fn config_key(e: TransportError) -> &'static str {
-    match e {
-        TransportError::Config { key, .. } => key,
-        other => panic!("expected a config error, got {other}"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #[test]

@@ -20,14 +20,16 @@
 //! documented rules (topic, subject or routing key, header names and values, sizes) and fails a
 //! violation permanently, alone, naming the field: a broker that would close the connection on
 //! it can never make one bad message look like an outage of the whole destination. Every reason
-//! is bounded and escaped (see `validate.rs`; the table is in docs/transports.md, "What each
-//! transport refuses before sending").
+//! is bounded and escaped (see `common/validate.rs`; the table is in docs/transports.md, "What
+//! each transport refuses before sending").
+//!
+//! What the brokers share is written once in `common/` (configuration rules, connection errors,
+//! the bookkeeping of a batch's outcomes), so each broker's folder holds only its own rules.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 // The RocketMQ client's futures are deeply nested types: proving them `Send` needs more than
 // the default recursion limit.
 #![recursion_limit = "512"]
 
-mod error;
 // Each helper is used by some transports only: a build with fewer features leaves some unused.
 #[cfg_attr(
     not(all(
@@ -41,7 +43,10 @@ mod error;
     )),
     allow(dead_code)
 )]
-pub(crate) mod validate;
+pub(crate) mod common;
+mod error;
+
+pub(crate) use common::validate;
 
 pub use error::{redact, Result, TransportError};
 

@@ -19,7 +19,6 @@ use outbox_transport::http::{
     decode_header_value, envelope_header_name, verify_signature, HttpConfig, HttpTransport, SignatureError,
     WebhookSecret, SIGNATURE_HEADER, TIMESTAMP_HEADER,
 };
-use outbox_transport::TransportError;
 
 const SECRET: &str = "test-secret-0123456789";
 const WAIT: Duration = Duration::from_secs(60);
@@ -132,13 +131,6 @@ fn now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs() as i64
 }
 
-fn failure(o: &Outcome) -> (FailureKind, String, Option<Duration>) {
-    match o {
-        Outcome::Failed { kind, reason, retry_after } => (*kind, reason.clone(), *retry_after),
-        Outcome::Delivered => panic!("expected a failure, got Delivered"),
-    }
-}
-
 async fn transport(url: String) -> HttpTransport {
     HttpTransport::connect(HttpConfig::new(url, SECRET)).await.unwrap()
 }
@@ -147,17 +139,11 @@ async fn transport(url: String) -> HttpTransport {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_signed_requests_with_every_header() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let rx = Receiver::start().await;
         let t = transport(format!("{}/hooks/{{topic}}?v=1", rx.url)).await;
 
-        let mut m1 = outbox_message(7, "order.paid", r#"{"order":42}"#);
-        m1.biz_type = Some("order".into());
-        m1.biz_key = Some("订单 42".into());
-        m1.key = Some("order-42".into());
-        m1.headers
-            .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
-        m1.headers.insert("source".into(), "check out\r\nX-Injected: 1".into());
+        let m1 = full_message(7, "order.paid", r#"{"order":42}"#, "订单 42", "check out\r\nX-Injected: 1");
         let m2 = outbox_message(8, "audit/x y", "plain");
         let batch = vec![Envelope::new(&m1, 1), Envelope::new(&m2, 4)];
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
@@ -196,19 +182,18 @@ async fn posts_signed_requests_with_every_header() {
         assert_eq!(h.header("outbox-biz-key"), Some("%E8%AE%A2%E5%8D%95%2042"));
         assert_eq!(h.header("outbox-key"), Some("order-42"));
         assert_eq!(h.header("outbox-created-at"), Some(m1.created_at.to_rfc3339().as_str()));
-        assert_eq!(h.header("traceparent"), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        assert_eq!(h.header("traceparent"), Some(TRACEPARENT));
         assert_eq!(h.header("outbox-header-source"), Some("check%20out%0D%0AX-Injected:%201"));
         assert_eq!(got[1].header("outbox-attempt"), Some("4"));
         assert!(got[1].header("outbox-biz-key").is_none());
         assert!(t.health().await.is_ok());
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_headers_content_type_and_unsigned_mode() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let rx = Receiver::start().await;
         let mut cfg = HttpConfig::new(format!("{}/in", rx.url), SECRET);
         cfg.secret = None;
@@ -227,13 +212,12 @@ async fn static_headers_content_type_and_unsigned_mode() {
         assert!(r.header(SIGNATURE_HEADER).is_none() && r.header(TIMESTAMP_HEADER).is_none());
         assert!(!format!("{t:?}").contains("abc.def"));
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_are_classified() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let rx = Receiver::start().await;
         let t = transport(format!("{}/hook", rx.url)).await;
         let one = [Envelope::new(&outbox_message(1, "t", "{}"), 1)];
@@ -311,8 +295,7 @@ async fn answers_are_classified() {
         assert_eq!(out[3], Outcome::Delivered);
         assert_eq!(rx.count() - before, 2, "no request for messages that fail before sending");
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Issue 14, finding 8: with the URL template `/tenant-a/hooks/{topic}/deliver`, a row with
@@ -323,7 +306,7 @@ async fn answers_are_classified() {
 /// are no HTTP token fail alone, with a bounded reason; the good messages are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_never_leave_the_url_template_and_bad_headers_fail_alone() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let rx = Receiver::start().await;
         let t = transport(format!("{}/tenant-a/hooks/{{topic}}/deliver", rx.url)).await;
         let msg =
@@ -394,13 +377,12 @@ async fn topics_never_leave_the_url_template_and_bad_headers_fail_alone() {
         assert_eq!(t.publish(&[msg(30, "order.paid")]).await, vec![Outcome::Delivered]);
         assert_eq!(rx.count(), 11);
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let t = transport(format!("http://user:pa55w0rd@127.0.0.1:{port}/hook")).await;
         let out = t.publish(&[Envelope::new(&outbox_message(1, "t", "{}"), 1)]).await;
@@ -417,7 +399,7 @@ async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
             failure(&no_dns.publish(&[Envelope::new(&outbox_message(1, "t", "{}"), 1)]).await[0]);
         assert_eq!(kind, FailureKind::Unavailable);
 
-        let cases: Vec<(HttpConfig, &str)> = vec![
+        let invalid = vec![
             (HttpConfig::new("ftp://h/x", SECRET), "url"),
             (HttpConfig::new("http://h/{nope}", SECRET), "url"),
             (HttpConfig::new("http://h/x", "short"), "secret"),
@@ -425,22 +407,14 @@ async fn unreachable_receiver_is_unavailable_and_config_errors_name_the_key() {
             (HttpConfig { timeout: Duration::ZERO, ..HttpConfig::new("http://h/x", SECRET) }, "timeout"),
             (HttpConfig { concurrency: 0, ..HttpConfig::new("http://h/x", SECRET) }, "concurrency"),
         ];
-        for (cfg, expected) in cases {
-            match HttpTransport::connect(cfg).await {
-                Err(TransportError::Config { transport, key, reason }) => {
-                    assert_eq!((transport, key), ("http", expected), "{reason}");
-                    assert!(!reason.contains(SECRET));
-                }
-                other => panic!("expected a config error naming {expected}, got {other:?}"),
-            }
+        for reason in assert_invalid_named("http", HttpTransport::connect, invalid).await {
+            assert!(!reason.contains(SECRET));
         }
-        let parsed: Result<HttpConfig, _> =
-            serde_json::from_str(r#"{"url":"http://h","secret":"0123456789abcdef","timeout_ms":5}"#);
-        assert!(parsed.unwrap_err().to_string().contains("timeout_ms"));
+        let json = r#"{"url":"http://h","secret":"0123456789abcdef","timeout_ms":5}"#;
+        assert_unknown_key_refused::<HttpConfig>(json, "timeout_ms");
         let _ = WebhookSecret::new("x");
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -459,107 +433,85 @@ fn by_id(rx: &Receiver) -> HashMap<String, Vec<Received>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_through_the_relay_exactly_once_without_faults() {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        let (db, outbox) = sqlite_outbox().await;
+    within(Duration::from_secs(120), async {
         let rx = Receiver::start().await;
         let t = Arc::new(transport(format!("{}/events/{{topic}}", rx.url)).await);
         let destination = Destination::new("webhook", t).retry(fast_retry(5));
-        let (stop, running) = spawn_relay(&outbox, "http-e2e", "webhook", destination);
+        with_relay(sqlite_outbox().await, destination, async |outbox| {
+            let ids: Vec<_> = commit_orders(outbox).await.into_keys().collect();
+            eventually("every committed message is received", || {
+                let n = rx.count();
+                async move { n >= 200 }
+            })
+            .await;
+            wait_all_sent(outbox, &ids, WAIT).await;
+            // A grace period, not a wait for an event: a duplicate would arrive now.
+            tokio::time::sleep(Duration::from_millis(500)).await;
 
-        let ids: Vec<_> = commit_orders(&outbox).await.into_keys().collect();
-        eventually("every committed message is received", || {
-            let n = rx.count();
-            async move { n >= 200 }
+            let got = by_id(&rx);
+            assert_eq!(got.len(), 200);
+            assert_eq!(rx.count(), 200, "exactly once without faults");
+            for id in &ids {
+                let reqs = got.get(&id.to_string()).unwrap_or_else(|| panic!("message {id} never arrived"));
+                let m = outbox.get(*id).await.unwrap().unwrap();
+                assert_eq!(reqs[0].body.as_ref(), m.payload.as_bytes());
+                assert_eq!(reqs[0].path, format!("/events/{}", m.topic));
+                assert_eq!(reqs[0].header("outbox-biz-key"), m.biz_key.as_deref());
+            }
         })
         .await;
-        wait_all_sent(&outbox, &ids, WAIT).await;
-        // A grace period, not a wait for an event: a duplicate would arrive now.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stop.cancel();
-        running.await.unwrap();
-
-        let got = by_id(&rx);
-        assert_eq!(got.len(), 200);
-        assert_eq!(rx.count(), 200, "exactly once without faults");
-        for id in &ids {
-            let reqs = got.get(&id.to_string()).unwrap_or_else(|| panic!("message {id} never arrived"));
-            let m = outbox.get(*id).await.unwrap().unwrap();
-            assert_eq!(reqs[0].body.as_ref(), m.payload.as_bytes());
-            assert_eq!(reqs[0].path, format!("/events/{}", m.topic));
-            assert_eq!(reqs[0].header("outbox-biz-key"), m.biz_key.as_deref());
-        }
         assert!(
             rx.received().iter().all(|r| r.body.as_ref() != b"phantom"),
             "a rolled-back message was sent"
         );
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receiver_outage_then_recovery_delivers_everything_and_a_400_fails() {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        let (db, outbox) = sqlite_outbox().await;
+    within(Duration::from_secs(120), async {
         let rx = Receiver::start().await;
         let t = Arc::new(transport(format!("{}/hook", rx.url)).await);
         // Few attempts: if the 503s cost attempts, messages would end `failed`.
         let destination = Destination::new("webhook", t).retry(fast_retry(3)).breaker(fast_breaker());
-        let (stop, running) = spawn_relay(&outbox, "http-outage", "webhook", destination);
+        with_relay(sqlite_outbox().await, destination, async |outbox| {
+            rx.answer(Answer::Status { code: 503, retry_after: None, body: "maintenance".into() });
+            let mut ids = Vec::new();
+            for n in 0..40 {
+                let m = NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 4));
+                ids.push(outbox.enqueue(&m).await.unwrap().id);
+            }
+            // More requests than messages: the relay came back to a message after an outage
+            // answer (it keeps probing), and that must not have cost an attempt.
+            let messages = ids.len();
+            eventually("the relay probed the receiver again", || {
+                let n = rx.count();
+                async move { n > messages }
+            })
+            .await;
+            assert_outage_costs_no_attempt(outbox, &ids).await;
 
-        rx.answer(Answer::Status { code: 503, retry_after: None, body: "maintenance".into() });
-        let mut ids = Vec::new();
-        for n in 0..40 {
-            ids.push(
-                outbox
-                    .enqueue(&NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 4)))
-                    .await
-                    .unwrap()
-                    .id,
-            );
-        }
-        // More requests than messages: the relay came back to a message after an outage
-        // answer (it keeps probing), and that must not have cost an attempt.
-        let messages = ids.len();
-        eventually("the relay probed the receiver again", || {
-            let n = rx.count();
-            async move { n > messages }
+            rx.answer(Answer::Ok);
+            wait_all_sent(outbox, &ids, WAIT).await;
+            let got = by_id(&rx);
+            for id in &ids {
+                assert!(got.contains_key(&id.to_string()), "message {id} never arrived");
+            }
+
+            // A 400 fails the message at once with its reason.
+            rx.answer(Answer::Status { code: 400, retry_after: None, body: "unknown event".into() });
+            let bad = outbox.enqueue(&NewMessage::new("evt", "rejected")).await.unwrap().id;
+            eventually("the rejected message is failed", || async {
+                outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
+            })
+            .await;
+            let m = outbox.get(bad).await.unwrap().unwrap();
+            let err = m.last_error.unwrap();
+            assert!(err.contains("400") && err.contains("unknown event"), "{err}");
+            assert_eq!(m.attempts, 1);
         })
         .await;
-        for id in &ids {
-            let m = outbox.get(*id).await.unwrap().unwrap();
-            assert!(
-                matches!(m.status, Status::Pending | Status::Sending),
-                "{id} is {:?} during the outage",
-                m.status
-            );
-            assert_eq!(m.attempts, 0, "an outage costs no attempt");
-        }
-
-        rx.answer(Answer::Ok);
-        wait_all_sent(&outbox, &ids, WAIT).await;
-        let got = by_id(&rx);
-        for id in &ids {
-            assert!(got.contains_key(&id.to_string()), "message {id} never arrived");
-        }
-
-        // A 400 fails the message at once with its reason.
-        rx.answer(Answer::Status { code: 400, retry_after: None, body: "unknown event".into() });
-        let bad = outbox.enqueue(&NewMessage::new("evt", "rejected")).await.unwrap().id;
-        eventually("the rejected message is failed", || async {
-            outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
-        })
-        .await;
-        let m = outbox.get(bad).await.unwrap().unwrap();
-        let err = m.last_error.unwrap();
-        assert!(err.contains("400") && err.contains("unknown event"), "{err}");
-        assert_eq!(m.attempts, 1);
-
-        stop.cancel();
-        running.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

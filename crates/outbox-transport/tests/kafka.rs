@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use outbox_core::{header, FailureKind, MessageId, Outcome, Status, Transport};
+use outbox_core::{header, FailureKind, MessageId, Outcome, Transport};
 use outbox_testkit::brokers::Tansu;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::kafka::{KafkaConfig, KafkaTransport};
@@ -146,37 +146,25 @@ fn config(bootstrap: String) -> KafkaConfig {
 
 /// Per key, the messages are first received in commit (id) order, all on one partition.
 fn check_order(got: &[Got]) {
-    let mut seen = HashSet::new();
-    let mut last: HashMap<String, (i64, i32)> = HashMap::new();
+    assert_key_order(got.iter().map(|g| (g.key.as_deref().expect("keyed"), g.id())));
+    let mut partitions: HashMap<&str, i32> = HashMap::new();
     for g in got {
-        let id = g.id();
-        if !seen.insert(id) {
-            continue; // a republished duplicate
-        }
-        let key = g.key.clone().expect("keyed");
-        if let Some((prev, partition)) = last.insert(key.clone(), (id, g.partition)) {
-            assert!(prev < id, "key {key}: message {id} arrived after {prev}");
-            assert_eq!(partition, g.partition, "key {key} changed partition");
-        }
+        let key = g.key.as_deref().expect("keyed");
+        let first = *partitions.entry(key).or_insert(g.partition);
+        assert_eq!(first, g.partition, "key {key} changed partition");
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
     let Some(broker) = Tansu::start() else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let topic = "orders";
         create_topic(&broker.bootstrap(), topic).await;
-        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
         assert_eq!(t.kind(), "kafka");
         t.health().await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
-
-        rolled_back_phantom(&outbox, topic).await;
-        let mut committed = HashMap::new();
-        let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
-        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+        let (committed, ids) = relay_keyed_orders(destination("kafka", Arc::new(t)), topic).await;
 
         let mut reader = Reader::new(&broker.bootstrap(), topic).await;
         reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= ids.len()).await;
@@ -198,86 +186,90 @@ async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
         assert_eq!(distinct_ids(&reader.got), ids.iter().map(|i| i.0).collect());
         assert_eq!(reader.got.len(), ids.len(), "no duplicates without faults");
         check_order(&reader.got);
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_key_order_holds_across_producer_rebuilds() {
     let Some(broker) = Tansu::start() else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let topic = "rebuilds";
         create_topic(&broker.bootstrap(), topic).await;
-        let (db, outbox) = pg_outbox().await;
         let t = Arc::new(KafkaTransport::connect(config(broker.bootstrap())).await.unwrap());
-        let (stop, handle) = start_relay(&outbox, "kafka", t.clone());
-
-        // Rebuild the producer over and over while the messages are committed and relayed, as
-        // fatal errors would.
-        let rebuilding = CancellationToken::new();
-        let rebuilder = tokio::spawn({
-            let (t, stop) = (t.clone(), rebuilding.clone());
-            async move {
-                while !stop.is_cancelled() {
-                    t.rebuild_producer().await.unwrap();
-                    tokio::time::sleep(Duration::from_millis(25)).await;
+        let ids = with_relay(pg_outbox().await, destination("kafka", t.clone()), async |outbox| {
+            // Rebuild the producer over and over while the messages are committed and relayed,
+            // as fatal errors would.
+            let rebuilding = CancellationToken::new();
+            let rebuilder = tokio::spawn({
+                let (t, stop) = (t.clone(), rebuilding.clone());
+                async move {
+                    while !stop.is_cancelled() {
+                        t.rebuild_producer().await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(25)).await;
+                    }
                 }
-            }
-        });
-        let mut committed = HashMap::new();
-        let ids = enqueue_all(&outbox, topic, 0..300, 10, &mut committed).await;
-        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
-        rebuilding.cancel();
-        rebuilder.await.unwrap();
+            });
+            let mut committed = HashMap::new();
+            let ids = enqueue_all(outbox, topic, 0..300, 10, &mut committed).await;
+            wait_all_sent(outbox, &ids, Duration::from_secs(60)).await;
+            rebuilding.cancel();
+            rebuilder.await.unwrap();
+            ids
+        })
+        .await;
         assert!(t.rebuilds() >= 3, "only {} rebuilds", t.rebuilds());
-        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
 
         let mut reader = Reader::new(&broker.bootstrap(), topic).await;
         reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= ids.len()).await;
         assert_eq!(distinct_ids(&reader.got), ids.iter().map(|i| i.0).collect());
         check_order(&reader.got);
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
+}
+
+/// The outage of [`outage`]: the broker killed, then restarted. Its storage is in memory: the
+/// restarted broker needs the topic again, as a cluster with persistent storage would still
+/// have it.
+struct Restarts<'a> {
+    broker: &'a mut Tansu,
+    topic: &'a str,
+}
+
+impl Link for Restarts<'_> {
+    async fn cut(&mut self) {
+        self.broker.stop();
+    }
+
+    async fn restore(&mut self) {
+        self.broker.restart();
+        create_topic(&self.broker.bootstrap(), self.topic).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
     let Some(mut broker) = Tansu::start() else { return };
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let topic = "restarts";
         create_topic(&broker.bootstrap(), topic).await;
-        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
         let mut reader = Reader::new(&broker.bootstrap(), topic).await;
-
-        let mut committed = HashMap::new();
-        let first = enqueue_all(&outbox, topic, 0..100, 10, &mut committed).await;
         // Read some of the stream, then kill the broker mid-stream.
-        reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= 20).await;
-        broker.stop();
-        let second = enqueue_all(&outbox, topic, 100..200, 10, &mut committed).await;
-        tokio::time::sleep(Duration::from_secs(2)).await;
-        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
-        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
-        // Its storage is in memory: the restarted broker needs the topic again, as a cluster
-        // with persistent storage would still have it. What the consumer read before the kill
-        // stays read; everything else must arrive after the restart.
-        broker.restart();
-        create_topic(&broker.bootstrap(), topic).await;
-        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+        let started = async |_: &[MessageId]| {
+            reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= 20).await;
+        };
+        let restarts = Restarts { broker: &mut broker, topic };
+        let (committed, second) =
+            with_relay(pg_outbox().await, destination("kafka", Arc::new(t)), async |outbox| {
+                let make = |i| keyed_message(topic, i, 10);
+                outage(outbox, 100, make, started, restarts, Duration::from_secs(90)).await
+            })
+            .await;
 
-        // A consumer of the restarted broker (the old one's partition state died with it).
+        // What the consumer read before the kill stays read; everything else must arrive after
+        // the restart, at a consumer of the restarted broker (the old one's partition state died
+        // with it).
         let mut after = Reader::new(&broker.bootstrap(), topic).await;
         after
             .read_until(Duration::from_secs(90), |g| {
@@ -289,13 +281,8 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
         for g in &reader.got {
             assert_eq!(g.payload, committed[&MessageId(g.id())].payload);
         }
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,43 +291,33 @@ async fn a_cut_connection_keeps_messages_pending_and_loses_nothing() {
     let proxy_port = outbox_testkit::net::free_port();
     let broker_port = outbox_testkit::net::free_port();
     let Some(broker) = Tansu::start_advertising(broker_port, proxy_port) else { return };
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let proxy = TcpProxy::start_on(proxy_port, &broker.bootstrap()).await;
         let topic = "cuts";
         create_topic(&format!("127.0.0.1:{proxy_port}"), topic).await;
-        let (db, outbox) = pg_outbox().await;
         let t = KafkaTransport::connect(config(format!("127.0.0.1:{proxy_port}"))).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "kafka", Arc::new(t));
-
-        let mut committed = HashMap::new();
-        let first = enqueue_all(&outbox, topic, 0..50, 5, &mut committed).await;
-        wait_all_sent(&outbox, &first, Duration::from_secs(60)).await;
-        proxy.cut();
-        let second = enqueue_all(&outbox, topic, 50..100, 5, &mut committed).await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let st = statuses(&outbox, &second).await;
-        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
-        proxy.restore();
-        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
-        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+        let (committed, _) =
+            with_relay(pg_outbox().await, destination("kafka", Arc::new(t)), async |outbox| {
+                let started =
+                    async |first: &[MessageId]| wait_all_sent(outbox, first, Duration::from_secs(60)).await;
+                outage(outbox, 50, |i| keyed_message(topic, i, 5), started, &proxy, Duration::from_secs(90))
+                    .await
+            })
+            .await;
+        let all: Vec<MessageId> = committed.into_keys().collect();
 
         let mut reader = Reader::new(&format!("127.0.0.1:{proxy_port}"), topic).await;
         reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= all.len()).await;
         assert_eq!(distinct_ids(&reader.got), all.iter().map(|i| i.0).collect());
         check_order(&reader.got);
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_topics_and_oversized_messages_fail_permanently_and_hold_nothing_up() {
     let Some(broker) = Tansu::start() else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         create_topic(&broker.bootstrap(), "known").await;
         let t =
             KafkaTransport::connect(KafkaConfig { max_message_bytes: 4_000, ..config(broker.bootstrap()) })
@@ -377,6 +354,5 @@ async fn unknown_topics_and_oversized_messages_fail_permanently_and_hold_nothing
                 .unwrap_err();
         assert!(matches!(e, TransportError::Connect { .. }), "{e}");
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

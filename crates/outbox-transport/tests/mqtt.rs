@@ -10,12 +10,11 @@ use common::*;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
-use outbox_transport::TransportError;
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tokio::sync::mpsc;
 
@@ -76,20 +75,7 @@ impl Subscriber {
 
     /// At least `expected` messages (then whatever else arrives within a short grace period).
     async fn take(&mut self, expected: usize, wait: Duration) -> Vec<(String, Vec<u8>)> {
-        let mut out = Vec::new();
-        let deadline = Instant::now() + wait;
-        loop {
-            let limit = if out.len() < expected {
-                deadline.saturating_duration_since(Instant::now())
-            } else {
-                Duration::from_millis(300)
-            };
-            match tokio::time::timeout(limit, self.rx.recv()).await {
-                Ok(Some(m)) => out.push(m),
-                _ => break,
-            }
-        }
-        out
+        arrivals(expected, wait, async || self.rx.recv().await).await
     }
 }
 
@@ -125,20 +111,14 @@ fn config(url: String, base: &str) -> MqttConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
         assert_eq!(t.kind(), "mqtt");
         t.health().await.unwrap();
 
-        let batch: Vec<Envelope> = (1..=30)
-            .map(|i| {
-                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
-                let key = format!("k{}", i % 3);
-                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i},"text":"é \"quoted\""}}"#), i % 4 == 0)
-            })
-            .collect();
+        let batch = mixed_batch();
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 30]);
 
         let got: Vec<Got> = sub.take(30, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
@@ -151,13 +131,7 @@ async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
             assert_eq!(g.headers, e.headers, "every header, nothing else, for message {}", e.id);
         }
         // Order within a key: arrival order follows message id.
-        let mut last: HashMap<&str, i64> = HashMap::new();
-        for g in &got {
-            let id: i64 = g.id.parse().unwrap();
-            if let Some(prev) = last.insert(g.headers[header::KEY].as_str(), id) {
-                assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
-            }
-        }
+        assert_key_order(got.iter().map(|g| (g.headers[header::KEY].as_str(), g.id.parse().unwrap())));
         assert!(t.publish(&[]).await.is_empty());
 
         // Raw format: the body alone.
@@ -174,103 +148,58 @@ async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
         let got = sub.take(1, Duration::from_secs(10)).await;
         assert_eq!(got, vec![(format!("{base}/raw/one"), b"plain body".to_vec())]);
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
-/// Checks what the subscriber got against the committed messages: every one with the right
-/// topic, payload and headers, never the rolled back one, in order per key; exactly once when
-/// asked.
-fn check_received(got: &[Got], base: &str, committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
-    let mut seen: HashMap<i64, usize> = HashMap::new();
-    let mut first_seen = Vec::new();
+/// Checks what the subscriber got against the committed messages ([`check_received`]), and
+/// that each came on the topic made from its own.
+fn check_got(got: &[Got], base: &str, committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
     for g in got {
-        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
-        let id: i64 = g.id.parse().unwrap();
-        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
+        let m = committed.get(&MessageId(g.id.parse().unwrap())).expect("a committed message");
         assert_eq!(g.topic, format!("{base}/{}", m.topic.replace('.', "/")));
-        assert_eq!(g.payload, m.payload);
-        assert_eq!(g.headers[header::MESSAGE_ID], g.id);
-        assert_eq!(g.headers[header::TOPIC], m.topic);
-        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
-        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
-        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
-        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
-        let n = seen.entry(id).or_default();
-        if *n == 0 {
-            first_seen.push(id);
-        }
-        *n += 1;
     }
-    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
-    if exactly_once {
-        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
-    }
-    let mut last: HashMap<&str, i64> = HashMap::new();
-    for id in first_seen {
-        let key = committed[&MessageId(id)].key.as_deref().unwrap_or("");
-        if let Some(prev) = last.insert(key, id) {
-            assert!(prev < id, "key {key} out of order");
-        }
-    }
+    let received = got.iter().map(|g| (g.id.parse().unwrap(), g.payload.as_str(), &g.headers));
+    check_received(received, committed, exactly_once);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let (db, outbox) = sqlite_outbox().await;
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
-
-        let committed = commit_orders(&outbox).await;
-        let ids: Vec<MessageId> = committed.keys().copied().collect();
-        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
+        let committed = relay_orders("mqtt", Arc::new(t)).await;
         let got: Vec<Got> =
             sub.take(200, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
-        check_received(&got, &base, &committed, true);
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
+        check_got(&got, &base, &committed, true);
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let proxy = TcpProxy::start(&server()).await;
-        let (db, outbox) = sqlite_outbox().await;
         let t = MqttTransport::connect(MqttConfig {
             reconnect_max_delay: Duration::from_millis(500),
             ..config(format!("mqtt://{}", proxy.addr()), &base)
         })
         .await
         .unwrap();
-        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
-
-        let committed = outage_then_restore(&outbox, &proxy).await;
+        let committed = relay_orders_through_an_outage("mqtt", Arc::new(t), &proxy).await;
         let got: Vec<Got> =
             sub.take(120, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
         // At-least-once: a PUBLISH whose PUBACK was cut off is published again.
-        check_received(&got, &base, &committed, false);
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
+        check_got(&got, &base, &committed, false);
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let proxy = TcpProxy::start(&server()).await;
         let t = MqttTransport::connect(MqttConfig {
@@ -279,27 +208,17 @@ async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds
         })
         .await
         .unwrap();
-        assert_eq!(t.publish(&[envelope(1, "a", None, "x", false)]).await, vec![Outcome::Delivered]);
-        proxy.cut();
-        // Whether the loss is noticed before or during this call, it is never "delivered".
-        let started = Instant::now();
-        let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
-        assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
-        assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
-        eventually("health reports the lost connection", || async { t.health().await.is_err() }).await;
+        assert_a_cut_is_unavailable(&t, &proxy).await;
         let o = t.publish(&[envelope(3, "a", None, "x", false)]).await;
         assert!(reason(&o[0]).contains("not connected"), "{o:?}");
-        proxy.restore();
-        publish_until_delivered(&t, envelope(4, "a", None, "y", false), Duration::from_secs(15)).await;
-        t.health().await.unwrap();
+        assert_a_restore_recovers(&t, &proxy).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let url = format!("mqtt://{}", server());
@@ -320,38 +239,25 @@ async fn classification_of_failures() {
         assert_eq!(t.publish(&[envelope(6, "b", None, "ok", false)]).await, vec![Outcome::Delivered]);
 
         // Unreachable broker: a Connect error with the password redacted.
-        assert_unreachable_is_redacted("mqtt", "mqtt", |url| {
-            MqttTransport::connect(MqttConfig {
-                url,
-                connect_timeout: Duration::from_millis(2000),
-                ..MqttConfig::default()
-            })
-        })
-        .await;
+        let unreachable =
+            |url| MqttConfig { url, connect_timeout: Duration::from_secs(2), ..Default::default() };
+        assert_unreachable_is_redacted("mqtt", "mqtt", |url| MqttTransport::connect(unreachable(url))).await;
 
-        // Invalid configuration: the key is named, before any connection.
-        let e = MqttTransport::connect(MqttConfig { topic: "a/#".into(), ..MqttConfig::default() })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "topic", .. }), "{e:?}");
-        let e =
-            MqttTransport::connect(MqttConfig { url: "mqtts://u:s3cret@h".into(), ..MqttConfig::default() })
-                .await
-                .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "url", .. }), "{e:?}");
-        assert!(!e.to_string().contains("s3cret"));
-        assert!(serde_json::from_str::<MqttConfig>(r#"{"topic":"t","qos":2}"#)
-            .unwrap_err()
-            .to_string()
-            .contains("qos"));
+        // Invalid configuration: the key is named, before any connection (and no password).
+        let invalid = vec![
+            (MqttConfig { topic: "a/#".into(), ..MqttConfig::default() }, "topic"),
+            (MqttConfig { url: "mqtts://u:s3cret@h".into(), ..MqttConfig::default() }, "url"),
+        ];
+        let reasons = assert_invalid_named("mqtt", MqttTransport::connect, invalid).await;
+        assert!(!reasons[1].contains("s3cret"));
+        assert_unknown_key_refused::<MqttConfig>(r#"{"topic":"t","qos":2}"#, "qos");
 
         // Nothing else reached the subscriber.
         let extra: HashSet<String> =
             sub.take(0, Duration::from_millis(300)).await.iter().map(|m| unwrap_envelope(m).id).collect();
         assert_eq!(extra, HashSet::from(["6".to_owned()]));
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Issue 14, finding 4: a topic with a control character made Mosquitto drop the connection,
@@ -361,7 +267,7 @@ async fn classification_of_failures() {
 /// is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
@@ -415,8 +321,7 @@ async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives
         assert_eq!(unwrap_envelope(&got[0]).id, "400");
         t.health().await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// The finding end to end, with a topic the table and `NewMessage` accept but Mosquitto answers
@@ -426,7 +331,7 @@ async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives
 /// probed it forever and nothing was delivered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let (db, outbox) = sqlite_outbox().await;
@@ -439,25 +344,21 @@ async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
             good.push(outbox.enqueue(&NewMessage::new("sec.ok", format!("good {i}"))).await.unwrap().id);
         }
         let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "mqtt", Arc::new(t));
-
-        wait_all_sent(&outbox, &good, Duration::from_secs(60)).await;
-        eventually("the bad message failed", || async {
-            outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
+        let last_error = with_relay((db, outbox), destination("mqtt", Arc::new(t)), async |outbox| {
+            wait_all_sent(outbox, &good, Duration::from_secs(60)).await;
+            eventually("the bad message failed", || async {
+                outbox.get(bad).await.unwrap().unwrap().status == Status::Failed
+            })
+            .await;
+            outbox.get(bad).await.unwrap().unwrap().last_error.unwrap()
         })
         .await;
-        let last_error = outbox.get(bad).await.unwrap().unwrap().last_error.unwrap();
         assert!(last_error.contains("noncharacter U+FFFE"), "{last_error}");
         assert!(!last_error.chars().any(char::is_control), "{last_error:?}");
         let got = sub.take(10, Duration::from_secs(10)).await;
         assert_eq!(got.len(), 10, "the 10 good messages, once each");
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// The PUBACK correlation under stress: publishes race with connections being cut and restored.
@@ -465,7 +366,7 @@ async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
 /// subscriber, connected directly, receives it), and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_received_under_repeated_cuts() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let mut sub = Subscriber::start(&format!("{base}/#")).await;
         let proxy = Arc::new(TcpProxy::start(&server()).await);
@@ -487,6 +388,5 @@ async fn delivered_always_means_received_under_repeated_cuts() {
         let missing: Vec<&String> = delivered.difference(&received).collect();
         assert!(missing.is_empty(), "reported delivered but never received: {missing:?}");
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

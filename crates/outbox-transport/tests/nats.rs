@@ -10,11 +10,11 @@ use common::*;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_nats::jetstream;
 use futures::StreamExt;
-use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Transport};
+use outbox_core::{header, Envelope, FailureKind, Outcome, Transport};
 use outbox_testkit::process::NatsServer;
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::nats::{NatsConfig, NatsTransport};
@@ -67,6 +67,12 @@ struct Got {
     sequence: u64,
 }
 
+impl Got {
+    fn id(&self) -> i64 {
+        self.headers[header::MESSAGE_ID].parse().unwrap()
+    }
+}
+
 /// Reads the whole stream with a pull consumer: at least `expected` messages (then anything
 /// else that arrives within a short grace period, to catch duplicates).
 async fn consume(js: &jetstream::Context, stream: &str, expected: usize, wait: Duration) -> Vec<Got> {
@@ -79,31 +85,23 @@ async fn consume(js: &jetstream::Context, stream: &str, expected: usize, wait: D
         .await
         .unwrap();
     let mut messages = consumer.messages().await.unwrap();
-    let mut out = Vec::new();
-    let deadline = Instant::now() + wait;
-    loop {
-        let limit = if out.len() < expected {
-            deadline.saturating_duration_since(Instant::now())
-        } else {
-            Duration::from_millis(300)
-        };
-        let Ok(Some(m)) = tokio::time::timeout(limit, messages.next()).await else { break };
-        let m = m.unwrap();
+    arrivals(expected, wait, async || {
+        let m = messages.next().await?.unwrap();
         let headers = m
             .headers
             .as_ref()
             .map(|h| h.iter().map(|(k, v)| (k.to_string(), v.first().unwrap().to_string())).collect())
             .unwrap_or_default();
-        let sequence = m.info().unwrap().stream_sequence;
-        out.push(Got {
+        let got = Got {
             subject: m.subject.to_string(),
             headers,
             payload: String::from_utf8(m.payload.to_vec()).unwrap(),
-            sequence,
-        });
+            sequence: m.info().unwrap().stream_sequence,
+        };
         m.ack().await.unwrap();
-    }
-    out
+        Some(got)
+    })
+    .await
 }
 
 async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
@@ -112,7 +110,7 @@ async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_every_header_in_order_once() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let t =
@@ -120,13 +118,7 @@ async fn direct_publish_delivers_every_header_in_order_once() {
         assert_eq!(t.kind(), "nats");
         t.health().await.unwrap();
 
-        let batch: Vec<Envelope> = (1..=30)
-            .map(|i| {
-                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
-                let key = format!("k{}", i % 3);
-                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i}}}"#), i % 4 == 0)
-            })
-            .collect();
+        let batch = mixed_batch();
         assert_eq!(stored(&js, &stream).await, 0);
         let outcomes = t.publish(&batch).await;
         assert_eq!(outcomes, vec![Outcome::Delivered; 30]);
@@ -149,17 +141,9 @@ async fn direct_publish_delivers_every_header_in_order_once() {
         }
         assert!(got.iter().filter(|g| g.headers.contains_key(header::TRACEPARENT)).count() == 7);
         // Order within a key: stream sequence follows message id.
-        for k in ["k0", "k1", "k2"] {
-            let ids: Vec<i64> = {
-                let mut v: Vec<&Got> = got.iter().filter(|g| g.headers[header::KEY] == k).collect();
-                v.sort_by_key(|g| g.sequence);
-                v.iter().map(|g| g.headers[header::MESSAGE_ID].parse().unwrap()).collect()
-            };
-            let mut sorted = ids.clone();
-            sorted.sort_unstable();
-            assert_eq!(ids, sorted, "key {k} out of order");
-            assert_eq!(ids.len(), 10);
-        }
+        let mut stored_order: Vec<&Got> = got.iter().collect();
+        stored_order.sort_by_key(|g| g.sequence);
+        assert_key_order(stored_order.iter().map(|g| (g.headers[header::KEY].as_str(), g.id())));
 
         // Publishing the same messages again (a relay retry) is acknowledged, and deduplicated
         // by Nats-Msg-Id.
@@ -168,93 +152,48 @@ async fn direct_publish_delivers_every_header_in_order_once() {
         assert!(t.publish(&[]).await.is_empty());
         js.delete_stream(&stream).await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
-/// Checks what a consumer got against the committed messages: each once, right payload and
-/// headers, never the rolled back one.
-fn check_received(got: &[Got], committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for g in got {
-        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
-        let id: i64 = g.headers[header::MESSAGE_ID].parse().unwrap();
-        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
-        assert_eq!(g.payload, m.payload);
-        assert_eq!(g.headers[header::TOPIC], m.topic);
-        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
-        assert_eq!(g.headers[header::BIZ_TYPE], "order");
-        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
-        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
-        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
-        *seen.entry(id.to_string()).or_default() += 1;
-    }
-    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
-    if exactly_once {
-        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
-    }
+/// What a consumer got, in stream order, as [`check_received`] takes it.
+fn received(got: &[Got]) -> impl Iterator<Item = (i64, &str, &BTreeMap<String, String>)> {
+    let mut stored_order: Vec<&Got> = got.iter().collect();
+    stored_order.sort_by_key(|g| g.sequence);
+    stored_order.into_iter().map(|g| (g.id(), g.payload.as_str(), &g.headers))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
-        let (db, outbox) = sqlite_outbox().await;
         let t =
             NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "nats", Arc::new(t));
-
-        let committed = commit_orders(&outbox).await;
-        let ids: Vec<MessageId> = committed.keys().copied().collect();
-        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
+        let committed = relay_orders("nats", Arc::new(t)).await;
         let got = consume(&js, &stream, 200, Duration::from_secs(10)).await;
-        check_received(&got, &committed, true);
+        check_received(received(&got), &committed, true);
         assert_eq!(stored(&js, &stream).await, 200);
-        // Order per key: stream sequence follows message id.
-        let mut last: HashMap<String, (u64, i64)> = HashMap::new();
-        let mut sorted = got.clone();
-        sorted.sort_by_key(|g| g.sequence);
-        for g in &sorted {
-            let id: i64 = g.headers[header::MESSAGE_ID].parse().unwrap();
-            if let Some((_, prev)) = last.insert(g.headers[header::KEY].clone(), (g.sequence, id)) {
-                assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
-            }
-        }
-
-        stop.cancel();
-        handle.await.unwrap();
         js.delete_stream(&stream).await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let proxy = TcpProxy::start(&server()).await;
-        let (db, outbox) = sqlite_outbox().await;
         let t = NatsTransport::connect(config(format!("nats://{}", proxy.addr()), &prefix, &stream))
             .await
             .unwrap();
-        let (stop, handle) = start_relay(&outbox, "nats", Arc::new(t));
-
-        let committed = outage_then_restore(&outbox, &proxy).await;
+        let committed = relay_orders_through_an_outage("nats", Arc::new(t), &proxy).await;
         let got = consume(&js, &stream, 120, Duration::from_secs(10)).await;
         // Nats-Msg-Id deduplication makes even the republished ones appear once.
-        check_received(&got, &committed, true);
-
-        stop.cancel();
-        handle.await.unwrap();
+        check_received(received(&got), &committed, true);
         js.delete_stream(&stream).await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Issue 14, finding 4 on NATS: every subject or header the server (or the protocol line)
@@ -264,17 +203,12 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
 /// name with a space used to produce a reason quoting the whole name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_survives() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let t =
             NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
         let good = |i: i64| envelope(i, "order.paid", None, &format!(r#"{{"n":{i}}}"#), false);
-        let with_header = |i: i64, name: &str, value: &str| {
-            let mut e = good(i);
-            e.headers.insert(name.to_owned(), value.to_owned());
-            e
-        };
         let huge_name = format!("{} x", "n".repeat(70_000));
         let bad: Vec<(Envelope, &str)> = vec![
             (envelope(101, "sec.a b", None, "x", false), "U+0020 (space)"),
@@ -283,11 +217,11 @@ async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_surviv
             (envelope(104, "order.>", None, "x", false), "wildcard token '>'"),
             (envelope(105, "order..paid", None, "x", false), "empty token"),
             (envelope(106, &"x".repeat(5000), None, "x", false), "more than the 3840 allowed"),
-            (with_header(107, &huge_name, "v"), "contains U+0020 (space): NATS header names"),
-            (with_header(108, "x-note", "a\r\nInjected: 1"), "U+000D (carriage return)"),
-            (with_header(109, "Nats-Rollup", "all"), "reserved"),
-            (with_header(110, "Łabel", "v"), "U+0141"),
-            (with_header(111, "a:b", "v"), "':'"),
+            (with_header(good(107), &huge_name, "v"), "contains U+0020 (space): NATS header names"),
+            (with_header(good(108), "x-note", "a\r\nInjected: 1"), "U+000D (carriage return)"),
+            (with_header(good(109), "Nats-Rollup", "all"), "reserved"),
+            (with_header(good(110), "Łabel", "v"), "U+0141"),
+            (with_header(good(111), "a:b", "v"), "':'"),
         ];
         // good, bad, good, bad, ...
         let mut batch = Vec::new();
@@ -319,13 +253,12 @@ async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_surviv
         assert_eq!(stored(&js, &stream).await, n_good as u64 + 1);
         t.health().await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let url = format!("nats://{}", server());
@@ -407,40 +340,28 @@ async fn classification_of_failures() {
         assert!(t3.health().await.unwrap_err().contains("does not exist"));
 
         // Unreachable server: a Connect error with the password redacted.
-        assert_unreachable_is_redacted("nats", "nats", |url| {
-            NatsTransport::connect(NatsConfig {
-                url,
-                connect_timeout: Duration::from_millis(2000),
-                ..NatsConfig::default()
-            })
-        })
-        .await;
+        let unreachable =
+            |url| NatsConfig { url, connect_timeout: Duration::from_secs(2), ..Default::default() };
+        assert_unreachable_is_redacted("nats", "nats", |url| NatsTransport::connect(unreachable(url))).await;
 
         // Invalid configuration: the key is named, before any connection.
-        let e = NatsTransport::connect(NatsConfig { subject: Some("a.*".into()), ..NatsConfig::default() })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "subject", .. }), "{e:?}");
-        let e = NatsTransport::connect(NatsConfig { timeout: Duration::ZERO, ..NatsConfig::default() })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "timeout", .. }), "{e:?}");
-        assert!(serde_json::from_str::<NatsConfig>(r#"{"url":"nats://h","bogus":1}"#)
-            .unwrap_err()
-            .to_string()
-            .contains("bogus"));
+        let invalid = vec![
+            (NatsConfig { subject: Some("a.*".into()), ..NatsConfig::default() }, "subject"),
+            (NatsConfig { timeout: Duration::ZERO, ..NatsConfig::default() }, "timeout"),
+        ];
+        assert_invalid_named("nats", NatsTransport::connect, invalid).await;
+        assert_unknown_key_refused::<NatsConfig>(r#"{"url":"nats://h","bogus":1}"#, "bogus");
 
         js.delete_stream(&stream).await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Publishes race with connections being cut and restored: whatever the timing, a message
 /// reported delivered is in the stream, and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_stored_under_repeated_cuts() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let js = jetstream().await;
         let (stream, prefix) = fresh_stream(&js).await;
         let proxy = Arc::new(TcpProxy::start(&server()).await);
@@ -461,13 +382,12 @@ async fn delivered_always_means_stored_under_repeated_cuts() {
         assert!(missing.is_empty(), "reported delivered but not stored: {missing:?}");
         js.delete_stream(&stream).await.unwrap();
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn credentials_in_the_url_are_used_and_never_shown() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         for (auth, good, bad) in [
             (
                 vec!["--user", "relay", "--pass", "s3cr%t/pw"],
@@ -500,6 +420,5 @@ async fn credentials_in_the_url_are_used_and_never_shown() {
             assert!(err.contains("127.0.0.1"), "the error names the server: {err}");
         }
     })
-    .await
-    .unwrap();
+    .await;
 }

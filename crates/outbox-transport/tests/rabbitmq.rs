@@ -109,29 +109,16 @@ fn header_str(d: &lapin::message::Delivery, name: &str) -> Option<String> {
     }
 }
 
-fn failure(o: &Outcome) -> (FailureKind, &str) {
-    match o {
-        Outcome::Failed { kind, reason, .. } => (*kind, reason.as_str()),
-        Outcome::Delivered => panic!("expected a failure, got Delivered"),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_a_batch_with_every_property_and_header() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "#").await;
 
-        let mut m1 = outbox_message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#);
-        m1.biz_type = Some("order".into());
-        m1.biz_key = Some("订单-42".into());
-        m1.key = Some("order-42".into());
-        m1.headers
-            .insert("traceparent".into(), "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into());
-        m1.headers.insert("source".into(), "checkout".into());
+        let m1 = full_message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#, "订单-42", "checkout");
         let mut m2 = outbox_message(102, "order.cancelled", "plain text, not JSON");
         m2.tag = Some("urgent".into());
         let m3 = outbox_message(103, "audit.x", "[1,2,3]");
@@ -168,10 +155,7 @@ async fn publishes_a_batch_with_every_property_and_header() {
         assert_eq!(header_str(d1, header::BIZ_TYPE).as_deref(), Some("order"));
         assert_eq!(header_str(d1, header::BIZ_KEY).as_deref(), Some("订单-42"));
         assert_eq!(header_str(d1, header::KEY).as_deref(), Some("order-42"));
-        assert_eq!(
-            header_str(d1, header::TRACEPARENT).as_deref(),
-            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-        );
+        assert_eq!(header_str(d1, header::TRACEPARENT).as_deref(), Some(TRACEPARENT));
         assert_eq!(header_str(d1, "source").as_deref(), Some("checkout"));
         assert_eq!(header_str(d2, header::ATTEMPT).as_deref(), Some("3"));
         assert_eq!(header_str(d2, header::BIZ_KEY), None);
@@ -183,13 +167,12 @@ async fn publishes_a_batch_with_every_property_and_header() {
         let _ = c.channel.close(200, "bye").await;
         delete_exchange(&ex).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fixed_routing_key_content_type_and_the_default_exchange() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         // Default exchange: the routing key is the queue's name.
         let mut c = Consumer::bind("", "").await;
         let cfg = RabbitMqConfig {
@@ -211,13 +194,12 @@ async fn fixed_routing_key_content_type_and_the_default_exchange() {
         assert_eq!(got[1].properties.content_type().as_ref().unwrap().as_str(), "application/vnd.acme+json");
         assert_eq!(header_str(&got[1], header::TOPIC).as_deref(), Some("other"));
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unroutable_and_oversized_messages_fail_permanently_alone() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(RabbitMqConfig { max_payload_bytes: 1024, ..declared(&ex) })
             .await
@@ -234,15 +216,15 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
         let out = t.publish(&batch).await;
         assert_eq!(out.len(), 5);
         assert_eq!(out[0], Outcome::Delivered);
-        let (kind, reason) = failure(&out[1]);
+        let (kind, reason, _) = failure(&out[1]);
         assert_eq!(kind, FailureKind::Permanent);
         assert!(reason.contains("no queue bound for routing key \"unbound.x\""), "{reason}");
         assert!(reason.contains(&ex), "{reason}");
-        let (kind, reason) = failure(&out[2]);
+        let (kind, reason, _) = failure(&out[2]);
         assert_eq!(kind, FailureKind::Permanent);
         assert!(reason.contains("2048 bytes") && reason.contains("max_payload_bytes"), "{reason}");
         assert_eq!(out[3], Outcome::Delivered);
-        let (kind, reason) = failure(&out[4]);
+        let (kind, reason, _) = failure(&out[4]);
         assert_eq!(kind, FailureKind::Permanent);
         assert!(reason.contains("\"unbound.y\""), "{reason}");
         assert_eq!(t.max_payload_bytes(), Some(1024));
@@ -259,8 +241,7 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
         assert_eq!(c.take(1, Duration::from_secs(5)).await.len(), 1);
         delete_exchange(&ex).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Issue 14, finding 4 on RabbitMQ: what the broker would refuse by closing the channel (a
@@ -270,7 +251,7 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
 /// it is sent; the good messages are confirmed and consumed; the connection keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "#").await;
@@ -317,13 +298,12 @@ async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_surviv
         t.health().await.unwrap();
         delete_exchange(&ex).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_publish_does_not_confuse_the_next_one() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         let mut c = Consumer::bind(&ex, "bound.#").await;
@@ -350,13 +330,12 @@ async fn a_cancelled_publish_does_not_confuse_the_next_one() {
         assert_eq!(fresh.len(), 2);
         delete_exchange(&ex).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         let ex = unique("outbox-t-ex");
         let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
         delete_exchange(&ex).await;
@@ -366,7 +345,7 @@ async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
         ];
         let out = t.publish(&batch).await;
         for o in &out {
-            let (kind, reason) = failure(o);
+            let (kind, reason, _) = failure(o);
             assert_eq!(kind, FailureKind::Unavailable, "{reason}");
         }
         assert!(out.iter().any(|o| failure(o).1.contains("404")), "{out:?}");
@@ -387,13 +366,12 @@ async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
         assert_eq!(c.take(2, Duration::from_secs(5)).await.len(), 2);
         delete_exchange(&ex).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_failures_are_clear_and_redacted() {
-    tokio::time::timeout(WAIT, async {
+    within(WAIT, async {
         // Nobody listens.
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let url = format!("amqp://guest:s3cr3t-pw@127.0.0.1:{port}/%2f");
@@ -438,13 +416,12 @@ async fn connect_failures_are_clear_and_redacted() {
             other => panic!("expected a connect error, got {other:?}"),
         }
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test]
 async fn invalid_configuration_names_the_key() {
-    let cases: Vec<(RabbitMqConfig, &str)> = vec![
+    let invalid = vec![
         (RabbitMqConfig::new("http://guest:guest@127.0.0.1:5672", "x"), "url"),
         (
             RabbitMqConfig { max_payload_bytes: 0, ..RabbitMqConfig::new(amqp_url(), "x") },
@@ -463,18 +440,11 @@ async fn invalid_configuration_names_the_key() {
             "declare",
         ),
     ];
-    for (cfg, expected) in cases {
-        match RabbitMqTransport::connect(cfg).await {
-            Err(TransportError::Config { transport, key, .. }) => {
-                assert_eq!(transport, "rabbitmq");
-                assert_eq!(key, expected);
-            }
-            other => panic!("expected a config error naming {expected}, got {other:?}"),
-        }
-    }
-    let from_toml_like: Result<RabbitMqConfig, _> =
-        serde_json::from_str(r#"{"url":"amqp://h","exchange":"x","routingkey":"y"}"#);
-    assert!(from_toml_like.unwrap_err().to_string().contains("routingkey"));
+    assert_invalid_named("rabbitmq", RabbitMqTransport::connect, invalid).await;
+    assert_unknown_key_refused::<RabbitMqConfig>(
+        r#"{"url":"amqp://h","exchange":"x","routingkey":"y"}"#,
+        "routingkey",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -507,27 +477,25 @@ fn spawn_collector(mut c: Consumer) -> (Arc<std::sync::Mutex<Seen>>, tokio::task
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_through_the_relay_exactly_once_without_faults() {
-    tokio::time::timeout(Duration::from_secs(120), async {
-        let (db, outbox) = sqlite_outbox().await;
+    within(Duration::from_secs(120), async {
         let ex = unique("outbox-t-ex");
         let transport = Arc::new(RabbitMqTransport::connect(declared(&ex)).await.unwrap());
         let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
         let destination = Destination::new("rabbit", transport.clone()).retry(fast_retry(5));
-        let (stop, running) = spawn_relay(&outbox, "rabbit-e2e", "rabbit", destination);
-
-        let ids: Vec<_> = commit_orders(&outbox).await.into_keys().collect();
-        assert_eq!(ids.len(), 200);
-
-        eventually("every committed message is consumed", || {
-            let n = seen.lock().unwrap().by_id.len();
-            async move { n >= 200 }
+        let ids = with_relay(sqlite_outbox().await, destination, async |outbox| {
+            let ids: Vec<_> = commit_orders(outbox).await.into_keys().collect();
+            assert_eq!(ids.len(), 200);
+            eventually("every committed message is consumed", || {
+                let n = seen.lock().unwrap().by_id.len();
+                async move { n >= 200 }
+            })
+            .await;
+            wait_all_sent(outbox, &ids, WAIT).await;
+            // A grace period, not a wait for an event: a duplicate would arrive now.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            ids
         })
         .await;
-        wait_all_sent(&outbox, &ids, WAIT).await;
-        // A grace period, not a wait for an event: a duplicate would arrive now.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        stop.cancel();
-        running.await.unwrap();
 
         {
             let s = seen.lock().unwrap();
@@ -542,21 +510,18 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
                 "a rolled-back message was published"
             );
             for (key, order) in &s.order_by_key {
-                assert!(order.windows(2).all(|w| w[0] < w[1]), "key {key} out of order: {order:?}");
+                assert_key_order(order.iter().map(|id| (key.as_str(), *id)));
             }
         }
         collector.abort();
         delete_exchange(&ex).await;
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
-    tokio::time::timeout(Duration::from_secs(150), async {
-        let (db, outbox) = sqlite_outbox().await;
+    within(Duration::from_secs(150), async {
         let ex = unique("outbox-t-ex");
         let proxy = TcpProxy::start(&amqp_addr()).await;
         let cfg = RabbitMqConfig {
@@ -570,83 +535,68 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
         // Few attempts: if the outage cost attempts, messages would end `failed`.
         let destination =
             Destination::new("rabbit", transport.clone()).retry(fast_retry(3)).breaker(fast_breaker());
-        let (stop, running) = spawn_relay(&outbox, "rabbit-outage", "rabbit", destination);
-
-        let enqueue = |range: std::ops::Range<u32>| {
-            let outbox = outbox.clone();
-            async move {
-                let mut ids = Vec::new();
-                for n in range {
-                    let e = outbox
-                        .enqueue(&NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 5)))
-                        .await;
-                    ids.push(e.unwrap().id);
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                }
-                ids
-            }
-        };
-
-        let mut ids = enqueue(0..40).await;
-        // Cut while the relay is busy with a stream of messages: once the first of the stream
-        // has arrived.
-        let stream = tokio::spawn(enqueue(40..120));
-        eventually("the relay publishes the stream", || {
-            let n = seen.lock().unwrap().by_id.len();
-            async move { n > 40 }
-        })
-        .await;
-        proxy.cut();
-        ids.extend(stream.await.unwrap());
-        let during = enqueue(120..160).await;
-        ids.extend(during.iter().copied());
-
-        // Down for a while (an observation window, not a wait for an event): nothing fails,
-        // messages enqueued during the outage stay pending.
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        for id in &ids {
-            let m = outbox.get(*id).await.unwrap().unwrap();
-            assert_ne!(m.status, Status::Failed, "message {id} failed during an outage: {:?}", m.last_error);
-        }
-        for id in &during {
-            let m = outbox.get(*id).await.unwrap().unwrap();
-            assert!(
-                matches!(m.status, Status::Pending | Status::Sending),
-                "{id} is {:?} during the outage",
-                m.status
-            );
-            assert_eq!(m.attempts, 0, "an outage costs no attempt");
-        }
-        let arrived_during = seen.lock().unwrap().by_id.len();
-        assert!(arrived_during < ids.len(), "the outage did cut the relay off");
-
-        proxy.restore();
-        eventually("everything arrives after the broker is back", || {
-            let s = seen.lock().unwrap();
-            let all = ids.iter().all(|id| s.by_id.contains_key(&id.to_string()));
-            async move { all }
-        })
-        .await;
-        wait_all_sent(&outbox, &ids, WAIT).await;
-        stop.cancel();
-        running.await.unwrap();
-        {
-            let s = seen.lock().unwrap();
-            for (key, order) in &s.order_by_key {
-                // Redeliveries (at-least-once) may repeat an id, never go back past an unsent one.
-                let mut firsts: Vec<i64> = Vec::new();
-                for id in order {
-                    if !firsts.contains(id) {
-                        firsts.push(*id);
+        with_relay(sqlite_outbox().await, destination, async |outbox| {
+            let enqueue = |range: std::ops::Range<u32>| {
+                let outbox = outbox.clone();
+                async move {
+                    let mut ids = Vec::new();
+                    for n in range {
+                        let e = outbox
+                            .enqueue(&NewMessage::new("evt", format!("m{n}")).key(format!("k{}", n % 5)))
+                            .await;
+                        ids.push(e.unwrap().id);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
                     }
+                    ids
                 }
-                assert!(firsts.windows(2).all(|w| w[0] < w[1]), "key {key} out of order: {order:?}");
+            };
+
+            let mut ids = enqueue(0..40).await;
+            // Cut while the relay is busy with a stream of messages: once the first of the
+            // stream has arrived.
+            let stream = tokio::spawn(enqueue(40..120));
+            eventually("the relay publishes the stream", || {
+                let n = seen.lock().unwrap().by_id.len();
+                async move { n > 40 }
+            })
+            .await;
+            proxy.cut();
+            ids.extend(stream.await.unwrap());
+            let during = enqueue(120..160).await;
+            ids.extend(during.iter().copied());
+
+            // Down for a while (an observation window, not a wait for an event): nothing fails,
+            // messages enqueued during the outage stay pending.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            for id in &ids {
+                let m = outbox.get(*id).await.unwrap().unwrap();
+                assert_ne!(
+                    m.status,
+                    Status::Failed,
+                    "message {id} failed during an outage: {:?}",
+                    m.last_error
+                );
             }
+            assert_outage_costs_no_attempt(outbox, &during).await;
+            let arrived_during = seen.lock().unwrap().by_id.len();
+            assert!(arrived_during < ids.len(), "the outage did cut the relay off");
+
+            proxy.restore();
+            eventually("everything arrives after the broker is back", || {
+                let s = seen.lock().unwrap();
+                let all = ids.iter().all(|id| s.by_id.contains_key(&id.to_string()));
+                async move { all }
+            })
+            .await;
+            wait_all_sent(outbox, &ids, WAIT).await;
+        })
+        .await;
+        // Redeliveries (at-least-once) may repeat an id, never go back past an unsent one.
+        for (key, order) in &seen.lock().unwrap().order_by_key {
+            assert_key_order(order.iter().map(|id| (key.as_str(), *id)));
         }
         collector.abort();
         delete_exchange(&ex).await;
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

@@ -10,12 +10,11 @@ use common::*;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Transport};
+use outbox_core::{header, FailureKind, Outcome, Transport};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_transport::redis::{RedisConfig, RedisTransport};
-use outbox_transport::TransportError;
 use redis::streams::StreamRangeReply;
 
 const TEST_TIMEOUT: Duration = Duration::from_secs(60);
@@ -78,7 +77,7 @@ async fn del(keys: &[&str]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_appends_every_header_in_order() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let t = RedisTransport::connect(RedisConfig {
             maxlen: Some(10_000),
@@ -89,13 +88,7 @@ async fn direct_publish_appends_every_header_in_order() {
         assert_eq!(t.kind(), "redis");
         t.health().await.unwrap();
 
-        let batch: Vec<Envelope> = (1..=30)
-            .map(|i| {
-                let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
-                let key = format!("k{}", i % 3);
-                envelope(i, topic, Some(&key), &format!(r#"{{"n":{i}}}"#), i % 4 == 0)
-            })
-            .collect();
+        let batch = mixed_batch();
         let outcomes = t.publish(&batch).await;
         assert_eq!(outcomes, vec![Outcome::Delivered; 30]);
 
@@ -111,107 +104,50 @@ async fn direct_publish_appends_every_header_in_order() {
         }
         // Order within a key (per stream): entry order follows message id.
         for entries in [&paid, &shipped] {
-            let mut last: HashMap<&str, i64> = HashMap::new();
-            for g in entries.iter() {
-                let id: i64 = g.id.parse().unwrap();
-                if let Some(prev) = last.insert(g.headers[header::KEY].as_str(), id) {
-                    assert!(prev < id, "key {} out of order", g.headers[header::KEY]);
-                }
-            }
+            assert_key_order(
+                entries.iter().map(|g| (g.headers[header::KEY].as_str(), g.id.parse().unwrap())),
+            );
         }
         assert!(t.publish(&[]).await.is_empty());
         del(&[&format!("{base}:order.paid"), &format!("{base}:order.shipped")]).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
-/// Checks the entries against the committed messages: every one present with the right payload
-/// and headers, never the rolled back one; exactly once when asked.
-fn check_received(got: &[Got], committed: &HashMap<MessageId, NewMessage>, exactly_once: bool) {
-    let mut seen: HashMap<i64, usize> = HashMap::new();
-    for g in got {
-        assert_ne!(g.payload, "phantom", "a rolled-back message was published");
-        let id: i64 = g.id.parse().unwrap();
-        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
-        assert_eq!(g.payload, m.payload);
-        assert_eq!(g.headers[header::MESSAGE_ID], g.id);
-        assert_eq!(g.headers[header::TOPIC], m.topic);
-        assert_eq!(g.headers.get(header::KEY), m.key.as_ref());
-        assert_eq!(Some(&g.headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
-        assert_eq!(g.headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
-        assert!(g.headers.contains_key(header::CREATED_AT) && g.headers.contains_key(header::ATTEMPT));
-        *seen.entry(id).or_default() += 1;
-    }
-    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
-    if exactly_once {
-        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
-    }
-    // Order per key, first occurrences (a republished duplicate may follow later).
-    let mut first_seen: Vec<i64> = Vec::new();
-    let mut done = std::collections::HashSet::new();
-    for g in got {
-        let id: i64 = g.id.parse().unwrap();
-        if done.insert(id) {
-            first_seen.push(id);
-        }
-    }
-    let mut last: HashMap<&str, i64> = HashMap::new();
-    for id in first_seen {
-        let key = committed[&MessageId(id)].key.as_deref().unwrap_or("");
-        if let Some(prev) = last.insert(key, id) {
-            assert!(prev < id, "key {key} out of order");
-        }
-    }
+/// The entries of `stream` as [`check_received`] takes them.
+fn received(got: &[Got]) -> impl Iterator<Item = (i64, &str, &BTreeMap<String, String>)> {
+    got.iter().map(|g| (g.id.parse().unwrap(), g.payload.as_str(), &g.headers))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let stream = unique("outbox_t");
-        let (db, outbox) = sqlite_outbox().await;
         let t = RedisTransport::connect(config(format!("redis://{}", server()), &stream)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "redis", Arc::new(t));
-
-        let committed = commit_orders(&outbox).await;
-        let ids: Vec<MessageId> = committed.keys().copied().collect();
-        wait_all_sent(&outbox, &ids, Duration::from_secs(30)).await;
-        check_received(&read(&stream).await, &committed, true);
-
-        stop.cancel();
-        handle.await.unwrap();
+        let committed = relay_orders("redis", Arc::new(t)).await;
+        check_received(received(&read(&stream).await), &committed, true);
         del(&[&stream]).await;
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+    within(TEST_TIMEOUT * 2, async {
         let stream = unique("outbox_t");
         let proxy = TcpProxy::start(&server()).await;
-        let (db, outbox) = sqlite_outbox().await;
         let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "redis", Arc::new(t));
-
-        let committed = outage_then_restore(&outbox, &proxy).await;
+        let committed = relay_orders_through_an_outage("redis", Arc::new(t), &proxy).await;
         // At-least-once: an XADD applied just before the cut may have been appended twice.
-        check_received(&read(&stream).await, &committed, false);
-
-        stop.cancel();
-        handle.await.unwrap();
+        check_received(received(&read(&stream).await), &committed, false);
         del(&[&stream]).await;
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let url = format!("redis://{}", server());
 
@@ -235,33 +171,22 @@ async fn classification_of_failures() {
         assert_eq!(read(&format!("{base}:a")).await.len(), 2);
 
         // Unreachable server: a Connect error with the password redacted.
-        assert_unreachable_is_redacted("redis", "redis", |url| {
-            RedisTransport::connect(RedisConfig {
-                url,
-                connect_timeout: Duration::from_millis(1000),
-                ..RedisConfig::default()
-            })
-        })
-        .await;
+        let unreachable =
+            |url| RedisConfig { url, connect_timeout: Duration::from_secs(1), ..Default::default() };
+        assert_unreachable_is_redacted("redis", "redis", |url| RedisTransport::connect(unreachable(url)))
+            .await;
 
         // Invalid configuration: the key is named, before any connection.
-        let e = RedisTransport::connect(RedisConfig { maxlen: Some(0), ..RedisConfig::default() })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "maxlen", .. }), "{e:?}");
-        let e = RedisTransport::connect(RedisConfig { url: "http://x".into(), ..RedisConfig::default() })
-            .await
-            .unwrap_err();
-        assert!(matches!(e, TransportError::Config { key: "url", .. }), "{e:?}");
-        assert!(serde_json::from_str::<RedisConfig>(r#"{"stream":"s","bogus":1}"#)
-            .unwrap_err()
-            .to_string()
-            .contains("bogus"));
+        let invalid = vec![
+            (RedisConfig { maxlen: Some(0), ..RedisConfig::default() }, "maxlen"),
+            (RedisConfig { url: "http://x".into(), ..RedisConfig::default() }, "url"),
+        ];
+        assert_invalid_named("redis", RedisTransport::connect, invalid).await;
+        assert_unknown_key_refused::<RedisConfig>(r#"{"stream":"s","bogus":1}"#, "bogus");
 
         del(&[&format!("{base}:str"), &format!("{base}:a")]).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Issue 14, finding 4 on Redis: a key or field outside the transport's bounds fails alone,
@@ -270,7 +195,7 @@ async fn classification_of_failures() {
 /// key and is delivered, not refused.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
         let t = RedisTransport::connect(RedisConfig {
             max_payload_bytes: 1024,
@@ -279,18 +204,13 @@ async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() 
         .await
         .unwrap();
         let good = |i: i64| envelope(i, "ok", None, &format!("good {i}"), false);
-        let with_header = |i: i64, name: &str, value: &str| {
-            let mut e = good(i);
-            e.headers.insert(name.to_owned(), value.to_owned());
-            e
-        };
         let batch = vec![
             good(1),
             envelope(101, &"x".repeat(5000), None, "bad", false),
             good(2),
-            with_header(102, &format!("{} x", "n".repeat(70_000)), "v"),
+            with_header(good(102), &format!("{} x", "n".repeat(70_000)), "v"),
             good(3),
-            with_header(103, "note", &"v".repeat(2000)),
+            with_header(good(103), "note", &"v".repeat(2000)),
             good(4),
             envelope(5, "sec.a\nb", None, "binary-safe key", false),
         ];
@@ -313,38 +233,28 @@ async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() 
         assert_eq!(read(&format!("{base}:ok")).await.len(), 5);
         del(&[&format!("{base}:ok"), &format!("{base}:sec.a\nb")]).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let stream = unique("outbox_t");
         let proxy = TcpProxy::start(&server()).await;
         let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
-        assert_eq!(t.publish(&[envelope(1, "a", None, "x", false)]).await, vec![Outcome::Delivered]);
-        proxy.cut();
-        let started = Instant::now();
-        let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
-        assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
-        assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
-        assert!(t.health().await.is_err());
-        proxy.restore();
+        assert_a_cut_is_unavailable(&t, &proxy).await;
         // The connection is re-established on demand: at most one more failure, then delivered.
-        publish_until_delivered(&t, envelope(3, "a", None, "y", false), Duration::from_secs(15)).await;
-        t.health().await.unwrap();
+        assert_a_restore_recovers(&t, &proxy).await;
         del(&[&stream]).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 /// Publishes race with connections being cut and restored: whatever the timing, a message
 /// reported delivered is in the stream, and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_appended_under_repeated_cuts() {
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let stream = unique("outbox_t");
         let proxy = Arc::new(TcpProxy::start(&server()).await);
         let t = RedisTransport::connect(RedisConfig {
@@ -360,6 +270,5 @@ async fn delivered_always_means_appended_under_repeated_cuts() {
         assert!(missing.is_empty(), "reported delivered but not appended: {missing:?}");
         del(&[&stream]).await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use outbox_core::{header, FailureKind, MessageId, Outcome, Status, Transport};
+use outbox_core::{header, FailureKind, MessageId, Outcome, Transport};
 use outbox_testkit::brokers::RocketMq;
 use outbox_transport::rocketmq::{RocketMqConfig, RocketMqTransport};
 use rocketmq_client_rust::{
@@ -133,18 +133,12 @@ fn config(namesrv: String) -> RocketMqConfig {
 async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
     let _serial = SERIAL.lock().await;
     let Some(broker) = RocketMq::start(true) else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let topic = "OutboxOrders";
-        let (db, outbox) = pg_outbox().await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
         assert_eq!(t.kind(), "rocketmq");
         t.health().await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
-
-        rolled_back_phantom(&outbox, topic).await;
-        let mut committed = HashMap::new();
-        let ids = enqueue_all(&outbox, topic, 0..60, 7, &mut committed).await;
-        wait_all_sent(&outbox, &ids, Duration::from_secs(60)).await;
+        let (committed, ids) = relay_keyed_orders(destination("rocketmq", Arc::new(t)), topic).await;
 
         let reader = Reader::start(&broker.namesrv(), topic).await;
         reader.wait_for(&ids, Duration::from_secs(90)).await;
@@ -181,37 +175,40 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
         }
         assert_eq!(reader.ids(), ids.iter().map(|i| i.0).collect());
         reader.stop().await;
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
+}
+
+/// The outage of [`outage`]: the broker (not the name server) stopped, then started again.
+struct BrokerDown<'a>(&'a mut RocketMq);
+
+impl Link for BrokerDown<'_> {
+    async fn cut(&mut self) {
+        self.0.stop_broker();
+    }
+
+    async fn restore(&mut self) {
+        self.0.start_broker();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let Some(mut broker) = RocketMq::start(true) else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let topic = "OutboxRestarts";
-        let (db, outbox) = pg_outbox().await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
-        let (stop, handle) = start_relay(&outbox, "rocketmq", Arc::new(t));
-
-        let mut committed = HashMap::new();
-        let first = enqueue_all(&outbox, topic, 0..60, 6, &mut committed).await;
-        wait_any_sent(&outbox, &first, Duration::from_secs(90)).await;
-        broker.stop_broker();
-        let second = enqueue_all(&outbox, topic, 60..120, 6, &mut committed).await;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let all: Vec<MessageId> = first.iter().chain(&second).copied().collect();
-        let st = statuses(&outbox, &second).await;
-        assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while down: {st:?}");
-        assert!(!statuses(&outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
-        broker.start_broker();
-        wait_all_sent(&outbox, &all, Duration::from_secs(90)).await;
+        let down = BrokerDown(&mut broker);
+        let (committed, _) =
+            with_relay(pg_outbox().await, destination("rocketmq", Arc::new(t)), async |outbox| {
+                let started =
+                    async |first: &[MessageId]| wait_any_sent(outbox, first, Duration::from_secs(90)).await;
+                outage(outbox, 60, |i| keyed_message(topic, i, 6), started, down, Duration::from_secs(90))
+                    .await
+            })
+            .await;
+        let all: Vec<MessageId> = committed.keys().copied().collect();
 
         // The broker's store survived the kill: everything, from before and after, arrives.
         let reader = Reader::start(&broker.namesrv(), topic).await;
@@ -220,13 +217,8 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
             assert_eq!(g.payload, committed[&MessageId(g.id())].payload);
         }
         reader.stop().await;
-
-        stop.cancel();
-        handle.await.unwrap();
-        db.drop_db().await;
     })
-    .await
-    .expect("test timed out");
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +226,7 @@ async fn unknown_topics_invalid_and_oversized_messages_fail_permanently() {
     // Auto-create off, as in production.
     let _serial = SERIAL.lock().await;
     let Some(broker) = RocketMq::start(false) else { return };
-    tokio::time::timeout(TEST_TIMEOUT, async {
+    within(TEST_TIMEOUT, async {
         let t = RocketMqTransport::connect(RocketMqConfig {
             max_message_bytes: 4_000,
             ..config(broker.namesrv())
@@ -260,6 +252,5 @@ async fn unknown_topics_invalid_and_oversized_messages_fail_permanently() {
         assert!(reason(&out[3]).contains("KEYS"), "{}", reason(&out[3]));
         assert!(!out.contains(&Outcome::Delivered));
     })
-    .await
-    .expect("test timed out");
+    .await;
 }

@@ -19,7 +19,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::{db, is_biz_duplicate};
 use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
-use crate::outbox::{impl_connection, Outbox, OutboxDatabase};
+use crate::outbox::{impl_dialect, Outbox};
 
 /// The shipped migrations, from `migrations/mysql/`.
 pub const MIGRATIONS: &[Migration] = &[
@@ -61,38 +61,13 @@ pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key,
     CAST(headers AS CHAR) AS headers, payload, status, attempts, max_attempts, next_attempt_at, \
     last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by, created_at, updated_at";
 
-impl OutboxDatabase for MySql {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    fn enqueue<'a>(
-        conn: &'a mut MySqlConnection,
-        msg: &'a NewMessage,
-    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
-        enqueue(conn, msg)
-    }
-
-    fn enqueue_batch<'a>(
-        conn: &'a mut MySqlConnection,
-        msgs: &'a [NewMessage],
-    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
-        enqueue_batch(conn, msgs)
-    }
-
-    fn get<'a>(
-        conn: &'a mut MySqlConnection,
-        id: MessageId,
-    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
-        get(conn, id)
-    }
-}
-
 mod ack;
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::MySqlLock;
 
-impl_connection!(MySqlConnection, MySql);
+impl_dialect!(MySqlConnection, MySql);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's), under the session lock
 /// `GET_LOCK(schema.mysql_lock, 60)`, so concurrent migrators serialize.

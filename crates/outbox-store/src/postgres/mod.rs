@@ -15,7 +15,7 @@ use sqlx::{PgPool, Postgres, Row};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
-use crate::outbox::{impl_connection, OutboxDatabase};
+use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/postgres/`.
 pub const MIGRATIONS: &[Migration] = &[
@@ -153,38 +153,13 @@ macro_rules! message_columns {
 /// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
 pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
-impl OutboxDatabase for Postgres {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    fn enqueue<'a>(
-        conn: &'a mut PgConnection,
-        msg: &'a NewMessage,
-    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
-        enqueue(conn, msg)
-    }
-
-    fn enqueue_batch<'a>(
-        conn: &'a mut PgConnection,
-        msgs: &'a [NewMessage],
-    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
-        enqueue_batch(conn, msgs)
-    }
-
-    fn get<'a>(
-        conn: &'a mut PgConnection,
-        id: MessageId,
-    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
-        get(conn, id)
-    }
-}
-
 mod ack;
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::PgLock;
 
-impl_connection!(PgConnection, Postgres);
+impl_dialect!(PgConnection, Postgres);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one transaction holding the
 /// transaction-scoped advisory lock `schema.pg_lock`, so concurrent migrators serialize and DDL

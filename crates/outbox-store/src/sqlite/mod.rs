@@ -15,7 +15,7 @@ use sqlx::{Connection, Row, Sqlite, SqlitePool};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
-use crate::outbox::{impl_connection, OutboxDatabase};
+use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/sqlite/`.
 pub const MIGRATIONS: &[Migration] = &[
@@ -73,35 +73,10 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         .foreign_keys(true))
 }
 
-impl OutboxDatabase for Sqlite {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    fn enqueue<'a>(
-        conn: &'a mut SqliteConnection,
-        msg: &'a NewMessage,
-    ) -> impl std::future::Future<Output = Result<Enqueued>> + Send + 'a {
-        enqueue(conn, msg)
-    }
-
-    fn enqueue_batch<'a>(
-        conn: &'a mut SqliteConnection,
-        msgs: &'a [NewMessage],
-    ) -> impl std::future::Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
-        enqueue_batch(conn, msgs)
-    }
-
-    fn get<'a>(
-        conn: &'a mut SqliteConnection,
-        id: MessageId,
-    ) -> impl std::future::Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
-        get(conn, id)
-    }
-}
-
 mod admin;
 mod relay;
 
-impl_connection!(SqliteConnection, Sqlite);
+impl_dialect!(SqliteConnection, Sqlite);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one `BEGIN IMMEDIATE`
 /// transaction, which takes the write lock at once, so concurrent migrators serialize.

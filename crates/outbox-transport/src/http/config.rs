@@ -7,9 +7,10 @@ use std::time::Duration;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
+use crate::common::config::Rules;
 use crate::TransportError;
 
-const KIND: &str = "http";
+const RULES: Rules = Rules("http");
 
 /// Default [`HttpConfig::max_payload_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
@@ -18,7 +19,7 @@ pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
 pub const MIN_SECRET_BYTES: usize = 16;
 
 /// The placeholder in [`HttpConfig::url`] replaced by the message's topic.
-pub const TOPIC_PLACEHOLDER: &str = "{topic}";
+pub const TOPIC_PLACEHOLDER: &str = crate::common::config::TOPIC_PLACEHOLDER;
 
 /// The part of the URL a `{topic}` placeholder sits in, which decides how the topic is encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -281,10 +282,9 @@ impl HttpConfig {
 
     /// Checks every value, naming the first wrong key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        let err = |key: &'static str, reason: String| TransportError::Config { transport: KIND, key, reason };
         let url = self.url.replace(TOPIC_PLACEHOLDER, "topic");
         if url.contains(['{', '}']) {
-            return Err(err(
+            return Err(RULES.invalid(
                 "url",
                 format!(
                     "the only placeholder allowed is {TOPIC_PLACEHOLDER}, got {:?}",
@@ -293,13 +293,13 @@ impl HttpConfig {
             ));
         }
         if let Err(e) = UrlTemplate::parse(&self.url) {
-            return Err(err("url", format!("{:?}: {e}", crate::redact(&self.url))));
+            return Err(RULES.invalid("url", format!("{:?}: {e}", crate::redact(&self.url))));
         }
         match reqwest::Url::parse(&url) {
             Ok(u)
                 if matches!(u.scheme(), "http" | "https") && u.host_str().is_some_and(|h| !h.is_empty()) => {}
             Ok(_) => {
-                return Err(err(
+                return Err(RULES.invalid(
                     "url",
                     format!(
                         "must be an http:// or https:// URL with a host, got {:?}",
@@ -308,21 +308,22 @@ impl HttpConfig {
                 ))
             }
             Err(e) => {
-                return Err(err("url", format!("not a valid URL ({:?}): {e}", crate::redact(&self.url))));
+                let reason = format!("not a valid URL ({:?}): {e}", crate::redact(&self.url));
+                return Err(RULES.invalid("url", reason));
             }
         }
         match (&self.secret, self.unsigned) {
             (None, false) => {
-                return Err(err(
+                return Err(RULES.invalid(
                     "secret",
-                    "required to sign requests (or set `unsigned = true` to send them unsigned)".into(),
+                    "required to sign requests (or set `unsigned = true` to send them unsigned)",
                 ))
             }
             (Some(_), true) => {
-                return Err(err("unsigned", "`unsigned = true` contradicts the configured `secret`".into()))
+                return Err(RULES.invalid("unsigned", "`unsigned = true` contradicts the configured `secret`"))
             }
             (Some(s), false) if s.expose().len() < MIN_SECRET_BYTES => {
-                return Err(err(
+                return Err(RULES.invalid(
                     "secret",
                     format!("must be at least {MIN_SECRET_BYTES} bytes, got {}", s.expose().len()),
                 ))
@@ -330,33 +331,32 @@ impl HttpConfig {
             _ => {}
         }
         if HeaderValue::from_str(&self.content_type).is_err() || self.content_type.trim().is_empty() {
-            return Err(err("content_type", format!("not a valid header value: {:?}", self.content_type)));
+            let reason = format!("not a valid header value: {:?}", self.content_type);
+            return Err(RULES.invalid("content_type", reason));
         }
         if self.timeout.is_zero() {
-            return Err(err("timeout", "must be positive".into()));
+            return Err(RULES.invalid("timeout", "must be positive"));
         }
         if self.connect_timeout.is_zero() {
-            return Err(err("connect_timeout", "must be positive".into()));
+            return Err(RULES.invalid("connect_timeout", "must be positive"));
         }
         if !(1..=1024).contains(&self.concurrency) {
-            return Err(err("concurrency", format!("must be 1..=1024, got {}", self.concurrency)));
+            return Err(RULES.invalid("concurrency", format!("must be 1..=1024, got {}", self.concurrency)));
         }
         if self.max_payload_bytes == 0 {
-            return Err(err("max_payload_bytes", "must be positive".into()));
+            return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
         for (name, value) in &self.headers {
             let lower = name.to_ascii_lowercase();
             if HeaderName::from_bytes(name.as_bytes()).is_err() {
-                return Err(err("headers", format!("{name:?} is not a valid HTTP header name")));
+                return Err(RULES.invalid("headers", format!("{name:?} is not a valid HTTP header name")));
             }
             if RESERVED.contains(&lower.as_str()) || lower.starts_with("outbox-") {
-                return Err(err("headers", format!("{name:?} is set by the transport itself")));
+                return Err(RULES.invalid("headers", format!("{name:?} is set by the transport itself")));
             }
             if HeaderValue::from_str(value).is_err() {
-                return Err(err(
-                    "headers",
-                    format!("the value of {name:?} is not a valid HTTP header value"),
-                ));
+                let reason = format!("the value of {name:?} is not a valid HTTP header value");
+                return Err(RULES.invalid("headers", reason));
             }
         }
         Ok(())
@@ -382,15 +382,9 @@ impl fmt::Debug for HttpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::testing::key_of;
 
     const SECRET: &str = "0123456789abcdef-secret";
-
-    fn key_of(r: Result<(), TransportError>) -> &'static str {
-        match r {
-            Err(TransportError::Config { key, .. }) => key,
-            other => panic!("expected a config error, got {other:?}"),
-        }
-    }
 
     #[test]
     fn defaults() {

@@ -115,9 +115,7 @@ pub(crate) fn snippet(body: &[u8], secrets: &[&str]) -> String {
         }
         cleaned.push(c);
     }
-    for s in secrets.iter().filter(|s| !s.is_empty()) {
-        cleaned = cleaned.replace(s, "***");
-    }
+    let mut cleaned = crate::common::connect::scrub(&cleaned, secrets.iter().copied());
     if cleaned.len() > SNIPPET_BYTES {
         let mut end = SNIPPET_BYTES;
         while !cleaned.is_char_boundary(end) {
@@ -131,13 +129,7 @@ pub(crate) fn snippet(body: &[u8], secrets: &[&str]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn kind(o: &Outcome) -> Option<FailureKind> {
-        match o {
-            Outcome::Failed { kind, .. } => Some(*kind),
-            Outcome::Delivered => None,
-        }
-    }
+    use crate::common::testing::kind;
 
     fn status(code: u16) -> StatusCode {
         StatusCode::from_u16(code).unwrap()
@@ -149,16 +141,16 @@ mod tests {
             assert_eq!(from_status(status(code), None, ""), Outcome::Delivered, "{code}");
         }
         for code in [400, 401, 403, 404, 405, 409, 410, 413, 415, 422, 451] {
-            assert_eq!(kind(&from_status(status(code), None, "")), Some(FailureKind::Permanent), "{code}");
+            assert_eq!(kind(&from_status(status(code), None, "")), FailureKind::Permanent, "{code}");
         }
         for code in [301, 302, 307, 308] {
-            assert_eq!(kind(&from_status(status(code), None, "")), Some(FailureKind::Permanent), "{code}");
+            assert_eq!(kind(&from_status(status(code), None, "")), FailureKind::Permanent, "{code}");
         }
         for code in [408, 425, 429, 500, 501, 505, 507] {
-            assert_eq!(kind(&from_status(status(code), None, "")), Some(FailureKind::Retryable), "{code}");
+            assert_eq!(kind(&from_status(status(code), None, "")), FailureKind::Retryable, "{code}");
         }
         for code in [502, 503, 504] {
-            assert_eq!(kind(&from_status(status(code), None, "")), Some(FailureKind::Unavailable), "{code}");
+            assert_eq!(kind(&from_status(status(code), None, "")), FailureKind::Unavailable, "{code}");
         }
     }
 
@@ -218,7 +210,7 @@ mod tests {
         let client = reqwest::Client::new();
         let err = client.post(format!("http://127.0.0.1:{port}/")).send().await.unwrap_err();
         let o = from_error(&err, "http://127.0.0.1", Duration::from_secs(1));
-        assert_eq!(kind(&o), Some(FailureKind::Unavailable), "{o:?}");
+        assert_eq!(kind(&o), FailureKind::Unavailable, "{o:?}");
 
         // A listener that never answers (the kernel completes the handshake; nobody reads).
         let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -226,7 +218,7 @@ mod tests {
         let client = reqwest::Client::builder().timeout(Duration::from_millis(200)).build().unwrap();
         let err = client.post(format!("http://{addr}/")).body("x").send().await.unwrap_err();
         let o = from_error(&err, "http://x", Duration::from_millis(200));
-        assert_eq!(kind(&o), Some(FailureKind::Unavailable), "{o:?}");
+        assert_eq!(kind(&o), FailureKind::Unavailable, "{o:?}");
         match o {
             Outcome::Failed { reason, .. } => assert!(reason.contains("timed out"), "{reason}"),
             Outcome::Delivered => unreachable!(),

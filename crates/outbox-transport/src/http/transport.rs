@@ -12,7 +12,8 @@ use reqwest::{Client, Url};
 
 use super::config::{HttpConfig, UrlTemplate, TOPIC_PLACEHOLDER};
 use super::outcome;
-use crate::validate::{quote, refuse};
+use crate::common::connect::{password_of, scrub};
+use crate::validate::{oversized_payload, quote, refuse};
 use crate::TransportError;
 
 const KIND: &str = "http";
@@ -157,11 +158,7 @@ impl HttpTransport {
 
     async fn send(&self, e: &Envelope) -> Outcome {
         if e.payload.len() > self.config.max_payload_bytes {
-            return refuse(format!(
-                "payload is {} bytes, larger than max_payload_bytes ({})",
-                e.payload.len(),
-                self.config.max_payload_bytes
-            ));
+            return oversized_payload(e.payload.len(), self.config.max_payload_bytes);
         }
         let url = match self.url_for(&e.topic) {
             Ok(u) => u,
@@ -204,15 +201,7 @@ impl HttpTransport {
     }
 
     fn scrubbed(&self, o: Outcome) -> Outcome {
-        match o {
-            Outcome::Failed { kind, mut reason, retry_after } => {
-                for s in self.secrets.iter().filter(|s| !s.is_empty()) {
-                    reason = reason.replace(s.as_str(), "***");
-                }
-                Outcome::Failed { kind, reason, retry_after }
-            }
-            d => d,
-        }
+        crate::validate::with_reason(o, |reason| self.scrub_text(reason))
     }
 }
 
@@ -253,7 +242,7 @@ impl Transport for HttpTransport {
 
     /// Sends `OPTIONS` to the origin of the URL: any HTTP answer proves the receiver reachable.
     async fn health(&self) -> Result<(), String> {
-        let mut url = self.url_for("health").map_err(|e| self.scrub_text(e))?;
+        let mut url = self.url_for("health").map_err(|e| self.scrub_text(&e))?;
         url.set_path("/");
         url.set_query(None);
         match self.client.request(reqwest::Method::OPTIONS, url).send().await {
@@ -270,23 +259,13 @@ impl Transport for HttpTransport {
 }
 
 impl HttpTransport {
-    fn scrub_text(&self, mut text: String) -> String {
-        for s in self.secrets.iter().filter(|s| !s.is_empty()) {
-            text = text.replace(s.as_str(), "***");
-        }
-        text
+    fn scrub_text(&self, text: &str) -> String {
+        scrub(text, self.secrets.iter().map(String::as_str))
     }
 }
 
 fn unix_now() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-}
-
-fn password_of(url: &str) -> Option<&str> {
-    let rest = &url[url.find("://")? + 3..];
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let userinfo = &authority[..authority.rfind('@')?];
-    userinfo.split_once(':').map(|(_, pw)| pw).filter(|pw| !pw.is_empty())
 }
 
 /// Why `name` is not an HTTP header name (RFC 9110 `token`: 1 or more of ``! # $ % & ' * + - .
@@ -322,12 +301,5 @@ mod tests {
             assert!(check_header_name(bad).unwrap_err().contains(shown), "{bad:?}");
         }
         assert!(check_header_name("").is_err());
-    }
-
-    #[test]
-    fn passwords_are_found() {
-        assert_eq!(password_of("https://u:p@h/x"), Some("p"));
-        assert_eq!(password_of("https://h/x@y"), None);
-        assert_eq!(password_of("https://u@h/"), None);
     }
 }

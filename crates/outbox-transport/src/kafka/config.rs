@@ -5,9 +5,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::config::{Naming, Rules};
 use crate::TransportError;
 
-const KIND: &str = "kafka";
+const RULES: Rules = Rules("kafka");
 
 /// librdkafka properties this transport sets itself: they carry the delivery guarantee or
 /// have a dedicated key, so `properties` may not override them.
@@ -151,38 +152,11 @@ pub(crate) fn is_secret(key: &str) -> bool {
     ["password", "secret", "token", "jaas", "key", "oauthbearer.config"].iter().any(|s| k.contains(s))
 }
 
-impl KafkaConfig {
-    /// The extra properties with secret values replaced by `***`.
-    pub(crate) fn redacted_properties(&self) -> BTreeMap<&str, &str> {
-        self.properties
-            .iter()
-            .map(|(k, v)| (k.as_str(), if is_secret(k) { "***" } else { v.as_str() }))
-            .collect()
-    }
-}
-
 impl std::fmt::Debug for KafkaConfig {
+    /// The keys and values, as in the configuration file; secret values shown as `***`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KafkaConfig")
-            .field("brokers", &self.brokers)
-            .field("topic", &self.topic)
-            .field("topic_prefix", &self.topic_prefix)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("compression", &self.compression)
-            .field("linger", &self.linger)
-            .field("batch_bytes", &self.batch_bytes)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("partitioner", &self.partitioner)
-            .field("client_id", &self.client_id)
-            .field("topic_check_interval", &self.topic_check_interval)
-            .field("properties", &self.redacted_properties())
-            .finish()
+        crate::common::config::debug_config(f, "KafkaConfig", self, is_secret)
     }
-}
-
-fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
-    TransportError::Config { transport: KIND, key, reason: reason.into() }
 }
 
 /// Partitioners librdkafka knows.
@@ -192,68 +166,53 @@ const PARTITIONERS: &[&str] =
 impl KafkaConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        if self.brokers.trim().is_empty() {
-            return Err(invalid("brokers", "must list at least one host:port"));
-        }
-        for b in self.brokers.split(',') {
-            let b = b.trim();
-            let port = b.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>()));
-            match port {
-                Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
-                _ => return Err(invalid("brokers", format!("{b:?} is not host:port"))),
-            }
-        }
-        if self.topic.is_some() && self.topic_prefix.is_some() {
-            return Err(invalid("topic", "set either `topic` or `topic_prefix`, not both"));
-        }
-        if let Some(t) = &self.topic {
-            check_topic(t).map_err(|r| invalid("topic", r))?;
-        }
-        if let Some(p) = &self.topic_prefix {
-            check_topic(p).map_err(|r| invalid("topic_prefix", r))?;
-        }
-        check_duration("timeout", self.timeout, Duration::from_secs(3600))?;
-        check_duration("connect_timeout", self.connect_timeout, Duration::from_secs(600))?;
-        check_duration("topic_check_interval", self.topic_check_interval, Duration::from_secs(86_400))?;
+        let brokers: Vec<&str> = match self.brokers.trim() {
+            "" => Vec::new(),
+            _ => self.brokers.split(',').map(str::trim).collect(),
+        };
+        RULES.host_ports("brokers", &brokers)?;
+        RULES.naming(("topic", "topic_prefix"), &self.naming(), check_topic)?;
+        RULES.millis("timeout", self.timeout, Duration::from_secs(3600))?;
+        RULES.millis("connect_timeout", self.connect_timeout, Duration::from_secs(600))?;
+        RULES.millis("topic_check_interval", self.topic_check_interval, Duration::from_secs(86_400))?;
         if self.linger > Duration::from_secs(10) {
-            return Err(invalid("linger", format!("must be at most 10 s, got {:?}", self.linger)));
+            return Err(RULES.invalid("linger", format!("must be at most 10 s, got {:?}", self.linger)));
         }
         if !(1..=2_147_483_647).contains(&self.batch_bytes) {
-            return Err(invalid("batch_bytes", "must be between 1 and 2147483647"));
+            return Err(RULES.invalid("batch_bytes", "must be between 1 and 2147483647"));
         }
         if !(1000..=1_000_000_000).contains(&self.max_message_bytes) {
-            return Err(invalid("max_message_bytes", "must be between 1000 and 1000000000"));
+            return Err(RULES.invalid("max_message_bytes", "must be between 1000 and 1000000000"));
         }
         if !PARTITIONERS.contains(&self.partitioner.as_str()) {
-            return Err(invalid(
+            return Err(RULES.invalid(
                 "partitioner",
                 format!("{:?} is not one of {}", self.partitioner, PARTITIONERS.join(", ")),
             ));
         }
-        if self.client_id.is_empty() || self.client_id.chars().any(char::is_control) {
-            return Err(invalid("client_id", "must be non-empty text without control characters"));
-        }
+        RULES.label("client_id", &self.client_id)?;
         for key in self.properties.keys() {
             if let Some((_, instead)) = OWNED_PROPERTIES.iter().find(|(k, _)| k == key) {
-                return Err(invalid(
+                return Err(RULES.invalid(
                     "properties",
                     format!("{key:?} is set by the transport; use {instead} instead"),
                 ));
             }
             if key.trim().is_empty() {
-                return Err(invalid("properties", "a property name is empty"));
+                return Err(RULES.invalid("properties", "a property name is empty"));
             }
         }
         Ok(())
     }
 
+    /// The Kafka topic is the fixed `topic`, or `<topic_prefix>.<topic>`, or the outbox topic.
+    fn naming(&self) -> Naming<'_> {
+        Naming { fixed: self.topic.as_deref(), prefix: self.topic_prefix.as_deref(), separator: '.' }
+    }
+
     /// The Kafka topic a message with outbox `topic` is published to.
     pub(crate) fn topic_for(&self, topic: &str) -> String {
-        match (&self.topic, &self.topic_prefix) {
-            (Some(t), _) => t.clone(),
-            (None, Some(p)) => format!("{p}.{topic}"),
-            (None, None) => topic.to_owned(),
-        }
+        self.naming().name_for(topic)
     }
 }
 
@@ -278,18 +237,11 @@ pub(crate) fn check_topic(topic: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn check_duration(key: &'static str, d: Duration, max: Duration) -> Result<(), TransportError> {
-    if d < Duration::from_millis(1) || d > max {
-        return Err(invalid(key, format!("must be at least 1 ms and at most {max:?}, got {d:?}")));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::error::config_key as key_of;
+    use crate::common::testing::invalid_key;
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_rejected() {
@@ -307,11 +259,7 @@ mod tests {
 
     #[test]
     fn invalid_values_name_their_key() {
-        let bad = |f: fn(&mut KafkaConfig)| {
-            let mut c = KafkaConfig::default();
-            f(&mut c);
-            key_of(c.validate().unwrap_err())
-        };
+        let bad = |f: fn(&mut KafkaConfig)| invalid_key(KafkaConfig::default(), f, KafkaConfig::validate);
         assert_eq!(bad(|c| c.brokers = " ".into()), "brokers");
         assert_eq!(bad(|c| c.brokers = "host".into()), "brokers");
         assert_eq!(bad(|c| c.brokers = "a:9092,b:x".into()), "brokers");

@@ -116,14 +116,8 @@ pub(crate) fn unknown_topic(topic: &str, brokers: &str) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::testing::kind;
     use outbox_core::FailureKind;
-
-    fn kind(o: &Outcome) -> FailureKind {
-        match o {
-            Outcome::Failed { kind, .. } => *kind,
-            Outcome::Delivered => panic!("not a failure"),
-        }
-    }
 
     #[test]
     fn classification() {

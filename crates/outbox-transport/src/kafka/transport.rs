@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use super::config::{check_topic, KafkaConfig};
 use super::outcome;
+use crate::common::batch::{answers, Outcomes};
 use crate::validate::{quote, refuse};
 use crate::TransportError;
 
@@ -300,32 +301,26 @@ impl Transport for KafkaTransport {
             producer = self.current();
         }
         let deadline = Instant::now() + self.config.timeout + Duration::from_secs(1);
-        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
+        let mut out = Outcomes::new(batch);
         let mut prepared = Vec::with_capacity(batch.len());
         for (i, env) in batch.iter().enumerate() {
             match prepare(&self.config, env) {
                 Ok(p) => prepared.push((i, p)),
-                Err(o) => out[i] = Some(o),
+                Err(o) => out.set(i, o),
             }
         }
         let topics: HashSet<&str> = prepared.iter().map(|(_, p)| p.topic.as_str()).collect();
         let missing = self.check_topics(&producer, &topics).await;
 
         // Hand every record to the producer (librdkafka batches and pipelines them)...
-        let mut held: HashSet<&str> = HashSet::new();
         let mut pending = Vec::with_capacity(prepared.len());
         for (i, p) in prepared {
             let env = &batch[i];
             if let Some(o) = missing.get(&p.topic) {
-                out[i] = Some(o.clone());
-                held.extend(env.key.as_deref());
+                out.not_sent(i, o.clone());
                 continue;
             }
-            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
-                out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {} in this batch was not published",
-                    quote(k)
-                )));
+            if out.held_back(i) {
                 continue;
             }
             let mut record: FutureRecord<'_, str, str> =
@@ -343,29 +338,25 @@ impl Transport for KafkaTransport {
                         }
                         _ => outcome::produce_error(&e, &p.topic),
                     };
-                    out[i] = Some(o);
-                    held.extend(env.key.as_deref());
+                    out.not_sent(i, o);
                 }
             }
         }
 
         // ...then await every delivery report.
         let timeout = self.config.timeout;
-        let reports = futures::future::join_all(pending.into_iter().map(|(i, topic, delivery)| async move {
-            let (o, rebuild) = match tokio::time::timeout_at(deadline, delivery).await {
-                Ok(Ok(Ok(_))) => (Outcome::Delivered, None),
-                Ok(Ok(Err((e, _)))) => {
-                    (outcome::produce_error(&e, &topic), outcome::needs_rebuild(&e).then(|| e.to_string()))
-                }
-                Ok(Err(_cancelled)) => (outcome::cancelled(&topic), None),
-                Err(_) => (outcome::deadline(timeout, &topic), None),
-            };
-            (i, o, rebuild)
-        }))
+        let reports = answers(pending, deadline, |topic, report| match report {
+            Some(Ok(Ok(_))) => (Outcome::Delivered, None),
+            Some(Ok(Err((e, _)))) => {
+                (outcome::produce_error(&e, &topic), outcome::needs_rebuild(&e).then(|| e.to_string()))
+            }
+            Some(Err(_cancelled)) => (outcome::cancelled(&topic), None),
+            None => (outcome::deadline(timeout, &topic), None),
+        })
         .await;
         let mut rebuild = producer.client().fatal_error().map(|(code, reason)| format!("{code}: {reason}"));
         let (mut delivered, mut timed_out) = (0, 0);
-        for (i, o, why) in reports {
+        for (i, (o, why)) in reports {
             match &o {
                 Outcome::Delivered => delivered += 1,
                 Outcome::Failed { reason, .. }
@@ -375,7 +366,7 @@ impl Transport for KafkaTransport {
                 }
                 Outcome::Failed { .. } => {}
             }
-            out[i] = Some(o);
+            out.set(i, o);
             if rebuild.is_none() {
                 rebuild = why;
             }
@@ -395,7 +386,7 @@ impl Transport for KafkaTransport {
                 tracing::error!(error = %e, "Cannot rebuild the Kafka producer");
             }
         }
-        crate::validate::finish(out)
+        out.finish()
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

@@ -4,12 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
 use crate::TransportError;
 
-const KIND: &str = "mqtt";
-
-/// The placeholder of [`MqttConfig::topic`] replaced by the envelope's topic.
-pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
+const RULES: Rules = Rules("mqtt");
 
 /// Largest MQTT packet the protocol can carry: 1 byte of fixed header, 4 of remaining length,
 /// and a remaining length of at most 268,435,455 bytes.
@@ -121,22 +119,9 @@ impl Default for MqttConfig {
 }
 
 impl std::fmt::Debug for MqttConfig {
+    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MqttConfig")
-            .field("url", &crate::redact(&self.url))
-            .field("topic", &self.topic)
-            .field("dots_to_slashes", &self.dots_to_slashes)
-            .field("format", &self.format)
-            .field("retain", &self.retain)
-            .field("client_id", &self.client_id)
-            .field("max_packet_bytes", &self.max_packet_bytes)
-            .field("max_topic_levels", &self.max_topic_levels)
-            .field("inflight", &self.inflight)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("keep_alive", &self.keep_alive)
-            .field("reconnect_max_delay", &self.reconnect_max_delay)
-            .finish()
+        crate::common::config::debug_config(f, "MqttConfig", self, |_| false)
     }
 }
 
@@ -148,43 +133,36 @@ pub(crate) struct BrokerAddress {
     pub(crate) credentials: Option<(String, String)>,
 }
 
-fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
-    TransportError::Config { transport: KIND, key, reason: reason.into() }
-}
-
 impl MqttConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
         self.broker()?;
         if self.max_topic_levels == 0 || self.max_topic_levels > MAX_TOPIC_BYTES {
-            return Err(invalid("max_topic_levels", format!("must be 1 to {MAX_TOPIC_BYTES}")));
+            return Err(RULES.invalid("max_topic_levels", format!("must be 1 to {MAX_TOPIC_BYTES}")));
         }
         if self.topic.is_empty() {
-            return Err(invalid("topic", "must not be empty"));
+            return Err(RULES.invalid("topic", "must not be empty"));
         }
         // The template itself must make a valid topic (with a one-level topic in place).
         check_topic(&self.topic.replace(TOPIC_PLACEHOLDER, "t"), self.max_topic_levels)
-            .map_err(|r| invalid("topic", r))?;
+            .map_err(|r| RULES.invalid("topic", r))?;
         if let Some(id) = &self.client_id {
             if id.is_empty() || id.len() > 65_535 {
-                return Err(invalid("client_id", "must be 1 to 65535 bytes"));
+                return Err(RULES.invalid("client_id", "must be 1 to 65535 bytes"));
             }
         }
         if self.max_packet_bytes < 64 || self.max_packet_bytes > PROTOCOL_MAX_PACKET {
-            return Err(invalid("max_packet_bytes", format!("must be 64 to {PROTOCOL_MAX_PACKET} bytes")));
+            let reason = format!("must be 64 to {PROTOCOL_MAX_PACKET} bytes");
+            return Err(RULES.invalid("max_packet_bytes", reason));
         }
         if self.inflight == 0 {
-            return Err(invalid("inflight", "must be positive"));
+            return Err(RULES.invalid("inflight", "must be positive"));
         }
-        for (key, d) in [
-            ("timeout", self.timeout),
-            ("connect_timeout", self.connect_timeout),
-            ("reconnect_max_delay", self.reconnect_max_delay),
-        ] {
-            check_duration(key, d)?;
-        }
+        RULES.timeout("timeout", self.timeout)?;
+        RULES.timeout("connect_timeout", self.connect_timeout)?;
+        RULES.timeout("reconnect_max_delay", self.reconnect_max_delay)?;
         if self.keep_alive < Duration::from_secs(5) || self.keep_alive > Duration::from_secs(65_535) {
-            return Err(invalid("keep_alive", "must be 5 s to 65535 s"));
+            return Err(RULES.invalid("keep_alive", "must be 5 s to 65535 s"));
         }
         Ok(())
     }
@@ -194,7 +172,7 @@ impl MqttConfig {
         let shown = crate::redact(&self.url);
         let rest = self.url.strip_prefix("mqtt://").or_else(|| self.url.strip_prefix("tcp://")).ok_or_else(
             || {
-                invalid(
+                RULES.invalid(
                     "url",
                     format!("{shown:?} must start with mqtt:// or tcp:// (TLS is not supported yet)"),
                 )
@@ -202,7 +180,7 @@ impl MqttConfig {
         )?;
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.contains(['/', '?', '#']) {
-            return Err(invalid("url", format!("{shown:?} must not have a path or query")));
+            return Err(RULES.invalid("url", format!("{shown:?} must not have a path or query")));
         }
         let (userinfo, hostport) = match authority.rsplit_once('@') {
             Some((u, h)) => (Some(u), h),
@@ -214,7 +192,7 @@ impl MqttConfig {
         });
         let (host, port) = if let Some(v6) = hostport.strip_prefix('[') {
             let (h, after) =
-                v6.split_once(']').ok_or_else(|| invalid("url", format!("{shown:?}: unclosed '['")))?;
+                v6.split_once(']').ok_or_else(|| RULES.invalid("url", format!("{shown:?}: unclosed '['")))?;
             (h.to_owned(), after.strip_prefix(':'))
         } else {
             match hostport.rsplit_once(':') {
@@ -223,7 +201,7 @@ impl MqttConfig {
             }
         };
         if host.is_empty() {
-            return Err(invalid("url", format!("{shown:?} has no host")));
+            return Err(RULES.invalid("url", format!("{shown:?} has no host")));
         }
         let port = match port {
             None => 1883,
@@ -231,7 +209,7 @@ impl MqttConfig {
                 .parse::<u16>()
                 .ok()
                 .filter(|p| *p > 0)
-                .ok_or_else(|| invalid("url", format!("{shown:?}: {p:?} is not a port number")))?,
+                .ok_or_else(|| RULES.invalid("url", format!("{shown:?}: {p:?} is not a port number")))?,
         };
         Ok(BrokerAddress { host, port, credentials })
     }
@@ -275,16 +253,11 @@ pub(crate) fn check_topic(topic: &str, max_levels: usize) -> Result<(), String> 
     Ok(())
 }
 
-/// A timeout must be positive and at most 10 minutes.
-fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
-    crate::error::check_timeout(KIND, key, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::error::config_key as key_of;
+    use crate::common::testing::invalid_key;
 
     #[test]
     fn defaults_urls_and_topics() {
@@ -307,11 +280,7 @@ mod tests {
 
     #[test]
     fn invalid_values_name_their_key() {
-        let bad = |f: fn(&mut MqttConfig)| {
-            let mut c = MqttConfig::default();
-            f(&mut c);
-            key_of(c.validate().unwrap_err())
-        };
+        let bad = |f: fn(&mut MqttConfig)| invalid_key(MqttConfig::default(), f, MqttConfig::validate);
         assert_eq!(bad(|c| c.url = "mqtts://h".into()), "url");
         assert_eq!(bad(|c| c.url = "mqtt://h:99999".into()), "url");
         assert_eq!(bad(|c| c.url = "mqtt://".into()), "url");

@@ -54,9 +54,14 @@ pub(crate) fn client_error(e: &ClientError) -> Outcome {
 
 /// Not connected: the event loop is reconnecting.
 pub(crate) fn not_connected(address: &str, last_error: Option<&str>) -> Outcome {
+    Outcome::unavailable(not_connected_reason(address, last_error))
+}
+
+/// Why nothing can be published now (also what `health` answers).
+pub(crate) fn not_connected_reason(address: &str, last_error: Option<&str>) -> String {
     match last_error {
-        Some(e) => Outcome::unavailable(format!("not connected to the MQTT broker at {address}: {e}")),
-        None => Outcome::unavailable(format!("not connected to the MQTT broker at {address}")),
+        Some(e) => format!("not connected to the MQTT broker at {address}: {e}"),
+        None => format!("not connected to the MQTT broker at {address}"),
     }
 }
 
@@ -97,13 +102,7 @@ mod tests {
     use outbox_core::FailureKind;
 
     use super::*;
-
-    fn kind(o: &Outcome) -> FailureKind {
-        match o {
-            Outcome::Failed { kind, .. } => *kind,
-            Outcome::Delivered => panic!("expected a failure"),
-        }
-    }
+    use crate::common::testing::kind;
 
     #[test]
     fn connection_errors() {

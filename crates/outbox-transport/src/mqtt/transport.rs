@@ -10,7 +10,7 @@
 //! queue; with a clean session those would be dropped at reconnection anyway, so the task
 //! clears them and fails exactly their waiters as `Unavailable` (the relay publishes them again).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -23,7 +23,9 @@ use tokio::time::Instant;
 
 use super::config::{check_topic, MqttConfig, MqttFormat};
 use super::outcome;
-use crate::{redact, TransportError};
+use crate::common::batch::Outcomes;
+use crate::common::connect::Connecting;
+use crate::TransportError;
 
 const KIND: &str = "mqtt";
 /// Capacity of the channel between publishers and the event loop (requests not yet written).
@@ -139,12 +141,7 @@ impl MqttTransport {
     pub async fn connect(config: MqttConfig) -> Result<Self, TransportError> {
         config.validate()?;
         let broker = config.broker()?;
-        let address = redact(&config.url);
-        let fail = |reason: String| TransportError::Connect {
-            transport: KIND,
-            address: address.clone(),
-            reason: reason.replace(&config.url, &address),
-        };
+        let connecting = Connecting::new(KIND, &config.url);
         let client_id = config.client_id.clone().unwrap_or_else(default_client_id);
         let mut options = MqttOptions::new(client_id, broker.host.clone(), broker.port);
         options
@@ -161,11 +158,10 @@ impl MqttTransport {
         network.set_connection_timeout(connect_timeout.as_millis().div_ceil(1000).max(1) as u64);
         eventloop.set_network_options(network);
 
-        match tokio::time::timeout(connect_timeout + Duration::from_secs(1), eventloop.poll()).await {
-            Err(_) => return Err(fail(format!("no CONNACK within {connect_timeout:?}"))),
-            Ok(Err(e)) => return Err(fail(outcome::describe(&e))),
-            Ok(Ok(_connack)) => {}
-        }
+        let connack = async { eventloop.poll().await.map_err(|e| outcome::describe(&e)) };
+        let limit = connect_timeout + Duration::from_secs(1);
+        connecting.within(limit, format!("no CONNACK within {connect_timeout:?}"), connack).await?;
+        let address = connecting.address;
         let shared = Arc::new(Mutex::new(Shared { connected: true, ..Shared::default() }));
         let max_delay = config.reconnect_max_delay;
         let task = tokio::spawn(drive(eventloop, shared.clone(), address.clone(), max_delay));
@@ -265,62 +261,43 @@ impl Transport for MqttTransport {
 
     async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
         let deadline = Instant::now() + self.timeout;
-        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut held: HashSet<&str> = HashSet::new();
+        let mut out = Outcomes::new(batch);
         let mut waits = Vec::with_capacity(batch.len());
         for (i, env) in batch.iter().enumerate() {
-            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
-                out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {} in this batch was not published",
-                    crate::validate::quote(k)
-                )));
+            if out.held_back(i) {
                 continue;
             }
             let (topic, body) = match self.prepare(env) {
                 Ok(p) => p,
                 Err(o) => {
-                    out[i] = Some(o);
-                    held.extend(env.key.as_deref());
+                    out.not_sent(i, o);
                     continue;
                 }
             };
             let (tx, rx) = oneshot::channel();
             let mut s = lock(&self.shared);
             if self.task.is_finished() {
-                out[i] = Some(Outcome::unavailable("the MQTT event loop has stopped"));
-                held.extend(env.key.as_deref());
-                continue;
-            }
-            if !s.connected {
-                out[i] = Some(outcome::not_connected(&self.address, s.last_error.as_deref()));
-                held.extend(env.key.as_deref());
-                continue;
-            }
-            match self.client.try_publish(topic.clone(), QoS::AtLeastOnce, self.config.retain, body) {
-                Ok(()) => {
-                    s.queued.push_back(tx);
-                    waits.push((i, topic, rx));
-                }
-                Err(e) => {
-                    out[i] = Some(outcome::client_error(&e));
-                    held.extend(env.key.as_deref());
+                out.not_sent(i, Outcome::unavailable("the MQTT event loop has stopped"));
+            } else if !s.connected {
+                out.not_sent(i, outcome::not_connected(&self.address, s.last_error.as_deref()));
+            } else {
+                match self.client.try_publish(topic.clone(), QoS::AtLeastOnce, self.config.retain, body) {
+                    Ok(()) => {
+                        s.queued.push_back(tx);
+                        waits.push((i, topic, rx));
+                    }
+                    Err(e) => out.not_sent(i, outcome::client_error(&e)),
                 }
             }
         }
         let timeout = self.timeout;
-        let answers = futures::future::join_all(waits.into_iter().map(|(i, topic, rx)| async move {
-            let o = match tokio::time::timeout_at(deadline, rx).await {
-                Ok(Ok(o)) => o,
-                Ok(Err(_)) => Outcome::unavailable("the MQTT event loop stopped before the PUBACK"),
-                Err(_) => outcome::no_puback(timeout, &topic),
-            };
-            (i, o)
-        }))
+        out.await_answers(waits, deadline, |topic, answer| match answer {
+            Some(Ok(o)) => o,
+            Some(Err(_)) => Outcome::unavailable("the MQTT event loop stopped before the PUBACK"),
+            None => outcome::no_puback(timeout, &topic),
+        })
         .await;
-        for (i, o) in answers {
-            out[i] = Some(o);
-        }
-        crate::validate::finish(out)
+        out.finish()
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {
@@ -332,10 +309,7 @@ impl Transport for MqttTransport {
         if s.connected {
             Ok(())
         } else {
-            Err(match &s.last_error {
-                Some(e) => format!("not connected to the MQTT broker at {}: {e}", self.address),
-                None => format!("not connected to the MQTT broker at {}", self.address),
-            })
+            Err(outcome::not_connected_reason(&self.address, s.last_error.as_deref()))
         }
     }
 }

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::config::{Naming, Rules};
 use crate::TransportError;
 
-const KIND: &str = "nats";
+const RULES: Rules = Rules("nats");
 
 /// Settings of a [`NatsTransport`](super::NatsTransport). Every field has a default, so an empty
 /// table connects to a local server and publishes each message to the subject named by its topic.
@@ -71,86 +72,60 @@ impl Default for NatsConfig {
 }
 
 impl std::fmt::Debug for NatsConfig {
+    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NatsConfig")
-            .field("url", &crate::redact(&self.url))
-            .field("subject", &self.subject)
-            .field("subject_prefix", &self.subject_prefix)
-            .field("stream", &self.stream)
-            .field("create_stream", &self.create_stream)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_payload_bytes", &self.max_payload_bytes)
-            .field("name", &self.name)
-            .finish()
+        crate::common::config::debug_config(f, "NatsConfig", self, |_| false)
     }
-}
-
-fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
-    TransportError::Config { transport: KIND, key, reason: reason.into() }
 }
 
 impl NatsConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        if self.url.trim().is_empty() {
-            return Err(invalid("url", "must not be empty"));
-        }
+        RULES.not_blank("url", &self.url)?;
         for part in self.url.split(',') {
             part.trim().parse::<async_nats::ServerAddr>().map_err(|e| {
-                invalid("url", format!("{:?} is not a NATS server address: {e}", crate::redact(part.trim())))
+                let shown = crate::redact(part.trim());
+                RULES.invalid("url", format!("{shown:?} is not a NATS server address: {e}"))
             })?;
         }
-        if self.subject.is_some() && self.subject_prefix.is_some() {
-            return Err(invalid("subject", "set either `subject` or `subject_prefix`, not both"));
-        }
-        if let Some(s) = &self.subject {
-            check_subject(s).map_err(|r| invalid("subject", r))?;
-        }
-        if let Some(p) = &self.subject_prefix {
-            check_subject(p).map_err(|r| invalid("subject_prefix", r))?;
-        }
+        RULES.naming(("subject", "subject_prefix"), &self.naming(), check_subject)?;
         if let Some(s) = &self.stream {
             if s.is_empty()
                 || s.len() > 255
                 || s.chars().any(|c| c.is_whitespace() || matches!(c, '.' | '*' | '>' | '/' | '\\'))
             {
-                return Err(invalid(
+                return Err(RULES.invalid(
                     "stream",
                     format!("{s:?} is not a valid stream name (1 to 255 characters, no spaces, '.', '*', '>', '/' or '\\')"),
                 ));
             }
         } else if self.create_stream {
-            return Err(invalid("create_stream", "requires `stream` (the name of the stream to create)"));
+            let reason = "requires `stream` (the name of the stream to create)";
+            return Err(RULES.invalid("create_stream", reason));
         }
-        check_duration("timeout", self.timeout)?;
-        check_duration("connect_timeout", self.connect_timeout)?;
+        RULES.timeout("timeout", self.timeout)?;
+        RULES.timeout("connect_timeout", self.connect_timeout)?;
         if self.max_payload_bytes == Some(0) {
-            return Err(invalid("max_payload_bytes", "must be positive"));
+            return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
-        if self.name.is_empty() || self.name.chars().any(char::is_control) {
-            return Err(invalid("name", "must be non-empty text without control characters"));
-        }
-        Ok(())
+        RULES.label("name", &self.name)
+    }
+
+    /// The subject is the fixed `subject`, or `<subject_prefix>.<topic>`, or the topic.
+    fn naming(&self) -> Naming<'_> {
+        Naming { fixed: self.subject.as_deref(), prefix: self.subject_prefix.as_deref(), separator: '.' }
     }
 
     /// The subject pattern covering everything this configuration publishes to, when it can
     /// be known in advance: the fixed subject, or `<prefix>.>`.
     pub(crate) fn subject_space(&self) -> Option<String> {
-        match (&self.subject, &self.subject_prefix) {
-            (Some(s), _) => Some(s.clone()),
-            (None, Some(p)) => Some(format!("{p}.>")),
-            (None, None) => None,
-        }
+        let naming = self.naming();
+        (naming.fixed.is_some() || naming.prefix.is_some()).then(|| naming.name_for(">"))
     }
 
     /// The subject a message with `topic` is published to.
     pub(crate) fn subject_for(&self, topic: &str) -> String {
-        match (&self.subject, &self.subject_prefix) {
-            (Some(s), _) => s.clone(),
-            (None, Some(p)) => format!("{p}.{topic}"),
-            (None, None) => topic.to_owned(),
-        }
+        self.naming().name_for(topic)
     }
 }
 
@@ -253,16 +228,11 @@ pub(crate) fn covers(filter: &str, pattern: &str) -> bool {
     }
 }
 
-/// A timeout must be positive and at most 10 minutes.
-fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
-    crate::error::check_timeout(KIND, key, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::error::config_key as key_of;
+    use crate::common::testing::invalid_key;
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_rejected() {
@@ -275,11 +245,7 @@ mod tests {
 
     #[test]
     fn invalid_values_name_their_key() {
-        let bad = |f: fn(&mut NatsConfig)| {
-            let mut c = NatsConfig::default();
-            f(&mut c);
-            key_of(c.validate().unwrap_err())
-        };
+        let bad = |f: fn(&mut NatsConfig)| invalid_key(NatsConfig::default(), f, NatsConfig::validate);
         assert_eq!(bad(|c| c.url = String::new()), "url");
         assert_eq!(bad(|c| c.url = "nats://host:notaport".into()), "url");
         assert_eq!(

@@ -102,13 +102,7 @@ mod tests {
     use outbox_core::FailureKind;
 
     use super::*;
-
-    fn kind(o: &Outcome) -> FailureKind {
-        match o {
-            Outcome::Failed { kind, .. } => *kind,
-            Outcome::Delivered => panic!("expected a failure"),
-        }
-    }
+    use crate::common::testing::kind;
 
     fn js_error(code: u16, err_code: u64, description: &str) -> PublishError {
         let e: async_nats::jetstream::Error = serde_json::from_value(serde_json::json!({

@@ -1,7 +1,5 @@
 //! The NATS JetStream [`Transport`].
 
-use std::collections::HashSet;
-use std::future::IntoFuture;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -14,8 +12,10 @@ use tokio::time::Instant;
 
 use super::config::{check_header_name, check_header_value, check_subject, covers, NatsConfig};
 use super::outcome;
+use crate::common::batch::Outcomes;
+use crate::common::connect::Connecting;
 use crate::validate::quote;
-use crate::{redact, TransportError};
+use crate::TransportError;
 
 const KIND: &str = "nats";
 
@@ -90,22 +90,17 @@ impl NatsTransport {
     /// the configured subjects.
     pub async fn connect(config: NatsConfig) -> Result<Self, TransportError> {
         config.validate()?;
-        let address = redact(&config.url);
-        let fail = |reason: String| TransportError::Connect {
-            transport: KIND,
-            address: address.clone(),
-            reason: reason.replace(&config.url, &address),
-        };
+        let connecting = Connecting::new(KIND, &config.url);
         let servers = config
             .url
             .split(',')
             .map(|u| async_nats::ServerAddr::from_str(u.trim()))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| fail(e.to_string()))?;
+            .map_err(|e| connecting.fail(e.to_string()))?;
         let timeout = config.timeout;
         let connect_timeout = config.connect_timeout;
         // async-nats reads credentials from its options only, never from the server URL.
-        let options = match credentials(&servers).map_err(fail)? {
+        let options = match credentials(&servers).map_err(|e| connecting.fail(e))? {
             Some(Credentials::UserPassword(user, password)) => {
                 async_nats::ConnectOptions::with_user_and_password(user, password)
             }
@@ -123,24 +118,18 @@ impl NatsTransport {
                 0 | 1 => Duration::ZERO,
                 n => Duration::from_millis((50 * 2_u64.saturating_pow(n.min(8) as u32 - 1)).min(2000)),
             });
-        let client = match tokio::time::timeout(
-            connect_timeout + Duration::from_secs(1),
-            async_nats::connect_with_options(servers, options),
-        )
-        .await
-        {
-            Err(_) => return Err(fail(format!("no answer within {connect_timeout:?}"))),
-            Ok(Err(e)) => return Err(fail(e.to_string())),
-            Ok(Ok(c)) => c,
-        };
+        let client = connecting
+            .within(
+                connect_timeout + Duration::from_secs(1),
+                format!("no answer within {connect_timeout:?}"),
+                async_nats::connect_with_options(servers, options),
+            )
+            .await?;
         let js = jetstream::ContextBuilder::new().timeout(timeout).build(client.clone());
+        let address = connecting.address.clone();
         let transport = NatsTransport { client, js, config, address, timeout };
         if let Err(reason) = transport.check_stream(true).await {
-            return Err(TransportError::Connect {
-                transport: KIND,
-                address: transport.address.clone(),
-                reason,
-            });
+            return Err(connecting.fail(reason));
         }
         Ok(transport)
     }
@@ -255,58 +244,38 @@ impl Transport for NatsTransport {
         }
         let deadline = Instant::now() + self.timeout;
         let limit = self.limit();
-        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
-        // A message that could not be sent holds back the later ones with the same key, so they
-        // never overtake it.
-        let mut held: HashSet<&str> = HashSet::new();
+        let mut out = Outcomes::new(batch);
         let mut pending = Vec::with_capacity(batch.len());
 
         // Send everything first (pipelined on the one connection, in order)...
         for (i, env) in batch.iter().enumerate() {
-            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
-                out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {} in this batch was not published",
-                    quote(k)
-                )));
+            if out.held_back(i) {
                 continue;
             }
             let p = match self.prepare(env, limit) {
                 Ok(p) => p,
                 Err(o) => {
-                    out[i] = Some(o);
-                    held.extend(env.key.as_deref());
+                    out.not_sent(i, o);
                     continue;
                 }
             };
             let publish = PublishMessage::build().headers(p.headers).payload(p.payload);
             match tokio::time::timeout_at(deadline, self.js.send_publish(p.subject.clone(), publish)).await {
                 Ok(Ok(ack)) => pending.push((i, p.subject, ack)),
-                Ok(Err(e)) => {
-                    out[i] = Some(outcome::publish_error(&e, &p.subject));
-                    held.extend(env.key.as_deref());
-                }
-                Err(_) => {
-                    out[i] = Some(outcome::deadline(self.timeout, &p.subject));
-                    held.extend(env.key.as_deref());
-                }
+                Ok(Err(e)) => out.not_sent(i, outcome::publish_error(&e, &p.subject)),
+                Err(_) => out.not_sent(i, outcome::deadline(self.timeout, &p.subject)),
             }
         }
 
         // ...then await every acknowledgement.
         let timeout = self.timeout;
-        let acks = futures::future::join_all(pending.into_iter().map(|(i, subject, ack)| async move {
-            let o = match tokio::time::timeout_at(deadline, ack.into_future()).await {
-                Ok(Ok(_ack)) => Outcome::Delivered,
-                Ok(Err(e)) => outcome::publish_error(&e, &subject),
-                Err(_) => outcome::deadline(timeout, &subject),
-            };
-            (i, o)
-        }))
+        out.await_answers(pending, deadline, |subject, ack| match ack {
+            Some(Ok(_ack)) => Outcome::Delivered,
+            Some(Err(e)) => outcome::publish_error(&e, &subject),
+            None => outcome::deadline(timeout, &subject),
+        })
         .await;
-        for (i, o) in acks {
-            out[i] = Some(o);
-        }
-        crate::validate::finish(out)
+        out.finish()
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {

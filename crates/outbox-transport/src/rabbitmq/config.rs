@@ -3,11 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
+use crate::common::config::Rules;
 use crate::TransportError;
 
-const KIND: &str = "rabbitmq";
+const RULES: Rules = Rules("rabbitmq");
 
 /// Default [`RabbitMqConfig::max_payload_bytes`]: 16 MiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 16 * 1024 * 1024;
@@ -105,7 +106,7 @@ pub(crate) fn content_header_frame_bytes<'a>(
 /// [declare]
 /// kind = "topic"
 /// ```
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RabbitMqConfig {
     /// AMQP URI, `amqp://user:password@host:port/vhost` (`amqps://` for TLS; the vhost is
@@ -143,7 +144,7 @@ pub struct RabbitMqConfig {
 
 /// Topology declared at connect (idempotent declarations; they fail if an existing exchange or
 /// queue has different settings).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeclareConfig {
     /// Exchange type: `direct`, `fanout`, `topic`, `headers` or a plugin's type. Defaults to
@@ -208,12 +209,11 @@ impl RabbitMqConfig {
 
     /// Checks every value, naming the first wrong key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        let err = |key: &'static str, reason: String| TransportError::Config { transport: KIND, key, reason };
         let scheme = self.url.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
         match scheme.as_deref() {
             Some("amqp" | "amqps") => {}
             _ => {
-                return Err(err(
+                return Err(RULES.invalid(
                     "url",
                     format!("must be an amqp:// or amqps:// URI, got {:?}", crate::redact(&self.url)),
                 ))
@@ -221,47 +221,45 @@ impl RabbitMqConfig {
         }
         if let Err(e) = self.url.parse::<lapin::uri::AMQPUri>() {
             let reason = scrub(&e, &self.url);
-            return Err(err(
-                "url",
-                format!("not a valid AMQP URI ({:?}): {reason}", crate::redact(&self.url)),
-            ));
+            let reason = format!("not a valid AMQP URI ({:?}): {reason}", crate::redact(&self.url));
+            return Err(RULES.invalid("url", reason));
         }
         short_string("exchange", &self.exchange)?;
         if self.exchange.starts_with("amq.") && self.declare.is_some() {
-            return Err(err(
+            return Err(RULES.invalid(
                 "declare",
-                "exchange names starting with `amq.` are reserved and cannot be declared".into(),
+                "exchange names starting with `amq.` are reserved and cannot be declared",
             ));
         }
         if self.exchange.is_empty() && self.declare.is_some() {
-            return Err(err("declare", "the default exchange (\"\") cannot be declared".into()));
+            return Err(RULES.invalid("declare", "the default exchange (\"\") cannot be declared"));
         }
         if let Some(rk) = &self.routing_key {
             short_string("routing_key", rk)?;
         }
         if let Some(ct) = &self.content_type {
             if ct.trim().is_empty() {
-                return Err(err("content_type", "must not be empty (omit it for automatic)".into()));
+                return Err(RULES.invalid("content_type", "must not be empty (omit it for automatic)"));
             }
             short_string("content_type", ct)?;
         }
         if self.max_payload_bytes == 0 || self.max_payload_bytes > BROKER_MAX_MESSAGE_SIZE {
-            return Err(err(
+            return Err(RULES.invalid(
                 "max_payload_bytes",
                 format!("must be 1..={BROKER_MAX_MESSAGE_SIZE}, got {}", self.max_payload_bytes),
             ));
         }
         if self.connect_timeout.is_zero() {
-            return Err(err("connect_timeout", "must be positive".into()));
+            return Err(RULES.invalid("connect_timeout", "must be positive"));
         }
         if let Some(d) = &self.declare {
             if d.kind.trim().is_empty() {
-                return Err(err("declare.kind", "must not be empty".into()));
+                return Err(RULES.invalid("declare.kind", "must not be empty"));
             }
             short_string("declare.kind", &d.kind)?;
             if let Some(q) = &d.queue {
                 if q.is_empty() {
-                    return Err(err("declare.queue", "must not be empty".into()));
+                    return Err(RULES.invalid("declare.queue", "must not be empty"));
                 }
                 short_string("declare.queue", q)?;
             }
@@ -274,45 +272,22 @@ impl RabbitMqConfig {
 /// `text` with `url` and its password (if any) replaced by their redacted forms: client errors
 /// sometimes quote the URI they were given.
 pub(crate) fn scrub(text: &str, url: &str) -> String {
-    let mut out = text.replace(url, &crate::redact(url));
-    if let Some(pw) = password_of(url) {
-        if !pw.is_empty() {
-            out = out.replace(pw, "***");
-        }
-    }
-    out
-}
-
-/// The raw (still percent-encoded) password of `url`, if it has one.
-fn password_of(url: &str) -> Option<&str> {
-    let rest = &url[url.find("://")? + 3..];
-    let authority = &rest[..rest.find('/').unwrap_or(rest.len())];
-    let userinfo = &authority[..authority.rfind('@')?];
-    userinfo.split_once(':').map(|(_, pw)| pw)
+    use crate::common::connect::{password_of, scrub as scrub_secrets};
+    scrub_secrets(&text.replace(url, &crate::redact(url)), password_of(url))
 }
 
 fn short_string(key: &'static str, value: &str) -> Result<(), TransportError> {
     if value.len() > SHORT_STRING_MAX {
-        return Err(TransportError::Config {
-            transport: KIND,
-            key,
-            reason: format!("must be at most {SHORT_STRING_MAX} bytes, got {}", value.len()),
-        });
+        let reason = format!("must be at most {SHORT_STRING_MAX} bytes, got {}", value.len());
+        return Err(RULES.invalid(key, reason));
     }
     Ok(())
 }
 
 impl fmt::Debug for RabbitMqConfig {
+    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RabbitMqConfig")
-            .field("url", &crate::redact(&self.url))
-            .field("exchange", &self.exchange)
-            .field("routing_key", &self.routing_key)
-            .field("content_type", &self.content_type)
-            .field("max_payload_bytes", &self.max_payload_bytes)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("declare", &self.declare)
-            .finish()
+        crate::common::config::debug_config(f, "RabbitMqConfig", self, |_| false)
     }
 }
 
@@ -364,13 +339,7 @@ mod message_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn key_of(r: Result<(), TransportError>) -> &'static str {
-        match r {
-            Err(TransportError::Config { key, .. }) => key,
-            other => panic!("expected a config error, got {other:?}"),
-        }
-    }
+    use crate::common::testing::key_of;
 
     #[test]
     fn defaults_from_minimal_toml_like_json() {

@@ -150,20 +150,7 @@ mod tests {
     use outbox_core::FailureKind;
 
     use super::*;
-
-    fn kind(o: &Outcome) -> FailureKind {
-        match o {
-            Outcome::Failed { kind, .. } => *kind,
-            Outcome::Delivered => panic!("not a failure"),
-        }
-    }
-
-    fn reason(o: &Outcome) -> &str {
-        match o {
-            Outcome::Failed { reason, .. } => reason,
-            Outcome::Delivered => panic!("not a failure"),
-        }
-    }
+    use crate::common::testing::{kind, reason};
 
     fn amqp(id: u16, text: &str) -> lapin::Error {
         lapin::Error::ProtocolError(AMQPError::from_id(id, text.to_owned().into()).unwrap())

@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use super::config::{check_message, content_header_frame_bytes, scrub, RabbitMqConfig};
 use super::outcome;
-use crate::validate::refuse;
+use crate::validate::{oversized_payload, refuse};
 use crate::TransportError;
 
 const KIND: &str = "rabbitmq";
@@ -90,11 +90,7 @@ impl RabbitMqTransport {
 
     fn prepare(&self, index: usize, e: &Envelope) -> Result<Prepared, Outcome> {
         if e.payload.len() > self.config.max_payload_bytes {
-            return Err(refuse(format!(
-                "payload is {} bytes, larger than max_payload_bytes ({})",
-                e.payload.len(),
-                self.config.max_payload_bytes
-            )));
+            return Err(oversized_payload(e.payload.len(), self.config.max_payload_bytes));
         }
         let routing_key = self.config.routing_key.clone().unwrap_or_else(|| e.topic.clone());
         check_message(&routing_key, e.tag.as_deref(), e.headers.keys())
@@ -311,12 +307,7 @@ impl RabbitMqTransport {
     }
 
     fn scrubbed(&self, o: Outcome) -> Outcome {
-        match o {
-            Outcome::Failed { kind, reason, retry_after } => {
-                Outcome::Failed { kind, reason: scrub(&reason, &self.config.url), retry_after }
-            }
-            d => d,
-        }
+        crate::validate::with_reason(o, |reason| scrub(reason, &self.config.url))
     }
 }
 

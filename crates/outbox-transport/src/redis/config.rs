@@ -4,12 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
 use crate::TransportError;
 
-const KIND: &str = "redis";
-
-/// The placeholder of [`RedisConfig::stream`] replaced by the envelope's topic.
-pub(crate) const TOPIC_PLACEHOLDER: &str = "{topic}";
+const RULES: Rules = Rules("redis");
 
 /// Longest stream key, in bytes. Redis keys are binary-safe up to 512 MB; the bound keeps a
 /// foreign row's topic from creating an unbounded key (a topic is at most 255 characters).
@@ -27,24 +25,19 @@ pub(crate) fn check_stream_key(key: &str) -> Result<(), String> {
     if key.is_empty() {
         return Err("stream key is empty".into());
     }
-    if key.len() > MAX_KEY_BYTES {
-        return Err(format!(
-            "stream key {} is {} bytes, more than the {MAX_KEY_BYTES} allowed",
-            crate::validate::quote(key),
-            key.len()
-        ));
-    }
-    Ok(())
+    at_most("stream key", key, MAX_KEY_BYTES)
 }
 
 /// Why `field` cannot be an entry field name, if it cannot: at most [`MAX_FIELD_BYTES`] bytes.
 pub(crate) fn check_field(field: &str) -> Result<(), String> {
-    if field.len() > MAX_FIELD_BYTES {
-        return Err(format!(
-            "header field name {} is {} bytes, more than the {MAX_FIELD_BYTES} allowed",
-            crate::validate::quote(field),
-            field.len()
-        ));
+    at_most("header field name", field, MAX_FIELD_BYTES)
+}
+
+/// Why `value` (a `what`) is too long, if it is longer than `max` bytes.
+fn at_most(what: &str, value: &str, max: usize) -> Result<(), String> {
+    if value.len() > max {
+        let shown = crate::validate::quote(value);
+        return Err(format!("{what} {shown} is {} bytes, more than the {max} allowed", value.len()));
     }
     Ok(())
 }
@@ -105,56 +98,42 @@ impl Default for RedisConfig {
 }
 
 impl std::fmt::Debug for RedisConfig {
+    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisConfig")
-            .field("url", &crate::redact(&self.url))
-            .field("stream", &self.stream)
-            .field("maxlen", &self.maxlen)
-            .field("header_prefix", &self.header_prefix)
-            .field("timeout", &self.timeout)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("max_payload_bytes", &self.max_payload_bytes)
-            .finish()
+        crate::common::config::debug_config(f, "RedisConfig", self, |_| false)
     }
-}
-
-fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
-    TransportError::Config { transport: KIND, key, reason: reason.into() }
 }
 
 impl RedisConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        if self.url.trim().is_empty() {
-            return Err(invalid("url", "must not be empty"));
-        }
+        RULES.not_blank("url", &self.url)?;
         redis::Client::open(self.url.as_str()).map_err(|e| {
-            invalid("url", format!("{:?} is not a usable Redis URL: {e}", crate::redact(&self.url)))
+            RULES.invalid("url", format!("{:?} is not a usable Redis URL: {e}", crate::redact(&self.url)))
         })?;
         if self.stream.is_empty() {
-            return Err(invalid("stream", "must not be empty"));
+            return Err(RULES.invalid("stream", "must not be empty"));
         }
         if self.maxlen == Some(0) {
-            return Err(invalid("maxlen", "must be positive (omit it for an unbounded stream)"));
+            return Err(RULES.invalid("maxlen", "must be positive (omit it for an unbounded stream)"));
         }
         if self.header_prefix.is_empty() {
-            return Err(invalid(
+            return Err(RULES.invalid(
                 "header_prefix",
                 "must not be empty (header fields would collide with `payload` and `id`)",
             ));
         }
-        for (key, d) in [("timeout", self.timeout), ("connect_timeout", self.connect_timeout)] {
-            check_duration(key, d)?;
-        }
+        RULES.timeout("timeout", self.timeout)?;
+        RULES.timeout("connect_timeout", self.connect_timeout)?;
         if self.max_payload_bytes == 0 || self.max_payload_bytes > PROTO_MAX_BULK_LEN {
-            return Err(invalid(
+            return Err(RULES.invalid(
                 "max_payload_bytes",
                 format!("must be 1 to {PROTO_MAX_BULK_LEN} (Redis's proto-max-bulk-len)"),
             ));
         }
-        check_stream_key(&self.stream.replace(TOPIC_PLACEHOLDER, "t")).map_err(|r| invalid("stream", r))?;
-        check_field(&self.header_prefix).map_err(|r| invalid("header_prefix", r))?;
-        Ok(())
+        check_stream_key(&self.stream.replace(TOPIC_PLACEHOLDER, "t"))
+            .map_err(|r| RULES.invalid("stream", r))?;
+        check_field(&self.header_prefix).map_err(|r| RULES.invalid("header_prefix", r))
     }
 
     /// The stream key for `topic`.
@@ -163,16 +142,11 @@ impl RedisConfig {
     }
 }
 
-/// A timeout must be positive and at most 10 minutes.
-fn check_duration(key: &'static str, d: Duration) -> Result<(), TransportError> {
-    crate::error::check_timeout(KIND, key, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    use crate::error::config_key as key_of;
+    use crate::common::testing::invalid_key;
 
     #[test]
     fn defaults_templates_and_unknown_keys() {
@@ -184,11 +158,7 @@ mod tests {
 
     #[test]
     fn invalid_values_name_their_key() {
-        let bad = |f: fn(&mut RedisConfig)| {
-            let mut c = RedisConfig::default();
-            f(&mut c);
-            key_of(c.validate().unwrap_err())
-        };
+        let bad = |f: fn(&mut RedisConfig)| invalid_key(RedisConfig::default(), f, RedisConfig::validate);
         assert_eq!(bad(|c| c.url = String::new()), "url");
         assert_eq!(bad(|c| c.url = "http://127.0.0.1".into()), "url");
         assert_eq!(bad(|c| c.stream = String::new()), "stream");

@@ -70,13 +70,7 @@ mod tests {
     use outbox_core::FailureKind;
 
     use super::*;
-
-    fn kind(o: &Outcome) -> Option<FailureKind> {
-        match o {
-            Outcome::Failed { kind, .. } => Some(*kind),
-            Outcome::Delivered => None,
-        }
-    }
+    use crate::common::testing::kind;
 
     fn ext(code: &str, detail: &str) -> RedisError {
         redis::make_extension_error(code.into(), Some(detail.into()))
@@ -92,38 +86,38 @@ mod tests {
             io::ErrorKind::TimedOut,
         ] {
             let e = RedisError::from(io::Error::new(k, "x"));
-            assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Unavailable), "{k:?}");
+            assert_eq!(kind(&error(&e, "s")), FailureKind::Unavailable, "{k:?}");
         }
         let e = RedisError::from((ErrorKind::BusyLoadingError, "loading"));
-        assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Unavailable));
+        assert_eq!(kind(&error(&e, "s")), FailureKind::Unavailable);
         let e = RedisError::from((ErrorKind::ReadOnly, "replica"));
-        assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Unavailable));
-        assert_eq!(kind(&error(&ext("OOM", "command not allowed"), "s")), Some(FailureKind::Unavailable));
-        assert_eq!(kind(&error(&ext("NOAUTH", "auth required"), "s")), Some(FailureKind::Unavailable));
+        assert_eq!(kind(&error(&e, "s")), FailureKind::Unavailable);
+        assert_eq!(kind(&error(&ext("OOM", "command not allowed"), "s")), FailureKind::Unavailable);
+        assert_eq!(kind(&error(&ext("NOAUTH", "auth required"), "s")), FailureKind::Unavailable);
     }
 
     #[test]
     fn server_errors() {
         let wrongtype =
             error(&ext("WRONGTYPE", "Operation against a key holding the wrong kind of value"), "k");
-        assert_eq!(kind(&wrongtype), Some(FailureKind::Permanent));
+        assert_eq!(kind(&wrongtype), FailureKind::Permanent);
         assert!(format!("{wrongtype:?}").contains("not a stream"));
-        assert_eq!(kind(&error(&ext("NOPERM", "no permissions"), "s")), Some(FailureKind::Permanent));
+        assert_eq!(kind(&error(&ext("NOPERM", "no permissions"), "s")), FailureKind::Permanent);
         let e = RedisError::from((ErrorKind::Moved, "moved", "3999 127.0.0.1:6381".to_string()));
-        assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Permanent));
+        assert_eq!(kind(&error(&e, "s")), FailureKind::Permanent);
         let e = RedisError::from((ErrorKind::ResponseError, "err", "something odd".to_string()));
-        assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Retryable));
+        assert_eq!(kind(&error(&e, "s")), FailureKind::Retryable);
         let e =
             RedisError::from((ErrorKind::ResponseError, "err", "max number of clients reached".to_string()));
-        assert_eq!(kind(&error(&e, "s")), Some(FailureKind::Unavailable));
-        assert_eq!(kind(&error(&ext("SOMETHING", "new"), "s")), Some(FailureKind::Retryable));
+        assert_eq!(kind(&error(&e, "s")), FailureKind::Unavailable);
+        assert_eq!(kind(&error(&ext("SOMETHING", "new"), "s")), FailureKind::Retryable);
     }
 
     #[test]
     fn replies() {
         assert_eq!(reply(Value::BulkString(b"1-0".to_vec()), "s"), Outcome::Delivered);
-        assert_eq!(kind(&reply(Value::Nil, "s")), Some(FailureKind::Retryable));
-        assert_eq!(kind(&oversized(10, 5)), Some(FailureKind::Permanent));
+        assert_eq!(kind(&reply(Value::Nil, "s")), FailureKind::Retryable);
+        assert_eq!(kind(&oversized(10, 5)), FailureKind::Permanent);
         assert!(format!("{:?}", oversized(10, 5)).contains("max_payload_bytes of 5 bytes"));
     }
 }

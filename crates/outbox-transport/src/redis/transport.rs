@@ -1,6 +1,5 @@
 //! The Redis Streams [`Transport`].
 
-use std::collections::HashSet;
 use std::time::Duration;
 
 use outbox_core::{Envelope, Outcome, Transport};
@@ -8,8 +7,10 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 
 use super::config::{check_field, check_stream_key, RedisConfig};
 use super::outcome;
+use crate::common::batch::Outcomes;
+use crate::common::connect::Connecting;
 use crate::validate::{quote, refuse};
-use crate::{redact, TransportError};
+use crate::TransportError;
 
 const KIND: &str = "redis";
 
@@ -38,13 +39,8 @@ impl RedisTransport {
     /// when the server is unreachable or refuses the credentials.
     pub async fn connect(config: RedisConfig) -> Result<Self, TransportError> {
         config.validate()?;
-        let address = redact(&config.url);
-        let fail = |reason: String| TransportError::Connect {
-            transport: KIND,
-            address: address.clone(),
-            reason: reason.replace(&config.url, &address),
-        };
-        let client = redis::Client::open(config.url.as_str()).map_err(|e| fail(e.to_string()))?;
+        let connecting = Connecting::new(KIND, &config.url);
+        let client = redis::Client::open(config.url.as_str()).map_err(|e| connecting.fail(e.to_string()))?;
         let timeout = config.timeout;
         let connect_timeout = config.connect_timeout;
         // No reconnection retries inside the client (its backoff starts at one second): during
@@ -54,26 +50,25 @@ impl RedisTransport {
             .set_connection_timeout(connect_timeout)
             .set_response_timeout(timeout)
             .set_number_of_retries(0);
-        let mut conn = match tokio::time::timeout(
-            connect_timeout * 2 + Duration::from_secs(1),
-            ConnectionManager::new_with_config(client, cm_config),
-        )
-        .await
-        {
-            Err(_) => return Err(fail(format!("no answer within {connect_timeout:?}"))),
-            Ok(Err(e)) => return Err(fail(e.to_string())),
-            Ok(Ok(c)) => c,
-        };
-        match tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await {
-            Err(_) => return Err(fail(format!("no answer to PING within {timeout:?}"))),
-            Ok(Err(e)) => return Err(fail(e.to_string())),
-            Ok(Ok(_)) => {}
-        }
+        let mut conn = connecting
+            .within(
+                connect_timeout * 2 + Duration::from_secs(1),
+                format!("no answer within {connect_timeout:?}"),
+                ConnectionManager::new_with_config(client, cm_config),
+            )
+            .await?;
+        let no_answer = format!("no answer to PING within {timeout:?}");
+        connecting.within(timeout, no_answer, redis::cmd("PING").query_async::<String>(&mut conn)).await?;
+        let address = connecting.address;
         Ok(RedisTransport { conn, config, address, timeout })
     }
 
-    /// Checks the stream key (as built from the template) and every field before sending.
+    /// Checks the payload's size, the stream key (as built from the template) and every field
+    /// before sending.
     fn check(&self, env: &Envelope, stream: &str) -> Result<(), Outcome> {
+        if env.payload.len() > self.config.max_payload_bytes {
+            return Err(outcome::oversized(env.payload.len(), self.config.max_payload_bytes));
+        }
         check_stream_key(stream).map_err(|r| {
             refuse(format!("topic {} does not make a usable stream key: {r}", quote(&env.topic)))
         })?;
@@ -90,6 +85,11 @@ impl RedisTransport {
             }
         }
         Ok(())
+    }
+
+    /// Why a command had no reply: the server did not answer in time.
+    fn no_answer(&self) -> String {
+        format!("Redis at {} did not answer within {:?}", self.address, self.timeout)
     }
 
     fn xadd(&self, env: &Envelope, stream: &str) -> redis::Cmd {
@@ -113,31 +113,21 @@ impl Transport for RedisTransport {
     }
 
     async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
-        let mut out: Vec<Option<Outcome>> = vec![None; batch.len()];
-        let mut held: HashSet<&str> = HashSet::new();
+        let mut out = Outcomes::new(batch);
         let mut pipe = redis::pipe();
         let mut sent: Vec<(usize, String)> = Vec::with_capacity(batch.len());
         for (i, env) in batch.iter().enumerate() {
-            if let Some(k) = env.key.as_deref().filter(|k| held.contains(k)) {
-                out[i] = Some(Outcome::unavailable(format!(
-                    "not sent: an earlier message with key {} in this batch was not published",
-                    quote(k)
-                )));
-                continue;
-            }
-            if env.payload.len() > self.config.max_payload_bytes {
-                out[i] = Some(outcome::oversized(env.payload.len(), self.config.max_payload_bytes));
-                held.extend(env.key.as_deref());
+            if out.held_back(i) {
                 continue;
             }
             let stream = self.config.stream_for(&env.topic);
-            if let Err(o) = self.check(env, &stream) {
-                out[i] = Some(o);
-                held.extend(env.key.as_deref());
-                continue;
+            match self.check(env, &stream) {
+                Ok(()) => {
+                    pipe.add_command(self.xadd(env, &stream));
+                    sent.push((i, stream));
+                }
+                Err(o) => out.not_sent(i, o),
             }
-            pipe.add_command(self.xadd(env, &stream));
-            sent.push((i, stream));
         }
         if !sent.is_empty() {
             let mut conn = self.conn.clone();
@@ -146,29 +136,29 @@ impl Transport for RedisTransport {
             match result {
                 Err(_) => {
                     for (i, _) in &sent {
-                        out[*i] = Some(Outcome::unavailable(format!(
-                            "Redis at {} did not answer within {:?}",
-                            self.address, self.timeout
-                        )));
+                        out.set(*i, Outcome::unavailable(self.no_answer()));
                     }
                 }
                 Ok(Err(e)) => {
                     for (i, stream) in &sent {
-                        out[*i] = Some(outcome::error(&e, stream));
+                        out.set(*i, outcome::error(&e, stream));
                     }
                 }
                 Ok(Ok(values)) => {
                     let mut values = values.into_iter();
                     for (i, stream) in &sent {
-                        out[*i] = Some(match values.next() {
-                            Some(v) => outcome::reply(v, stream),
-                            None => Outcome::retryable("Redis sent fewer replies than commands"),
-                        });
+                        out.set(
+                            *i,
+                            match values.next() {
+                                Some(v) => outcome::reply(v, stream),
+                                None => Outcome::retryable("Redis sent fewer replies than commands"),
+                            },
+                        );
                     }
                 }
             }
         }
-        crate::validate::finish(out)
+        out.finish()
     }
 
     fn max_payload_bytes(&self) -> Option<usize> {
@@ -180,7 +170,7 @@ impl Transport for RedisTransport {
         match tokio::time::timeout(self.timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(format!("Redis at {}: {e}", self.address)),
-            Err(_) => Err(format!("Redis at {} did not answer within {:?}", self.address, self.timeout)),
+            Err(_) => Err(self.no_answer()),
         }
     }
 }

@@ -4,9 +4,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::common::config::{Naming, Rules};
 use crate::TransportError;
 
-const KIND: &str = "rocketmq";
+const RULES: Rules = Rules("rocketmq");
 
 /// Settings of a [`RocketMqTransport`](super::RocketMqTransport). Every field has a default, so an
 /// empty table publishes through a local name server, each message to the topic named by its
@@ -68,47 +69,17 @@ impl Default for RocketMqConfig {
 }
 
 impl std::fmt::Debug for RocketMqConfig {
+    /// The keys and values, as in the configuration file; secret values shown as `***`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RocketMqConfig")
-            .field("namesrv", &self.namesrv)
-            .field("topic", &self.topic)
-            .field("topic_prefix", &self.topic_prefix)
-            .field("producer_group", &self.producer_group)
-            .field("timeout", &self.timeout)
-            .field("max_message_bytes", &self.max_message_bytes)
-            .field("order_by_key", &self.order_by_key)
-            .field("access_key", &self.access_key)
-            .field("secret_key", &self.secret_key.as_ref().map(|_| "***"))
-            .finish()
+        crate::common::config::debug_config(f, "RocketMqConfig", self, |key| key == "secret_key")
     }
-}
-
-fn invalid(key: &'static str, reason: impl Into<String>) -> TransportError {
-    TransportError::Config { transport: KIND, key, reason: reason.into() }
 }
 
 impl RocketMqConfig {
     /// Checks every value; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        let addrs = self.namesrv_list();
-        if addrs.is_empty() {
-            return Err(invalid("namesrv", "must list at least one host:port"));
-        }
-        for a in &addrs {
-            match a.rsplit_once(':').map(|(h, p)| (h, p.parse::<u16>())) {
-                Some((h, Ok(p))) if !h.is_empty() && p > 0 => {}
-                _ => return Err(invalid("namesrv", format!("{a:?} is not host:port"))),
-            }
-        }
-        if self.topic.is_some() && self.topic_prefix.is_some() {
-            return Err(invalid("topic", "set either `topic` or `topic_prefix`, not both"));
-        }
-        if let Some(t) = &self.topic {
-            check_topic(t).map_err(|r| invalid("topic", r))?;
-        }
-        if let Some(p) = &self.topic_prefix {
-            check_topic(p).map_err(|r| invalid("topic_prefix", r))?;
-        }
+        RULES.host_ports("namesrv", &self.namesrv_list())?;
+        RULES.naming(("topic", "topic_prefix"), &self.naming(), check_topic)?;
         if self.producer_group.is_empty()
             || self.producer_group.len() > 255
             || self
@@ -116,28 +87,21 @@ impl RocketMqConfig {
                 .chars()
                 .any(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '|')))
         {
-            return Err(invalid(
+            return Err(RULES.invalid(
                 "producer_group",
                 format!("{:?} must be 1 to 255 letters, digits, '_', '-', '%' or '|'", self.producer_group),
             ));
         }
-        if self.timeout < Duration::from_millis(1) || self.timeout > Duration::from_secs(600) {
-            return Err(invalid(
-                "timeout",
-                format!("must be at least 1 ms and at most 10 min, got {:?}", self.timeout),
-            ));
-        }
+        RULES.millis("timeout", self.timeout, Duration::from_secs(600))?;
         if !(1..=u32::MAX as usize).contains(&self.max_message_bytes) {
-            return Err(invalid("max_message_bytes", "must be between 1 and 4294967295"));
+            return Err(RULES.invalid("max_message_bytes", "must be between 1 and 4294967295"));
         }
         match (&self.access_key, &self.secret_key) {
             (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {}
             (None, None) => {}
             _ => {
-                return Err(invalid(
-                    "access_key",
-                    "set both `access_key` and `secret_key` (non-empty), or neither",
-                ))
+                let reason = "set both `access_key` and `secret_key` (non-empty), or neither";
+                return Err(RULES.invalid("access_key", reason));
             }
         }
         Ok(())
@@ -148,13 +112,14 @@ impl RocketMqConfig {
         self.namesrv.split([';', ',']).map(str::trim).filter(|a| !a.is_empty()).collect()
     }
 
+    /// The RocketMQ topic is the fixed `topic`, or `<topic_prefix>_<topic>`, or the outbox topic.
+    fn naming(&self) -> Naming<'_> {
+        Naming { fixed: self.topic.as_deref(), prefix: self.topic_prefix.as_deref(), separator: '_' }
+    }
+
     /// The RocketMQ topic a message with outbox `topic` is published to.
     pub(crate) fn topic_for(&self, topic: &str) -> String {
-        match (&self.topic, &self.topic_prefix) {
-            (Some(t), _) => t.clone(),
-            (None, Some(p)) => format!("{p}_{topic}"),
-            (None, None) => topic.to_owned(),
-        }
+        self.naming().name_for(topic)
     }
 }
 
@@ -232,7 +197,7 @@ pub(crate) fn check_property(name: &str, value: &str) -> Result<(), String> {
 mod tests {
     use super::*;
 
-    use crate::error::config_key as key_of;
+    use crate::common::testing::invalid_key;
 
     #[test]
     fn defaults_are_valid_and_unknown_keys_are_rejected() {
@@ -247,11 +212,8 @@ mod tests {
 
     #[test]
     fn invalid_values_name_their_key() {
-        let bad = |f: fn(&mut RocketMqConfig)| {
-            let mut c = RocketMqConfig::default();
-            f(&mut c);
-            key_of(c.validate().unwrap_err())
-        };
+        let bad =
+            |f: fn(&mut RocketMqConfig)| invalid_key(RocketMqConfig::default(), f, RocketMqConfig::validate);
         assert_eq!(bad(|c| c.namesrv = " ; ".into()), "namesrv");
         assert_eq!(bad(|c| c.namesrv = "host".into()), "namesrv");
         assert_eq!(

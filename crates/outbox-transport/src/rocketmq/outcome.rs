@@ -123,14 +123,8 @@ pub(crate) fn oversized(size: usize, limit: usize) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::common::testing::kind;
     use outbox_core::FailureKind;
-
-    fn kind(o: &Outcome) -> FailureKind {
-        match o {
-            Outcome::Failed { kind, .. } => *kind,
-            Outcome::Delivered => panic!("not a failure"),
-        }
-    }
 
     #[test]
     fn route_misses_are_told_from_other_errors() {

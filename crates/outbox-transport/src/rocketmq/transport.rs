@@ -252,10 +252,7 @@ impl Transport for RocketMqTransport {
             let mut blocked: Option<String> = None;
             for i in chain {
                 let o = match &blocked {
-                    Some(k) => Outcome::unavailable(format!(
-                        "not sent: an earlier message with key {} in this batch was not published",
-                        quote(k)
-                    )),
+                    Some(k) => crate::common::batch::held_back(k),
                     None => self.send(&batch[i]).await,
                 };
                 if !matches!(o, Outcome::Delivered) && blocked.is_none() {

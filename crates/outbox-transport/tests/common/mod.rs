@@ -118,10 +118,40 @@ pub(crate) fn kind(o: &Outcome) -> Option<FailureKind> {
     }
 }
 
+/// The kind, reason and `retry_after` of a failure (panics on `Delivered`).
+pub(crate) fn failure(o: &Outcome) -> (FailureKind, String, Option<Duration>) {
+    match o {
+        Outcome::Failed { kind, reason, retry_after } => (*kind, reason.clone(), *retry_after),
+        Outcome::Delivered => panic!("expected a failure, got Delivered"),
+    }
+}
+
 pub(crate) fn reason(o: &Outcome) -> &str {
     match o {
         Outcome::Failed { reason, .. } => reason,
         Outcome::Delivered => "",
+    }
+}
+
+/// At least `expected` items from `next` (waiting at most `wait` for them), then whatever else
+/// arrives within a short grace period (a duplicate would); fewer when `next` ends.
+pub(crate) async fn arrivals<T>(
+    expected: usize,
+    wait: Duration,
+    mut next: impl AsyncFnMut() -> Option<T>,
+) -> Vec<T> {
+    let mut out = Vec::new();
+    let deadline = Instant::now() + wait;
+    loop {
+        let limit = if out.len() < expected {
+            deadline.saturating_duration_since(Instant::now())
+        } else {
+            Duration::from_millis(300)
+        };
+        match tokio::time::timeout(limit, next()).await {
+            Ok(Some(item)) => out.push(item),
+            _ => return out,
+        }
     }
 }
 
@@ -155,45 +185,111 @@ pub(crate) fn fast_breaker() -> BreakerConfig {
     }
 }
 
-/// Runs a relay on `outbox` (owner `owner`) that routes every topic to `destination`, named
-/// `name`; cancel the token to stop it.
-pub(crate) fn spawn_relay<DB: OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    owner: &str,
-    name: &str,
-    destination: Destination,
-) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    Outbox<DB>: RelayStore,
-{
-    let relay = Relay::builder(outbox)
-        .config(relay_config(owner))
-        .destination(destination)
-        .route(Route::new("#", [name]))
-        .build()
-        .unwrap();
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(relay.run(stop.clone()));
-    (stop, handle)
+/// `test`, which must end within `limit`.
+pub(crate) async fn within<T>(limit: Duration, test: impl Future<Output = T>) -> T {
+    tokio::time::timeout(limit, test).await.expect("test timed out")
 }
 
-/// [`spawn_relay`] with `transport` as destination `name`: five fast attempts, a breaker that
-/// opens after three outages.
-pub(crate) fn start_relay<DB: OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    name: &str,
-    transport: Arc<dyn Transport>,
-) -> (CancellationToken, tokio::task::JoinHandle<()>)
-where
-    Outbox<DB>: RelayStore,
-{
+/// Destination `name` publishing through `transport` as most tests want it: five fast attempts,
+/// a breaker that opens after three outages.
+pub(crate) fn destination(name: &str, transport: Arc<dyn Transport>) -> Destination {
     let breaker = BreakerConfig {
         failure_threshold: 3,
         cooldown: Duration::from_millis(200),
         max_cooldown: Duration::from_secs(1),
     };
-    let destination = Destination::new(name, transport).retry(fast_retry(5)).breaker(breaker);
-    spawn_relay(outbox, &format!("relay-{}", std::process::id()), name, destination)
+    Destination::new(name, transport).retry(fast_retry(5)).breaker(breaker)
+}
+
+/// A test database that can be dropped when the test is done with it.
+pub(crate) trait Disposable {
+    async fn dispose(self);
+}
+
+impl Disposable for TestDb<Postgres> {
+    async fn dispose(self) {
+        self.drop_db().await;
+    }
+}
+
+impl Disposable for TestDb<Sqlite> {
+    async fn dispose(self) {
+        self.drop_db().await;
+    }
+}
+
+/// Runs `scenario` on the outbox of `db` while a relay publishes every topic from it to
+/// `destination`; then stops the relay and drops the database. Returns what `scenario` returned.
+pub(crate) async fn with_relay<DB, T>(
+    (db, outbox): (TestDb<DB>, Outbox<DB>),
+    destination: Destination,
+    scenario: impl AsyncFnOnce(&Outbox<DB>) -> T,
+) -> T
+where
+    DB: OutboxDatabase,
+    Outbox<DB>: RelayStore,
+    TestDb<DB>: Disposable,
+{
+    let route = Route::new("#", [destination.name.as_str()]);
+    let relay = Relay::builder(&outbox)
+        .config(relay_config(&format!("relay-{}", std::process::id())))
+        .destination(destination)
+        .route(route)
+        .build()
+        .unwrap();
+    let stop = CancellationToken::new();
+    let running = tokio::spawn(relay.run(stop.clone()));
+    let result = scenario(&outbox).await;
+    stop.cancel();
+    running.await.unwrap();
+    db.dispose().await;
+    result
+}
+
+/// The end-to-end scenario: [`commit_orders`], published by a relay through `transport`
+/// ([`destination`] `name`) until every message is sent. Returns the committed messages.
+pub(crate) async fn relay_orders(
+    name: &str,
+    transport: Arc<dyn Transport>,
+) -> HashMap<MessageId, NewMessage> {
+    with_relay(sqlite_outbox().await, destination(name, transport), async |outbox| {
+        let committed = commit_orders(outbox).await;
+        let ids: Vec<MessageId> = committed.keys().copied().collect();
+        wait_all_sent(outbox, &ids, Duration::from_secs(30)).await;
+        committed
+    })
+    .await
+}
+
+/// [`rolled_back_phantom`], then 60 [`keyed_message`]s on `topic` (seven keys) committed on a
+/// fresh PostgreSQL outbox, published by a relay through `destination` until every one is sent.
+/// Returns the committed messages and their ids in commit order.
+pub(crate) async fn relay_keyed_orders(
+    destination: Destination,
+    topic: &str,
+) -> (HashMap<MessageId, NewMessage>, Vec<MessageId>) {
+    with_relay(pg_outbox().await, destination, async |outbox| {
+        rolled_back_phantom(outbox, topic).await;
+        let mut committed = HashMap::new();
+        let ids = enqueue_all(outbox, topic, 0..60, 7, &mut committed).await;
+        wait_all_sent(outbox, &ids, Duration::from_secs(60)).await;
+        (committed, ids)
+    })
+    .await
+}
+
+/// The outage scenario ([`outage_then_restore`]), published by a relay through `transport`
+/// ([`destination`] `name`), which reaches its broker through `proxy`. Returns the committed
+/// messages.
+pub(crate) async fn relay_orders_through_an_outage(
+    name: &str,
+    transport: Arc<dyn Transport>,
+    proxy: &TcpProxy,
+) -> HashMap<MessageId, NewMessage> {
+    with_relay(sqlite_outbox().await, destination(name, transport), async |outbox| {
+        outage_then_restore(outbox, proxy).await
+    })
+    .await
 }
 
 /// An envelope as the relay builds it.
@@ -251,6 +347,27 @@ pub(crate) fn outbox_message(id: i64, topic: &str, payload: &str) -> OutboxMessa
         created_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
         updated_at: serde_json::from_str(&format!("\"{at}\"")).unwrap(),
     }
+}
+
+/// The traceparent of [`full_message`].
+pub(crate) const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// An outbox row with every optional part set: business type `order` and key `biz_key`, key
+/// `order-42`, a [`TRACEPARENT`] and a `source` header.
+pub(crate) fn full_message(
+    id: i64,
+    topic: &str,
+    payload: &str,
+    biz_key: &str,
+    source: &str,
+) -> OutboxMessage {
+    let mut m = outbox_message(id, topic, payload);
+    m.biz_type = Some("order".into());
+    m.biz_key = Some(biz_key.into());
+    m.key = Some("order-42".into());
+    m.headers.insert("traceparent".into(), TRACEPARENT.into());
+    m.headers.insert("source".into(), source.into());
+    m
 }
 
 /// A keyed, tagged message with a business key, an app header and (every third) a traceparent.
@@ -330,44 +447,76 @@ pub(crate) async fn commit_orders<DB: OutboxDatabase>(outbox: &Outbox<DB>) -> Ha
 }
 
 /// The outage scenario, with a relay publishing from `outbox` through `proxy`: 60 messages,
-/// the link cut as soon as the relay has published one of them, 60 more while it is cut. For
-/// 3 s of outage none of the later ones is sent and no message fails; once the link is
-/// restored, every message is sent. Returns the committed messages.
+/// the link cut as soon as the relay has published one of them, 60 more while it is cut (see
+/// [`outage`]). Returns the committed messages.
 pub(crate) async fn outage_then_restore<DB: OutboxDatabase>(
     outbox: &Outbox<DB>,
     proxy: &TcpProxy,
 ) -> HashMap<MessageId, NewMessage> {
-    let mut committed = HashMap::new();
-    let first = enqueue_one_by_one(outbox, 0..60, &mut committed).await;
-    // Cut as soon as the relay has started publishing.
-    wait_any_sent(outbox, &first, Duration::from_secs(20)).await;
-    proxy.cut();
-    let second = enqueue_one_by_one(outbox, 60..120, &mut committed).await;
-    // An observation window, not a wait for an event: nothing may happen while cut.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let st = statuses(outbox, &second).await;
-    assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "while cut: {st:?}");
-    let all: Vec<MessageId> = committed.keys().copied().collect();
-    assert!(!statuses(outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
-
-    proxy.restore();
-    wait_all_sent(outbox, &all, Duration::from_secs(40)).await;
-    committed
+    let started = async |first: &[MessageId]| wait_any_sent(outbox, first, Duration::from_secs(20)).await;
+    let recovery = Duration::from_secs(40);
+    outage(outbox, 60, |i| message("order.paid", i), started, proxy, recovery).await.0
 }
 
-async fn enqueue_one_by_one<DB: OutboxDatabase>(
-    outbox: &Outbox<DB>,
-    range: std::ops::Range<usize>,
-    committed: &mut HashMap<MessageId, NewMessage>,
-) -> Vec<MessageId> {
-    let mut ids = Vec::new();
-    for i in range {
-        let m = message("order.paid", i);
-        let e = outbox.enqueue(&m).await.unwrap();
-        ids.push(e.id);
-        committed.insert(e.id, m);
+/// What cuts a relay off its broker in [`outage`], and restores the link.
+pub(crate) trait Link {
+    async fn cut(&mut self);
+    async fn restore(&mut self);
+}
+
+impl Link for &TcpProxy {
+    async fn cut(&mut self) {
+        TcpProxy::cut(self);
     }
-    ids
+
+    async fn restore(&mut self) {
+        TcpProxy::restore(self);
+    }
+}
+
+/// An outage while a relay publishes from `outbox`: the messages `make` builds for `0..n` are
+/// committed, and once `started` has seen the relay publish (some of) them, `link` is cut; those
+/// for `n..2n` are committed during the outage. For 3 s none of these is sent and no message
+/// fails; once `link` is restored, every message is sent within `recovery`. Returns the
+/// committed messages and the ids of those committed during the outage.
+pub(crate) async fn outage<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    n: usize,
+    make: impl Fn(usize) -> NewMessage,
+    started: impl AsyncFnOnce(&[MessageId]),
+    mut link: impl Link,
+    recovery: Duration,
+) -> (HashMap<MessageId, NewMessage>, Vec<MessageId>) {
+    let mut committed = HashMap::new();
+    let first = enqueue_with(outbox, 0..n, &make, &mut committed).await;
+    started(&first).await;
+    link.cut().await;
+    let during = enqueue_with(outbox, n..2 * n, &make, &mut committed).await;
+    // An observation window, not a wait for an event: nothing may happen while cut.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let st = statuses(outbox, &during).await;
+    assert!(st.iter().all(|s| matches!(s, Status::Pending | Status::Sending)), "during the outage: {st:?}");
+    let all: Vec<MessageId> = committed.keys().copied().collect();
+    assert!(!statuses(outbox, &all).await.contains(&Status::Failed), "an outage must not fail messages");
+    link.restore().await;
+    wait_all_sent(outbox, &all, recovery).await;
+    (committed, during)
+}
+
+/// Each of `ids` still waits during an outage, and the outage has cost it no attempt.
+pub(crate) async fn assert_outage_costs_no_attempt<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    ids: &[MessageId],
+) {
+    for id in ids {
+        let m = outbox.get(*id).await.unwrap().expect("message exists");
+        assert!(
+            matches!(m.status, Status::Pending | Status::Sending),
+            "{id} is {:?} during the outage",
+            m.status
+        );
+        assert_eq!(m.attempts, 0, "an outage costs no attempt");
+    }
 }
 
 /// Publishes `stress` envelopes through `t` for 8 s while `proxy` cuts and restores its
@@ -495,4 +644,124 @@ pub(crate) fn assert_refused(o: &Outcome, needle: &str) {
         }
         other => panic!("expected a permanent failure mentioning {needle:?}, got {other:?}"),
     }
+}
+
+/// Thirty envelopes as the relay builds them: topics `order.paid` and `order.shipped`, keys
+/// `k0` to `k2`, a JSON payload with non-ASCII text and quotes, every fourth with a traceparent.
+pub(crate) fn mixed_batch() -> Vec<Envelope> {
+    (1..=30)
+        .map(|i| {
+            let topic = if i % 2 == 0 { "order.paid" } else { "order.shipped" };
+            let key = format!("k{}", i % 3);
+            envelope(i, topic, Some(&key), &format!(r#"{{"n":{i},"text":"é \"quoted\""}}"#), i % 4 == 0)
+        })
+        .collect()
+}
+
+/// `e` with one more header.
+pub(crate) fn with_header(mut e: Envelope, name: &str, value: &str) -> Envelope {
+    e.headers.insert(name.to_owned(), value.to_owned());
+    e
+}
+
+/// Checks that messages arrived in order per key: `arrivals` are `(key, message id)` in arrival
+/// order, and the first copy of each message (a republished one may arrive again later) comes
+/// after the earlier messages of its key.
+pub(crate) fn assert_key_order<'a>(arrivals: impl IntoIterator<Item = (&'a str, i64)>) {
+    let mut seen = HashSet::new();
+    let mut last: HashMap<&str, i64> = HashMap::new();
+    for (key, id) in arrivals {
+        if !seen.insert(id) {
+            continue;
+        }
+        if let Some(prev) = last.insert(key, id) {
+            assert!(prev < id, "key {key}: message {id} arrived after {prev}");
+        }
+    }
+}
+
+/// Checks what a consumer received against the messages [`commit_orders`] committed:
+/// `received` is `(message id, payload, headers)` in arrival order. Every committed message
+/// arrives, with its payload and the outbox headers, never the rolled back one, in order per
+/// key; exactly once when asked.
+pub(crate) fn check_received<'a>(
+    received: impl IntoIterator<Item = (i64, &'a str, &'a BTreeMap<String, String>)>,
+    committed: &HashMap<MessageId, NewMessage>,
+    exactly_once: bool,
+) {
+    let mut seen: HashMap<i64, usize> = HashMap::new();
+    let mut arrivals = Vec::new();
+    for (id, payload, headers) in received {
+        assert_ne!(payload, "phantom", "a rolled-back message was published");
+        let m = committed.get(&MessageId(id)).unwrap_or_else(|| panic!("unknown message {id}"));
+        assert_eq!(payload, m.payload);
+        assert_eq!(headers[header::MESSAGE_ID], id.to_string());
+        assert_eq!(headers[header::TOPIC], m.topic);
+        assert_eq!(headers.get(header::KEY), m.key.as_ref());
+        assert_eq!(headers[header::BIZ_TYPE], "order");
+        assert_eq!(Some(&headers[header::BIZ_KEY]), m.biz.as_ref().map(|b| &b.1));
+        assert_eq!(headers.get(header::TRACEPARENT), m.headers.get("traceparent"));
+        assert!(headers.contains_key(header::CREATED_AT) && headers.contains_key(header::ATTEMPT));
+        *seen.entry(id).or_default() += 1;
+        arrivals.push((m.key.as_deref().unwrap_or(""), id));
+    }
+    assert_eq!(seen.len(), committed.len(), "every committed message arrives");
+    if exactly_once {
+        assert!(seen.values().all(|n| *n == 1), "duplicates: {seen:?}");
+    }
+    assert_key_order(arrivals);
+}
+
+/// Through `t`, which publishes through `proxy`: one message delivered, then the link cut; a
+/// publish during the cut is unavailable, answered within 5 s, and `health` reports the loss.
+pub(crate) async fn assert_a_cut_is_unavailable(t: &dyn Transport, proxy: &TcpProxy) {
+    assert_eq!(t.publish(&[envelope(1, "a", None, "x", false)]).await, vec![Outcome::Delivered]);
+    proxy.cut();
+    // Whether the loss is noticed before or during this call, it is never "delivered".
+    let started = Instant::now();
+    let o = t.publish(&[envelope(2, "a", None, "x", false)]).await;
+    assert_eq!(kind(&o[0]), Some(FailureKind::Unavailable), "{o:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded by the timeout");
+    eventually("health reports the lost connection", || async { t.health().await.is_err() }).await;
+}
+
+/// Restores `proxy` after [`assert_a_cut_is_unavailable`]: publishing recovers (at most a few
+/// more unavailable answers), and so does `health`.
+pub(crate) async fn assert_a_restore_recovers(t: &dyn Transport, proxy: &TcpProxy) {
+    proxy.restore();
+    publish_until_delivered(t, envelope(4, "a", None, "y", false), Duration::from_secs(15)).await;
+    t.health().await.unwrap();
+}
+
+/// `connect` refuses each of `invalid`, before any connection, with a configuration error of
+/// `transport` naming the key given with it. Returns the reasons.
+pub(crate) async fn assert_invalid_named<C, T, Fut>(
+    transport: &str,
+    connect: impl Fn(C) -> Fut,
+    invalid: Vec<(C, &str)>,
+) -> Vec<String>
+where
+    T: std::fmt::Debug,
+    Fut: Future<Output = Result<T, TransportError>>,
+{
+    let mut reasons = Vec::new();
+    for (config, key) in invalid {
+        match connect(config).await {
+            Err(TransportError::Config { transport: t, key: k, reason }) => {
+                assert_eq!((t, k), (transport, key), "{reason}");
+                reasons.push(reason);
+            }
+            other => panic!("expected a config error of {transport} naming {key}, got {other:?}"),
+        }
+    }
+    reasons
+}
+
+/// A configuration with the unknown key `key` (in `json`) is refused, naming it.
+pub(crate) fn assert_unknown_key_refused<C: serde::de::DeserializeOwned + std::fmt::Debug>(
+    json: &str,
+    key: &str,
+) {
+    let e = serde_json::from_str::<C>(json).unwrap_err().to_string();
+    assert!(e.contains(key), "{e}");
 }

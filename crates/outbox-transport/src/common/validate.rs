@@ -34,15 +34,25 @@ pub(crate) fn refuse(reason: impl AsRef<str>) -> Outcome {
     Outcome::permanent(bounded_error(reason.as_ref()))
 }
 
-/// `o` with its reason made fit for `last_error`: at most [`outbox_core::limits::ERROR`]
-/// characters, control characters escaped.
-pub(crate) fn bounded(o: Outcome) -> Outcome {
+/// A payload over the transport's `max_payload_bytes`: refused before the wire.
+pub(crate) fn oversized_payload(size: usize, limit: usize) -> Outcome {
+    refuse(format!("payload is {size} bytes, larger than max_payload_bytes ({limit})"))
+}
+
+/// `o` with its reason rewritten by `rewrite` (a failure's kind and `retry_after` are kept).
+pub(crate) fn with_reason(o: Outcome, rewrite: impl FnOnce(&str) -> String) -> Outcome {
     match o {
         Outcome::Failed { kind, reason, retry_after } => {
-            Outcome::Failed { kind, reason: bounded_error(&reason), retry_after }
+            Outcome::Failed { kind, reason: rewrite(&reason), retry_after }
         }
         d @ Outcome::Delivered => d,
     }
+}
+
+/// `o` with its reason made fit for `last_error`: at most [`outbox_core::limits::ERROR`]
+/// characters, control characters escaped.
+pub(crate) fn bounded(o: Outcome) -> Outcome {
+    with_reason(o, bounded_error)
 }
 
 /// The outcomes of a batch, each slot filled (a missing one is an internal error, retryable)
