@@ -184,8 +184,8 @@ fn lift<L>(c: Claimed<L>, wrap: impl FnOnce(L) -> AnyLock) -> Claimed<AnyLock> {
     Claimed { messages: c.messages, hold }
 }
 
-/// The lock held for `$variant`'s outbox, or a lease; `$mismatch` when the lock is another
-/// database's (a claim of one `AnyOutbox` settled on another: a caller's bug).
+/// The lock held for `$variant`'s outbox, or a lease; returns a `Config` error when the lock is
+/// another database's (a claim of one `AnyOutbox` settled on another: a caller's bug).
 #[allow(unused_macros)]
 macro_rules! unwrap_hold {
     ($hold:expr, $variant:path) => {
