@@ -4,6 +4,7 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
+use outbox_core::url::with_database;
 use outbox_core::{MessageId, NewMessage};
 use outbox_store::{AnyOutbox, Dialect};
 use sqlx::mysql::MySqlConnectOptions;
@@ -44,19 +45,22 @@ pub(crate) fn message(seq: u64, keys: u64) -> NewMessage {
     NewMessage::new(TOPIC, payload(seq, keys)).key(format!("k-{}", seq % keys.max(1)))
 }
 
-fn with_db(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..path_start], db);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
+/// Runs one statement on the server of `admin_url` (creating or dropping a database).
+async fn on_server(dialect: Dialect, admin_url: &str, sql: &str) -> Result<()> {
+    match dialect {
+        Dialect::Postgres => {
+            let mut admin = PgConnectOptions::from_str(admin_url)?.connect().await?;
+            sqlx::query(sql).execute(&mut admin).await?;
+            admin.close().await?;
+        }
+        Dialect::MySql => {
+            let mut admin = MySqlConnectOptions::from_str(admin_url)?.connect().await?;
+            sqlx::query(sql).execute(&mut admin).await?;
+            admin.close().await?;
+        }
+        Dialect::Sqlite => {}
     }
-    out
+    Ok(())
 }
 
 impl BenchDb {
@@ -66,18 +70,10 @@ impl BenchDb {
         let dialect = Dialect::of_url(store)?;
         let name = format!("outbox_bench_{}_{:08x}", std::process::id(), rand::random::<u32>());
         let (url, admin_url) = match dialect {
-            Dialect::Postgres => {
-                let mut admin = PgConnectOptions::from_str(store)?.connect().await?;
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-                admin.close().await?;
-                (with_db(store, &name), store.to_owned())
-            }
-            Dialect::MySql => {
+            Dialect::Postgres | Dialect::MySql => {
                 let store = store.replacen("mariadb://", "mysql://", 1);
-                let mut admin = MySqlConnectOptions::from_str(&store)?.connect().await?;
-                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-                admin.close().await?;
-                (with_db(&store, &name), store)
+                on_server(dialect, &store, &format!("CREATE DATABASE {name}")).await?;
+                (with_database(&store, &name), store)
             }
             Dialect::Sqlite => {
                 let path = std::env::temp_dir().join(format!("{name}.db"));
@@ -98,29 +94,15 @@ impl BenchDb {
             #[allow(unreachable_patterns)]
             _ => {}
         }
-        match self.dialect {
-            Dialect::Postgres => {
-                if let Ok(opts) = PgConnectOptions::from_str(&self.admin_url) {
-                    if let Ok(mut c) = opts.connect().await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
-                            .execute(&mut c)
-                            .await;
-                    }
-                }
-            }
-            Dialect::MySql => {
-                if let Ok(opts) = MySqlConnectOptions::from_str(&self.admin_url) {
-                    if let Ok(mut c) = opts.connect().await {
-                        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name))
-                            .execute(&mut c)
-                            .await;
-                    }
-                }
-            }
-            Dialect::Sqlite => {
-                for suffix in ["", "-wal", "-shm"] {
-                    let _ = std::fs::remove_file(format!("{}{}", self.admin_url, suffix));
-                }
+        let drop = match self.dialect {
+            Dialect::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
+            _ => format!("DROP DATABASE IF EXISTS {}", self.name),
+        };
+        // Best effort: a database left behind is named outbox_bench_* and harmless.
+        let _ = on_server(self.dialect, &self.admin_url, &drop).await;
+        if matches!(self.dialect, Dialect::Sqlite) {
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{}", self.admin_url, suffix));
             }
         }
     }
@@ -499,11 +481,5 @@ mod tests {
         assert!((180..=230).contains(&p.len()), "{} bytes", p.len());
         let v: serde_json::Value = serde_json::from_str(&p).unwrap();
         assert_eq!(v["seq"], 123_456);
-    }
-
-    #[test]
-    fn replaces_database_in_urls() {
-        assert_eq!(with_db("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
-        assert_eq!(with_db("mysql://root@h:3306/test?a=b", "x"), "mysql://root@h:3306/x?a=b");
     }
 }

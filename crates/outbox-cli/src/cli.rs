@@ -175,37 +175,6 @@ pub(crate) struct DatabaseArgs {
     pub(crate) database_url: String,
 }
 
-/// A message status, as the command line spells it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum StatusArg {
-    /// Waiting to be published.
-    Pending,
-    /// Being published by a relay.
-    Sending,
-    /// Published (confirmed by the broker).
-    Sent,
-    /// Confirmed by the consumer (ACK mode).
-    Acked,
-    /// Gave up; needs a person.
-    Failed,
-    /// Cancelled by hand.
-    Cancelled,
-}
-
-impl From<StatusArg> for outbox_store::Status {
-    fn from(s: StatusArg) -> Self {
-        use outbox_store::Status;
-        match s {
-            StatusArg::Pending => Status::Pending,
-            StatusArg::Sending => Status::Sending,
-            StatusArg::Sent => Status::Sent,
-            StatusArg::Acked => Status::Acked,
-            StatusArg::Failed => Status::Failed,
-            StatusArg::Cancelled => Status::Cancelled,
-        }
-    }
-}
-
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
     #[command(flatten)]
@@ -221,7 +190,7 @@ pub(crate) struct ListArgs {
     pub(crate) db: DatabaseArgs,
     /// Only messages in this status.
     #[arg(long, value_enum)]
-    pub(crate) status: Option<StatusArg>,
+    pub(crate) status: Option<outbox_core::Status>,
     /// Only messages of this topic (exact).
     #[arg(long)]
     pub(crate) topic: Option<String>,

@@ -24,6 +24,7 @@ mod retry;
 mod status;
 pub mod text;
 mod transport;
+pub mod url;
 pub mod webhook;
 
 pub use error::{Error, ErrorKind, Result};

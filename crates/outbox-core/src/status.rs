@@ -22,6 +22,7 @@ use std::str::FromStr;
 /// messages with the same key (per-key order, SPEC guarantee 5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum Status {
     /// Waiting to be published (possibly scheduled for later via `next_attempt_at`).

@@ -54,6 +54,42 @@ pub trait InboxDatabase: Migrator {
     ) -> impl Future<Output = Result<u64>> + Send + 'a;
 }
 
+/// Implements [`InboxDatabase`] for one dialect from its SQL: the claim statement (group,
+/// message id, topic), the prune statement (age in the dialect's unit, batch), how a
+/// retention becomes that age, and which insert error means "already there" (dialects with
+/// `ON CONFLICT DO NOTHING` never see one and pass `|_| false`).
+macro_rules! inbox_database {
+    ($db:ty, $conn:ty, claim: $claim:expr, prune: $prune:expr, age: $age:expr, duplicate: $dup:expr $(,)?) => {
+        impl $crate::inbox::InboxDatabase for $db {
+            const MIGRATIONS: &'static [$crate::migrate::Migration] = MIGRATIONS;
+
+            async fn claim<'a>(
+                conn: &'a mut $conn,
+                group: &'a str,
+                message_id: &'a str,
+                topic: Option<&'a str>,
+            ) -> outbox_core::Result<bool> {
+                let insert = sqlx::query($claim).bind(group).bind(message_id).bind(topic);
+                match insert.execute(&mut *conn).await {
+                    Ok(done) => Ok(done.rows_affected() == 1),
+                    Err(e) if ($dup)(&e) => Ok(false),
+                    Err(e) => Err($crate::error::db(e)),
+                }
+            }
+
+            async fn prune_batch(
+                pool: &sqlx::Pool<$db>,
+                older_than: std::time::Duration,
+                batch: u32,
+            ) -> outbox_core::Result<u64> {
+                let delete = sqlx::query($prune).bind(($age)(older_than)?).bind(i64::from(batch));
+                Ok(delete.execute(pool).await.map_err($crate::error::db)?.rows_affected())
+            }
+        }
+    };
+}
+pub(crate) use inbox_database;
+
 /// What [`Inbox::process`] did with a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use]

@@ -4,14 +4,9 @@
 //! that statement: the caller's transaction stays usable. A concurrent insert of the same key
 //! waits on the first transaction's row lock and then fails with 1062.
 
-use std::time::Duration;
-
-use outbox_core::Result;
 use sqlx::mysql::{MySqlConnection, MySqlDatabaseError};
-use sqlx::{MySql, MySqlPool};
+use sqlx::MySql;
 
-use crate::error::db;
-use crate::inbox::InboxDatabase;
 use crate::migrate::Migration;
 
 /// The shipped migrations, from `migrations/mysql/`.
@@ -35,29 +30,11 @@ fn is_duplicate(err: &sqlx::Error) -> bool {
     my.number() == 1062 && my.message().contains("PRIMARY")
 }
 
-impl InboxDatabase for MySql {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    async fn claim<'a>(
-        conn: &'a mut MySqlConnection,
-        group: &'a str,
-        message_id: &'a str,
-        topic: Option<&'a str>,
-    ) -> Result<bool> {
-        match sqlx::query(CLAIM_SQL).bind(group).bind(message_id).bind(topic).execute(&mut *conn).await {
-            Ok(_) => Ok(true),
-            Err(e) if is_duplicate(&e) => Ok(false),
-            Err(e) => Err(db(e)),
-        }
-    }
-
-    async fn prune_batch(pool: &MySqlPool, older_than: Duration, batch: u32) -> Result<u64> {
-        let done = sqlx::query(PRUNE)
-            .bind(crate::micros(older_than)?)
-            .bind(batch)
-            .execute(pool)
-            .await
-            .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-}
+crate::inbox::inbox_database!(
+    MySql,
+    MySqlConnection,
+    claim: CLAIM_SQL,
+    prune: PRUNE,
+    age: crate::micros,
+    duplicate: is_duplicate,
+);

@@ -1,14 +1,9 @@
 //! PostgreSQL 12+: `INSERT ... ON CONFLICT (consumer_group, message_id) DO NOTHING`; a
 //! concurrent insert of the same key waits for the first transaction and then inserts nothing.
 
-use std::time::Duration;
-
-use outbox_core::Result;
 use sqlx::postgres::PgConnection;
-use sqlx::{PgPool, Postgres};
+use sqlx::Postgres;
 
-use crate::error::db;
-use crate::inbox::InboxDatabase;
 use crate::migrate::Migration;
 
 /// The shipped migrations, from `migrations/postgres/`.
@@ -28,32 +23,11 @@ const PRUNE: &str = "DELETE FROM outbox_inbox WHERE (consumer_group, message_id)
     WHERE processed_at < now() - $1::bigint * interval '1 microsecond' \
     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
 
-impl InboxDatabase for Postgres {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    async fn claim<'a>(
-        conn: &'a mut PgConnection,
-        group: &'a str,
-        message_id: &'a str,
-        topic: Option<&'a str>,
-    ) -> Result<bool> {
-        let done = sqlx::query(CLAIM_SQL)
-            .bind(group)
-            .bind(message_id)
-            .bind(topic)
-            .execute(&mut *conn)
-            .await
-            .map_err(db)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn prune_batch(pool: &PgPool, older_than: Duration, batch: u32) -> Result<u64> {
-        let done = sqlx::query(PRUNE)
-            .bind(crate::micros(older_than)?)
-            .bind(i64::from(batch))
-            .execute(pool)
-            .await
-            .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-}
+crate::inbox::inbox_database!(
+    Postgres,
+    PgConnection,
+    claim: CLAIM_SQL,
+    prune: PRUNE,
+    age: crate::micros,
+    duplicate: |_: &sqlx::Error| false,
+);

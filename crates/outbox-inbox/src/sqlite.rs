@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use outbox_core::{Error, Result};
 use sqlx::sqlite::SqliteConnection;
-use sqlx::{Sqlite, SqlitePool};
+use sqlx::Sqlite;
 
-use crate::error::db;
-use crate::inbox::InboxDatabase;
 use crate::migrate::Migration;
 
 /// The shipped migrations, from `migrations/sqlite/`.
@@ -30,29 +28,17 @@ const PRUNE: &str = "DELETE FROM outbox_inbox WHERE rowid IN ( \
     WHERE processed_at < CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) - ?1 \
     ORDER BY processed_at LIMIT ?2)";
 
-impl InboxDatabase for Sqlite {
-    const MIGRATIONS: &'static [Migration] = MIGRATIONS;
-
-    async fn claim<'a>(
-        conn: &'a mut SqliteConnection,
-        group: &'a str,
-        message_id: &'a str,
-        topic: Option<&'a str>,
-    ) -> Result<bool> {
-        let done = sqlx::query(CLAIM_SQL)
-            .bind(group)
-            .bind(message_id)
-            .bind(topic)
-            .execute(&mut *conn)
-            .await
-            .map_err(db)?;
-        Ok(done.rows_affected() == 1)
-    }
-
-    async fn prune_batch(pool: &SqlitePool, older_than: Duration, batch: u32) -> Result<u64> {
-        let ms = i64::try_from(older_than.as_millis())
-            .map_err(|_| Error::Config(format!("retention {older_than:?} is too long")))?;
-        let done = sqlx::query(PRUNE).bind(ms).bind(i64::from(batch)).execute(pool).await.map_err(db)?;
-        Ok(done.rows_affected())
-    }
+/// A retention as whole milliseconds (the table keeps Unix milliseconds).
+fn millis(older_than: Duration) -> Result<i64> {
+    i64::try_from(older_than.as_millis())
+        .map_err(|_| Error::Config(format!("retention {older_than:?} is too long")))
 }
+
+crate::inbox::inbox_database!(
+    Sqlite,
+    SqliteConnection,
+    claim: CLAIM_SQL,
+    prune: PRUNE,
+    age: millis,
+    duplicate: |_: &sqlx::Error| false,
+);

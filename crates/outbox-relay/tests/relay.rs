@@ -4,7 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -34,15 +33,8 @@ tokio::task_local! {
 
 fn config(owner: &str) -> RelayConfig {
     RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
         lock_claims: LOCK_CLAIMS.try_with(|v| *v).unwrap_or(true),
-        ..RelayConfig::default()
+        ..outbox_relay::testing::relay_config(owner)
     }
 }
 
@@ -91,25 +83,27 @@ fn relay<DB: OutboxDatabase>(
 where
     Outbox<DB>: RelayStore,
 {
+    relay_to(outbox, config(owner), Destination::new("broker", Arc::new(transport.clone())).retry(retry))
+}
+
+/// A relay with `cfg` publishing everything to `destination` (named "broker").
+fn relay_to<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    cfg: RelayConfig,
+    destination: Destination,
+) -> Relay<Outbox<DB>>
+where
+    Outbox<DB>: RelayStore,
+{
     Relay::builder(outbox)
-        .config(config(owner))
-        .destination(Destination::new("broker", Arc::new(transport.clone())).retry(retry))
+        .config(cfg)
+        .destination(destination)
         .route(Route::new("#", ["broker"]))
         .build()
         .unwrap()
 }
 
-async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use outbox_testkit::eventually;
 
 async fn status<DB: OutboxDatabase>(outbox: &Outbox<DB>, id: MessageId) -> OutboxMessage {
     outbox.get(id).await.unwrap().expect("message exists")
@@ -134,12 +128,7 @@ where
     // A scan period of a minute: only the after-commit signal can explain a quick delivery.
     let mut cfg = config("r1");
     cfg.idle_interval = Duration::from_secs(60);
-    let relay = Relay::builder(&outbox)
-        .config(cfg)
-        .destination(Destination::new("broker", Arc::new(t.clone())))
-        .route(Route::new("#", ["broker"]))
-        .build()
-        .unwrap();
+    let relay = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone())));
     let running = start(relay);
     tokio::time::sleep(Duration::from_millis(300)).await; // let it go idle
 
@@ -392,12 +381,7 @@ where
     cfg.lease = Duration::from_secs(2);
     cfg.publish_timeout = Duration::from_millis(1900);
     cfg.lock_claims = false;
-    let doomed = Relay::builder(&outbox)
-        .config(cfg)
-        .destination(Destination::new("broker", Arc::new(stuck.clone())))
-        .route(Route::new("#", ["broker"]))
-        .build()
-        .unwrap();
+    let doomed = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(stuck.clone())));
     let mut ids = Vec::new();
     for i in 0..20 {
         ids.push(outbox.enqueue(&NewMessage::new("t", format!("{i}"))).await.unwrap().id);
@@ -434,14 +418,9 @@ where
     let stuck = TestTransport::new();
     stuck.set_hang(true);
     let mut cfg = config("doomed");
-    cfg.lease = Duration::from_secs(300); // far longer than WAIT
+    cfg.lease = Duration::from_secs(300); // far longer than `eventually`'s 60 s
     cfg.lock_claims = true;
-    let doomed = Relay::builder(&outbox)
-        .config(cfg)
-        .destination(Destination::new("broker", Arc::new(stuck.clone())))
-        .route(Route::new("#", ["broker"]))
-        .build()
-        .unwrap();
+    let doomed = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(stuck.clone())));
     let mut ids = Vec::new();
     for i in 0..20 {
         ids.push(
@@ -466,7 +445,7 @@ where
     let _ = handle.await;
     let t = TestTransport::new();
     let heir = start(relay(&outbox, "heir", &t, fast_retry(5)));
-    // Within `eventually`'s deadline (WAIT), far shorter than the doomed relay's lease: taken
+    // Within `eventually`'s deadline (`outbox_testkit::WAIT`, 60 s), far shorter than the doomed relay's lease: taken
     // over without waiting for one.
     eventually("the heir delivers everything", || async { all_in(&outbox, &ids, Status::Sent).await }).await;
     heir.stop().await;
@@ -550,12 +529,7 @@ where
     t.set_hang(true);
     let mut cfg = config("r1");
     cfg.shutdown_timeout = Duration::from_millis(300);
-    let relay = Relay::builder(&outbox)
-        .config(cfg)
-        .destination(Destination::new("broker", Arc::new(t.clone())))
-        .route(Route::new("#", ["broker"]))
-        .build()
-        .unwrap();
+    let relay = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone())));
     let e = outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap();
     let running = start(relay);
     eventually("in flight", || async { t.in_flight() == 1 }).await;
@@ -752,6 +726,16 @@ where
 }
 
 macro_rules! case {
+    ($fresh:path, $module:ident :: $test:ident, $locks:expr) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let db = $fresh().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            LOCK_CLAIMS.scope($locks, crate::$module::$test(outbox)).await;
+            db.drop_db().await;
+        }
+    };
     ($fresh:path, $test:ident, $locks:expr) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $test() {
@@ -820,25 +804,18 @@ where
     running.stop().await;
 }
 
+/// PostgreSQL is left out: its LISTEN/NOTIFY wakes the relay before the scan would.
 mod scan_counter {
     use super::*;
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn sqlite() {
-        let db = outbox_testkit::fresh_sqlite().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
-        db.drop_db().await;
+    mod sqlite {
+        use super::*;
+        case!(outbox_testkit::fresh_sqlite, an_unsignalled_message_is_claimed_by_the_scan, true);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn mysql() {
-        let db = outbox_testkit::fresh_mysql().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        an_unsignalled_message_is_claimed_by_the_scan(outbox).await;
-        db.drop_db().await;
+    mod mysql {
+        use super::*;
+        case!(outbox_testkit::fresh_mysql, an_unsignalled_message_is_claimed_by_the_scan, true);
     }
 }
 
@@ -875,12 +852,7 @@ mod postgres_push {
         let t = TestTransport::new();
         let mut cfg = config("r1");
         cfg.idle_interval = Duration::from_secs(60); // the scan cannot explain a fast delivery
-        let relay = Relay::builder(&outbox)
-            .config(cfg)
-            .destination(Destination::new("broker", Arc::new(t.clone())))
-            .route(Route::new("#", ["broker"]))
-            .build()
-            .unwrap();
+        let relay = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone())));
         let running = start(relay);
         tokio::time::sleep(Duration::from_millis(500)).await;
         // A foreign application: plain SQL on its own connection, no in-process signal.
@@ -1080,23 +1052,8 @@ mod ack_mode {
             mod $name {
                 use super::*;
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn never_acked_is_redelivered_then_failed() {
-                    let db = $fresh().await;
-                    let outbox = Outbox::new(db.pool.clone());
-                    outbox.migrate().await.unwrap();
-                    super::never_acked_is_redelivered_then_failed(outbox).await;
-                    db.drop_db().await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn acked_stops_redelivery_and_forgeries_change_nothing() {
-                    let db = $fresh().await;
-                    let outbox = Outbox::new(db.pool.clone());
-                    outbox.migrate().await.unwrap();
-                    super::acked_stops_redelivery_and_forgeries_change_nothing(outbox).await;
-                    db.drop_db().await;
-                }
+                case!($fresh, ack_mode::never_acked_is_redelivered_then_failed, true);
+                case!($fresh, ack_mode::acked_stops_redelivery_and_forgeries_change_nothing, true);
             }
         };
     }

@@ -42,13 +42,11 @@ pub(crate) fn parse_status(table: &'static str, id: String, value: &str) -> Resu
 /// The row a value is read from, named in the error when the value cannot be read. (Only
 /// SQLite's decoder reads it yet: the other dialects build it for the shared admin code.)
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 pub(crate) struct At {
     pub(crate) table: &'static str,
     pub(crate) id: i64,
 }
 
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
 impl At {
     /// The error for a value of this row that the library cannot use.
     pub(crate) fn malformed(self, reason: String) -> Error {
@@ -85,6 +83,62 @@ where
         wait: std::time::Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0)),
         last_error: r.opt_text("last_error", at)?,
     })
+}
+
+/// Decodes a row selected with a dialect's `MESSAGE_COLUMNS`: numbers from `row`, text and
+/// times through `cells`, the dialect's own way (usually the row itself). A value the library
+/// cannot use fails the row, named.
+pub(crate) fn decode_message_with<R, C>(row: &R, cells: &C) -> Result<outbox_core::OutboxMessage>
+where
+    R: Row,
+    C: Cells,
+    for<'s> &'s str: ColumnIndex<R>,
+    for<'r> i64: Decode<'r, R::Database> + Type<R::Database>,
+    for<'r> i32: Decode<'r, R::Database> + Type<R::Database>,
+{
+    let id: i64 = get(row, "id")?;
+    let at = At { table: "outbox_message", id };
+    let headers = cells.text("headers", at)?;
+    let status = cells.text("status", at)?;
+    Ok(outbox_core::OutboxMessage {
+        id: outbox_core::MessageId(id),
+        biz_type: cells.opt_text("biz_type", at)?,
+        biz_key: cells.opt_text("biz_key", at)?,
+        topic: cells.text("topic", at)?,
+        key: cells.opt_text("msg_key", at)?,
+        tag: cells.opt_text("tag", at)?,
+        headers: outbox_core::decode_headers(&headers).map_err(|reason| at.malformed(reason))?,
+        payload: cells.text("payload", at)?,
+        status: status.parse().map_err(|e: outbox_core::UnknownStatus| at.malformed(e.to_string()))?,
+        attempts: get(row, "attempts")?,
+        max_attempts: get(row, "max_attempts")?,
+        next_attempt_at: cells.time("next_attempt_at", at)?,
+        last_attempt_at: cells.opt_time("last_attempt_at", at)?,
+        last_error: cells.opt_text("last_error", at)?,
+        lease_owner: cells.opt_text("lease_owner", at)?,
+        lease_until: cells.opt_time("lease_until", at)?,
+        created_by: cells.opt_text("created_by", at)?,
+        updated_by: cells.opt_text("updated_by", at)?,
+        created_at: cells.time("created_at", at)?,
+        updated_at: cells.time("updated_at", at)?,
+    })
+}
+
+/// Enqueues `msgs` one statement each, all checked first, in the caller's transaction (the
+/// dialects that cannot return the ids of a multi-row insert).
+#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) async fn enqueue_each<DB: crate::OutboxDatabase>(
+    conn: &mut DB::Connection,
+    msgs: &[NewMessage],
+) -> Result<Vec<outbox_core::Enqueued>> {
+    for m in msgs {
+        m.validate()?;
+    }
+    let mut out = Vec::with_capacity(msgs.len());
+    for m in msgs {
+        out.push(DB::enqueue(&mut *conn, m).await?);
+    }
+    Ok(out)
 }
 
 /// Reads a column sqlx decodes as it is.
@@ -180,6 +234,53 @@ where
         (sql.rows_affected)(&done) == 1
     };
     Ok(AckOutcome::Acked { message_done })
+}
+
+/// ACK mode, the statements that send an overdue delivery back to `pending` one row at a time
+/// (dialects without array parameters): `delivery` binds the message id, then the destination;
+/// `message` binds the new attempts, the destination named in its error, then the message id.
+pub(crate) struct ExpireSql<DB: sqlx::Database> {
+    pub(crate) delivery: &'static str,
+    pub(crate) message: &'static str,
+    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
+}
+
+/// Sends the `due` deliveries (locked by the caller's transaction, with their messages) back to
+/// `pending`, and each of their messages with the error of its delivery with the most
+/// attempts; returns how many deliveries expired.
+pub(crate) async fn expire_each<DB>(
+    conn: &mut DB::Connection,
+    sql: &ExpireSql<DB>,
+    due: &[(i64, String, i32)],
+) -> Result<u64>
+where
+    DB: sqlx::Database,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    i64: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    i32: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    String: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+{
+    let mut expired = 0;
+    for (id, destination, _) in due {
+        let done = sqlx::query::<DB>(sql.delivery)
+            .bind(*id)
+            .bind(destination.clone())
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        expired += (sql.rows_affected)(&done);
+    }
+    for (id, (destination, attempts)) in expired_per_message(due) {
+        sqlx::query::<DB>(sql.message)
+            .bind(attempts)
+            .bind(destination)
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+    }
+    Ok(expired)
 }
 
 /// A delivery's `status` column.

@@ -47,7 +47,7 @@ pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
     AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite, NoLocks,
-    RelayStore, SettleReport, Settlement, Wakeups,
+    RelayStore, RowLock, SettleReport, Settlement, Wakeups,
 };
 pub use signal::{CommitSignal, Signalled};
 

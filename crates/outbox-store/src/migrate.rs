@@ -95,17 +95,18 @@ pub trait Migrator: Database {
     }
 }
 
-/// Applies, on `conn` (locked by the caller), the migrations [`plan`] finds missing above `from`.
+/// Reads the recorded version on `conn` (locked by the caller) and applies the migrations
+/// [`plan`] finds missing above it.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) async fn apply<DB: Database>(
+pub(crate) async fn upgrade<DB: Migrator>(
     conn: &mut DB::Connection,
-    schema: &Schema,
-    from: i64,
+    schema: &'static Schema,
     migrations: &'static [Migration],
 ) -> Result<MigrationReport>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
+    let from = DB::version_on(&mut *conn, schema).await?;
     let mut applied = Vec::new();
     for m in plan(from, migrations)? {
         sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| {
@@ -115,6 +116,28 @@ where
     }
     let to = applied.last().copied().unwrap_or(from);
     Ok(MigrationReport { from, to, applied })
+}
+
+/// The version recorded in `schema`'s table on `conn`: `exists` counts that table (0 or 1) in
+/// the dialect's catalogue, `max` reads its highest version as a 64-bit integer.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) async fn recorded_version<DB: Database>(
+    conn: &mut DB::Connection,
+    schema: &'static Schema,
+    exists: String,
+    max: String,
+) -> Result<i64>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let (found,): (i64,) = sqlx::query_as(&exists).fetch_one(&mut *conn).await.map_err(schema.map_error)?;
+    if found == 0 {
+        return Ok(0);
+    }
+    let (version,): (i64,) = sqlx::query_as(&max).fetch_one(&mut *conn).await.map_err(schema.map_error)?;
+    Ok(version)
 }
 
 /// Checks the version found in the database against the shipped migrations and returns the

@@ -25,6 +25,9 @@ pub mod fs;
 pub mod net;
 pub mod process;
 pub mod proxy;
+mod wait;
+
+pub use wait::{eventually, eventually_within, WAIT};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
@@ -97,21 +100,7 @@ fn remove_sqlite_files(path: &str) {
     }
 }
 
-/// Replaces the database name (the URL path) of `url`.
-fn with_db(url: &str, db: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let scheme_end = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[scheme_end..].find('/').map_or(base.len(), |i| scheme_end + i);
-    let mut out = format!("{}/{}", &base[..path_start], db);
-    if let Some(q) = query {
-        out.push('?');
-        out.push_str(q);
-    }
-    out
-}
+use outbox_core::url::with_database as with_db;
 
 /// Closes a pool, but never waits more than 10 s for connections a test still holds (a leaked
 /// connection must fail loudly elsewhere, not hang the whole suite here).
@@ -207,18 +196,6 @@ mod tests {
 
     use sqlx::postgres::PgConnectOptions;
     use sqlx::ConnectOptions;
-
-    use super::with_db;
-
-    #[test]
-    fn replaces_database_in_urls() {
-        assert_eq!(with_db("postgres://u@h:5432/test", "x"), "postgres://u@h:5432/x");
-        assert_eq!(
-            with_db("mysql://root@h:3306/test?ssl-mode=disabled", "x"),
-            "mysql://root@h:3306/x?ssl-mode=disabled"
-        );
-        assert_eq!(with_db("postgres://u@h", "x"), "postgres://u@h/x");
-    }
 
     /// A test that panics before `drop_db` leaves no database: the guard removes it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -131,14 +131,6 @@ pub mod transport {
     #[cfg(feature = "rocketmq")]
     #[cfg_attr(docsrs, doc(cfg(feature = "rocketmq")))]
     pub use outbox_transport::rocketmq;
-    #[cfg(any(
-        feature = "nats",
-        feature = "rabbitmq",
-        feature = "redis",
-        feature = "mqtt",
-        feature = "http",
-        feature = "kafka",
-        feature = "rocketmq"
-    ))]
+    #[cfg(feature = "transport")]
     pub use outbox_transport::TransportError;
 }

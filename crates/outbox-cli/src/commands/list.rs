@@ -17,7 +17,7 @@ struct Page<'a> {
 pub(crate) async fn run(args: ListArgs) -> anyhow::Result<()> {
     let (outbox, shown) = open(&args.db).await?;
     let filter = ListFilter {
-        status: args.status.map(Into::into),
+        status: args.status,
         topic: args.topic,
         biz_type: args.biz_type,
         biz_key: args.biz_key,

@@ -14,6 +14,22 @@ use outbox_core::{Envelope, MessageId, Outcome, Transport};
 mod memory;
 pub use memory::MemoryStore;
 
+/// A relay configuration for tests against real databases: `owner`, batches of 50, a 10 s
+/// lease, a 100 ms idle scan, 5 s publish and shutdown timeouts, locked claims.
+pub fn relay_config(owner: &str) -> crate::RelayConfig {
+    crate::RelayConfig {
+        owner: owner.into(),
+        batch_size: 50,
+        lease: Duration::from_secs(10),
+        idle_interval: Duration::from_millis(100),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(5),
+        shutdown_timeout: Duration::from_secs(5),
+        lock_claims: true,
+        ..crate::RelayConfig::default()
+    }
+}
+
 /// One envelope the transport received, with the outcome it returned.
 #[derive(Debug, Clone)]
 pub struct Received {

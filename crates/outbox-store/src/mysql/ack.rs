@@ -7,7 +7,7 @@ use outbox_core::{MessageId, Result};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{begin_read_committed, in_list, text};
-use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
+use crate::common::{ack_step, delivery_status, expire_each, record_ack, AckSql, ExpireSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::AckOutcome;
@@ -23,6 +23,19 @@ const MARK_ACKED: &str =
 const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE message_id = ? \
      AND (status IN ('pending', 'sending') OR (status = 'sent' AND ack_deadline IS NOT NULL))";
 const COMPLETE_MESSAGE: &str = "UPDATE outbox_message SET status = 'acked', updated_at = UTC_TIMESTAMP(6) WHERE id = ? AND status = 'sent'";
+
+/// ACK mode, an overdue delivery back to `pending`, then its message.
+const EXPIRE_SQL: ExpireSql<MySql> = ExpireSql {
+    delivery: "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, \
+        next_attempt_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
+        last_error = 'no ACK before the deadline', updated_at = UTC_TIMESTAMP(6) \
+        WHERE message_id = ? AND destination = ?",
+    message: "UPDATE outbox_message SET status = 'pending', next_attempt_at = UTC_TIMESTAMP(6), \
+        attempts = GREATEST(attempts, ?), last_error = CONCAT('[', ?, '] no ACK before the deadline'), \
+        lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) \
+        WHERE id = ? AND status IN ('sent', 'acked')",
+    rows_affected: |r| r.rows_affected(),
+};
 
 const ACK_SQL: AckSql<MySql> = AckSql {
     insert: INSERT_ACKED,
@@ -72,35 +85,7 @@ pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> 
     let free: HashSet<i64> =
         qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
     let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
-    let mut expired = 0;
-    for (id, destination, _) in &due {
-        expired += sqlx::query(
-            "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, \
-                 next_attempt_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
-                 last_error = 'no ACK before the deadline', updated_at = UTC_TIMESTAMP(6) \
-                 WHERE message_id = ? AND destination = ?",
-        )
-        .bind(id)
-        .bind(destination)
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?
-        .rows_affected();
-    }
-    for (id, (destination, attempts)) in expired_per_message(&due) {
-        sqlx::query(
-                "UPDATE outbox_message SET status = 'pending', next_attempt_at = UTC_TIMESTAMP(6), \
-                 attempts = GREATEST(attempts, ?), last_error = CONCAT('[', ?, '] no ACK before the deadline'), \
-                 lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6) \
-                 WHERE id = ? AND status IN ('sent', 'acked')",
-            )
-            .bind(attempts)
-            .bind(destination)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-    }
+    let expired = expire_each::<MySql>(&mut tx, &EXPIRE_SQL, &due).await?;
     tx.commit().await.map_err(db)?;
     Ok(expired)
 }

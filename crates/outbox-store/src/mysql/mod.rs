@@ -12,13 +12,13 @@
 //! time zone.
 
 use chrono::{DateTime, Utc};
-use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::{db, is_biz_duplicate};
-use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
+use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::{impl_dialect, Outbox};
 
 /// The shipped migrations, from `migrations/mysql/`.
@@ -95,10 +95,7 @@ impl Migrator for MySql {
         }
         // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
         // is written last, so an interrupted migration is visible and re-runnable.
-        let result = match Self::version_on(&mut conn, schema).await {
-            Ok(from) => apply::<MySql>(&mut conn, schema, from, migrations).await,
-            Err(e) => Err(e),
-        };
+        let result = upgrade::<MySql>(&mut conn, schema, migrations).await;
         let released =
             sqlx::query("SELECT RELEASE_LOCK(?)").bind(schema.mysql_lock).execute(&mut *conn).await;
         let report = result?;
@@ -108,20 +105,12 @@ impl Migrator for MySql {
 
     async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema) -> Result<i64> {
         let table = schema.version_table;
-        let exists: i64 = sqlx::query_scalar(&format!(
+        let exists = format!(
             "SELECT COUNT(*) FROM information_schema.tables \
              WHERE table_schema = DATABASE() AND table_name = '{table}'"
-        ))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(schema.map_error)?;
-        if exists == 0 {
-            return Ok(0);
-        }
-        sqlx::query_scalar(&format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}"))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(schema.map_error)
+        );
+        let max = format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}");
+        recorded_version::<MySql>(conn, schema, exists, max).await
     }
 }
 
@@ -166,14 +155,7 @@ pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enq
 /// Enqueues several messages, one statement each (MySQL cannot return the ids of a multi-row
 /// insert reliably under every `innodb_autoinc_lock_mode`).
 pub async fn enqueue_batch(conn: &mut MySqlConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    for m in msgs {
-        m.validate()?;
-    }
-    let mut out = Vec::with_capacity(msgs.len());
-    for m in msgs {
-        out.push(enqueue(conn, m).await?);
-    }
-    Ok(out)
+    crate::common::enqueue_each::<MySql>(conn, msgs).await
 }
 
 /// Reads one message by id.
@@ -181,37 +163,6 @@ pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<Out
     let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?");
     let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
     row.as_ref().map(decode_message).transpose()
-}
-
-/// Decodes a row selected with [`MESSAGE_COLUMNS`].
-pub(crate) fn decode_message(row: &MySqlRow) -> Result<OutboxMessage> {
-    let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed =
-        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
-    let headers = text(row, "headers")?;
-    let status = text(row, "status")?;
-    Ok(OutboxMessage {
-        id: MessageId(id),
-        biz_type: opt_text(row, "biz_type")?,
-        biz_key: opt_text(row, "biz_key")?,
-        topic: text(row, "topic")?,
-        key: opt_text(row, "msg_key")?,
-        tag: opt_text(row, "tag")?,
-        headers: decode_headers(&headers).map_err(malformed)?,
-        payload: text(row, "payload")?,
-        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
-        attempts: row.try_get("attempts").map_err(db)?,
-        max_attempts: row.try_get("max_attempts").map_err(db)?,
-        next_attempt_at: row.try_get("next_attempt_at").map_err(db)?,
-        last_attempt_at: row.try_get("last_attempt_at").map_err(db)?,
-        last_error: opt_text(row, "last_error")?,
-        lease_owner: opt_text(row, "lease_owner")?,
-        lease_until: row.try_get("lease_until").map_err(db)?,
-        created_by: opt_text(row, "created_by")?,
-        updated_by: opt_text(row, "updated_by")?,
-        created_at: row.try_get("created_at").map_err(db)?,
-        updated_at: row.try_get("updated_at").map_err(db)?,
-    })
 }
 
 /// Reads a text column. The tables use the `utf8mb4_bin` collation (exact, case-sensitive keys),
@@ -236,6 +187,11 @@ pub(crate) fn text(row: &MySqlRow, col: &'static str) -> Result<String> {
         id: String::new(),
         reason: format!("{col} is NULL"),
     })
+}
+
+/// Decodes a row selected with [`MESSAGE_COLUMNS`].
+pub(crate) fn decode_message(row: &MySqlRow) -> Result<OutboxMessage> {
+    crate::common::decode_message_with(row, row)
 }
 
 impl Cells for MySqlRow {

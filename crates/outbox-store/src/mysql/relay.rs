@@ -33,7 +33,7 @@ use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
 use crate::relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+    AckOutcome, Acks, ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
 };
 use crate::signal::CommitSignal;
 
@@ -273,59 +273,13 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = MySql>>(
     rows.iter().map(crate::common::delivery_state).collect()
 }
 
-/// The row locks of a locked claim on MySQL/MariaDB: its open transaction and the messages it
-/// holds. Dropping it rolls the transaction back.
-pub struct MySqlLock {
-    tx: sqlx::Transaction<'static, MySql>,
-    ids: Vec<MessageId>,
-}
+/// The row locks of a locked claim on this database.
+pub type MySqlLock = crate::relay::RowLock<MySql>;
 
-/// The per-destination rows of these messages, read through the claim's own transaction.
-pub(crate) async fn deliveries_locked(lock: &mut MySqlLock, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-    read_deliveries(&mut *lock.tx, ids).await
-}
+crate::relay::row_lock_claims!(MySql);
 
-impl std::fmt::Debug for MySqlLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MySqlLock").field("messages", &self.ids.len()).finish()
-    }
-}
-
-impl Claims for Outbox<MySql> {
-    type Lock = MySqlLock;
-
-    async fn claim_with(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Claimed<MySqlLock>> {
-        Ok(match mode {
-            ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
-            ClaimMode::Lock => Claimed::locked(self.claim_locked(limit, lease).await?),
-        })
-    }
-
-    async fn deliveries_held(
-        &self,
-        hold: &mut Hold<MySqlLock>,
-        ids: &[MessageId],
-    ) -> Result<Vec<DeliveryState>> {
-        match hold {
-            Hold::Lease => read_deliveries(self.pool(), ids).await,
-            Hold::Lock(lock) => deliveries_locked(lock, ids).await,
-        }
-    }
-
-    async fn settle_held(&self, hold: Hold<MySqlLock>, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        match hold {
-            Hold::Lease => self.settle_leased(owner, s).await,
-            Hold::Lock(lock) => self.settle_locked(lock, owner, s).await,
-        }
-    }
-
-    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+impl Outbox<MySql> {
+    async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
         if ids.is_empty() {
             return Ok(0);
         }
@@ -342,7 +296,7 @@ impl Claims for Outbox<MySql> {
         Ok(qb.build().execute(self.pool()).await.map_err(db)?.rows_affected())
     }
 
-    async fn release(&self, owner: &str) -> Result<u64> {
+    async fn release_leases(&self, owner: &str) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
              next_attempt_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), updated_by = ? \
@@ -426,6 +380,7 @@ impl Outbox<MySql> {
 
     async fn claim_locked(
         &self,
+        _owner: &str,
         limit: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
@@ -453,7 +408,7 @@ impl Outbox<MySql> {
             return Ok(None);
         }
         let ids = kept.iter().map(|m| m.id).collect();
-        Ok(Some((kept, MySqlLock { tx, ids })))
+        Ok(Some((kept, crate::relay::RowLock { tx, ids })))
     }
 
     async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

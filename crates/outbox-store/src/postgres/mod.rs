@@ -8,13 +8,13 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{PgPool, Postgres, Row};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
-use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
+use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/postgres/`.
@@ -177,25 +177,16 @@ impl Migrator for Postgres {
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        let from = Self::version_on(&mut tx, schema).await?;
-        let report = apply::<Postgres>(&mut tx, schema, from, migrations).await?;
+        let report = upgrade::<Postgres>(&mut tx, schema, migrations).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn version_on(conn: &mut PgConnection, schema: &'static Schema) -> Result<i64> {
         let table = schema.version_table;
-        let exists: bool = sqlx::query_scalar(&format!("SELECT to_regclass('{table}') IS NOT NULL"))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(schema.map_error)?;
-        if !exists {
-            return Ok(0);
-        }
-        sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(schema.map_error)
+        let exists = format!("SELECT CASE WHEN to_regclass('{table}') IS NULL THEN 0::int8 ELSE 1::int8 END");
+        let max = format!("SELECT COALESCE(MAX(version), 0)::int8 FROM {table}");
+        recorded_version::<Postgres>(conn, schema, exists, max).await
     }
 }
 
@@ -314,33 +305,7 @@ pub async fn get(conn: &mut PgConnection, id: MessageId) -> Result<Option<Outbox
 
 /// Decodes a row selected with [`MESSAGE_COLUMNS`].
 pub(crate) fn decode_message(row: &PgRow) -> Result<OutboxMessage> {
-    let id: i64 = row.try_get("id").map_err(db)?;
-    let malformed =
-        |reason: String| Error::MalformedRow { table: "outbox_message", id: id.to_string(), reason };
-    let headers: String = row.try_get("headers").map_err(db)?;
-    let status: String = row.try_get("status").map_err(db)?;
-    Ok(OutboxMessage {
-        id: MessageId(id),
-        biz_type: row.try_get("biz_type").map_err(db)?,
-        biz_key: row.try_get("biz_key").map_err(db)?,
-        topic: row.try_get("topic").map_err(db)?,
-        key: row.try_get("msg_key").map_err(db)?,
-        tag: row.try_get("tag").map_err(db)?,
-        headers: decode_headers(&headers).map_err(malformed)?,
-        payload: row.try_get("payload").map_err(db)?,
-        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
-        attempts: row.try_get("attempts").map_err(db)?,
-        max_attempts: row.try_get("max_attempts").map_err(db)?,
-        next_attempt_at: row.try_get("next_attempt_at").map_err(db)?,
-        last_attempt_at: row.try_get("last_attempt_at").map_err(db)?,
-        last_error: row.try_get("last_error").map_err(db)?,
-        lease_owner: row.try_get("lease_owner").map_err(db)?,
-        lease_until: row.try_get("lease_until").map_err(db)?,
-        created_by: row.try_get("created_by").map_err(db)?,
-        updated_by: row.try_get("updated_by").map_err(db)?,
-        created_at: row.try_get("created_at").map_err(db)?,
-        updated_at: row.try_get("updated_at").map_err(db)?,
-    })
+    crate::common::decode_message_with(row, row)
 }
 
 impl Cells for PgRow {

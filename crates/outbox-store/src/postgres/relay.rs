@@ -22,7 +22,7 @@ use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
 use crate::relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+    AckOutcome, Acks, ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
 };
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
@@ -330,59 +330,13 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     rows.iter().map(crate::common::delivery_state).collect()
 }
 
-/// The row locks of a locked claim on PostgreSQL: its open transaction and the messages it
-/// holds. Dropping it rolls the transaction back.
-pub struct PgLock {
-    tx: sqlx::Transaction<'static, Postgres>,
-    ids: Vec<MessageId>,
-}
+/// The row locks of a locked claim on this database.
+pub type PgLock = crate::relay::RowLock<Postgres>;
 
-/// The per-destination rows of these messages, read through the claim's own transaction.
-pub(crate) async fn deliveries_locked(lock: &mut PgLock, ids: &[MessageId]) -> Result<Vec<DeliveryState>> {
-    read_deliveries(&mut *lock.tx, ids).await
-}
+crate::relay::row_lock_claims!(Postgres);
 
-impl std::fmt::Debug for PgLock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgLock").field("messages", &self.ids.len()).finish()
-    }
-}
-
-impl Claims for Outbox<Postgres> {
-    type Lock = PgLock;
-
-    async fn claim_with(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Claimed<PgLock>> {
-        Ok(match mode {
-            ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
-            ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, lease).await?),
-        })
-    }
-
-    async fn deliveries_held(
-        &self,
-        hold: &mut Hold<PgLock>,
-        ids: &[MessageId],
-    ) -> Result<Vec<DeliveryState>> {
-        match hold {
-            Hold::Lease => read_deliveries(self.pool(), ids).await,
-            Hold::Lock(lock) => deliveries_locked(lock, ids).await,
-        }
-    }
-
-    async fn settle_held(&self, hold: Hold<PgLock>, owner: &str, s: &Settlement) -> Result<SettleReport> {
-        match hold {
-            Hold::Lease => self.settle_leased(owner, s).await,
-            Hold::Lock(lock) => self.settle_locked(lock, owner, s).await,
-        }
-    }
-
-    async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+impl Outbox<Postgres> {
+    async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE outbox_message SET lease_until = now() + $3 * interval '1 millisecond', \
              next_attempt_at = now() + $3 * interval '1 millisecond' \
@@ -397,7 +351,7 @@ impl Claims for Outbox<Postgres> {
         Ok(done.rows_affected())
     }
 
-    async fn release(&self, owner: &str) -> Result<u64> {
+    async fn release_leases(&self, owner: &str) -> Result<u64> {
         let done = sqlx::query(
             "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
              next_attempt_at = now(), updated_at = now(), updated_by = $1 \
@@ -538,7 +492,7 @@ impl Outbox<Postgres> {
         }
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();
-        Ok(Some((out, PgLock { tx, ids })))
+        Ok(Some((out, crate::relay::RowLock { tx, ids })))
     }
 
     async fn settle_locked(&self, claim: PgLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

@@ -100,6 +100,87 @@ impl<L> Claimed<L> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NoLocks {}
 
+/// The row locks of a locked claim on a database that can lock rows (PostgreSQL,
+/// MySQL/MariaDB): the claim's open transaction and the messages it holds. Dropping it rolls
+/// the transaction back, which frees the rows at once.
+pub struct RowLock<DB: sqlx::Database> {
+    pub(crate) tx: sqlx::Transaction<'static, DB>,
+    pub(crate) ids: Vec<MessageId>,
+}
+
+impl<DB: sqlx::Database> std::fmt::Debug for RowLock<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RowLock").field("database", &DB::NAME).field("messages", &self.ids.len()).finish()
+    }
+}
+
+/// Implements [`Claims`] for `Outbox<$db>` on a database that locks rows ([`RowLock`]), by
+/// dispatching on the claim mode to the dialect module's own steps: the inherent
+/// `claim_leased`, `claim_locked`, `settle_leased`, `settle_locked`, `extend_leases` and
+/// `release_leases`, and the module's `read_deliveries`.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_macros))]
+macro_rules! row_lock_claims {
+    ($db:ty) => {
+        /// The per-destination rows of these messages, read through the claim's own transaction.
+        pub(crate) async fn deliveries_locked(
+            lock: &mut $crate::relay::RowLock<$db>,
+            ids: &[MessageId],
+        ) -> Result<Vec<DeliveryState>> {
+            read_deliveries(&mut *lock.tx, ids).await
+        }
+
+        impl $crate::relay::Claims for Outbox<$db> {
+            type Lock = $crate::relay::RowLock<$db>;
+
+            async fn claim_with(
+                &self,
+                mode: ClaimMode,
+                owner: &str,
+                limit: usize,
+                lease: Duration,
+            ) -> Result<Claimed<Self::Lock>> {
+                Ok(match mode {
+                    ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
+                    ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, lease).await?),
+                })
+            }
+
+            async fn deliveries_held(
+                &self,
+                hold: &mut Hold<Self::Lock>,
+                ids: &[MessageId],
+            ) -> Result<Vec<DeliveryState>> {
+                match hold {
+                    Hold::Lease => read_deliveries(self.pool(), ids).await,
+                    Hold::Lock(lock) => deliveries_locked(lock, ids).await,
+                }
+            }
+
+            async fn settle_held(
+                &self,
+                hold: Hold<Self::Lock>,
+                owner: &str,
+                s: &Settlement,
+            ) -> Result<SettleReport> {
+                match hold {
+                    Hold::Lease => self.settle_leased(owner, s).await,
+                    Hold::Lock(lock) => self.settle_locked(lock, owner, s).await,
+                }
+            }
+
+            async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+                self.extend_leases(owner, ids, lease).await
+            }
+
+            async fn release(&self, owner: &str) -> Result<u64> {
+                self.release_leases(owner).await
+            }
+        }
+    };
+}
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_imports))]
+pub(crate) use row_lock_claims;
+
 /// Claiming and settling: what every store does for the relay.
 pub trait Claims: Clone + Send + Sync + 'static {
     /// Row locks a locked claim holds in an open transaction until it is settled: the store's

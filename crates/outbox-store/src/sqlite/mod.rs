@@ -8,13 +8,13 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{decode_headers, Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
+use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
 use sqlx::{Connection, Row, Sqlite, SqlitePool};
 
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
-use crate::migrate::{apply, Migration, MigrationReport, Migrator, Schema};
+use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/sqlite/`.
@@ -89,27 +89,16 @@ impl Migrator for Sqlite {
         let db = schema.map_error;
         let mut conn = pool.acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-        let from = Self::version_on(&mut tx, schema).await?;
-        let report = apply::<Sqlite>(&mut tx, schema, from, migrations).await?;
+        let report = upgrade::<Sqlite>(&mut tx, schema, migrations).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn version_on(conn: &mut SqliteConnection, schema: &'static Schema) -> Result<i64> {
         let table = schema.version_table;
-        let exists: i64 = sqlx::query_scalar(&format!(
-            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '{table}'"
-        ))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(schema.map_error)?;
-        if exists == 0 {
-            return Ok(0);
-        }
-        sqlx::query_scalar(&format!("SELECT COALESCE(MAX(version), 0) FROM {table}"))
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(schema.map_error)
+        let exists = format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '{table}'");
+        let max = format!("SELECT COALESCE(MAX(version), 0) FROM {table}");
+        recorded_version::<Sqlite>(conn, schema, exists, max).await
     }
 }
 
@@ -142,14 +131,7 @@ pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<En
 
 /// Enqueues several messages (one in-process statement each; SQLite has no network round trip).
 pub async fn enqueue_batch(conn: &mut SqliteConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    for m in msgs {
-        m.validate()?;
-    }
-    let mut out = Vec::with_capacity(msgs.len());
-    for m in msgs {
-        out.push(enqueue(conn, m).await?);
-    }
-    Ok(out)
+    crate::common::enqueue_each::<Sqlite>(conn, msgs).await
 }
 
 /// Reads one message by id (text that is not valid UTF-8, which only a foreign writer can
@@ -187,50 +169,41 @@ pub(crate) fn read_message(row: &SqliteRow) -> Result<OutboxMessage> {
 }
 
 fn decode_message_as(row: &SqliteRow, utf8: Utf8) -> Result<OutboxMessage> {
-    let id: i64 = row.try_get("id").map_err(db)?;
-    let at = At { table: "outbox_message", id };
-    let malformed = |reason: String| at.malformed(reason);
-    let time = |col: &'static str| row.time(col, at);
-    let opt_time = |col: &'static str| row.opt_time(col, at);
-    let opt_text = |col: &'static str| -> Result<Option<String>> {
-        let Some(bytes) = row.try_get::<Option<&[u8]>, _>(col).map_err(db)? else {
+    crate::common::decode_message_with(row, &Text { row, utf8 })
+}
+
+/// A message row's cells with text checked byte by byte: SQLite stores whatever bytes a
+/// writer gives it, and a reader may ask for invalid UTF-8 to read as U+FFFD.
+struct Text<'r> {
+    row: &'r SqliteRow,
+    utf8: Utf8,
+}
+
+impl Cells for Text<'_> {
+    fn text(&self, col: &'static str, at: At) -> Result<String> {
+        self.opt_text(col, at)?.ok_or_else(|| at.malformed(format!("{col} is NULL")))
+    }
+
+    fn opt_text(&self, col: &'static str, at: At) -> Result<Option<String>> {
+        let Some(bytes) = self.row.try_get::<Option<&[u8]>, _>(col).map_err(db)? else {
             return Ok(None);
         };
-        match (std::str::from_utf8(bytes), utf8) {
+        match (std::str::from_utf8(bytes), self.utf8) {
             (Ok(s), _) => Ok(Some(s.to_owned())),
             (Err(_), Utf8::Lossy) => Ok(Some(String::from_utf8_lossy(bytes).into_owned())),
             (Err(e), Utf8::Strict) => {
-                Err(malformed(format!("{col} is not valid UTF-8 (at byte {})", e.valid_up_to())))
+                Err(at.malformed(format!("{col} is not valid UTF-8 (at byte {})", e.valid_up_to())))
             }
         }
-    };
-    let text = |col: &'static str| -> Result<String> {
-        opt_text(col)?.ok_or_else(|| malformed(format!("{col} is NULL")))
-    };
-    let headers = text("headers")?;
-    let status = text("status")?;
-    Ok(OutboxMessage {
-        id: MessageId(id),
-        biz_type: opt_text("biz_type")?,
-        biz_key: opt_text("biz_key")?,
-        topic: text("topic")?,
-        key: opt_text("msg_key")?,
-        tag: opt_text("tag")?,
-        headers: decode_headers(&headers).map_err(malformed)?,
-        payload: text("payload")?,
-        status: status.parse().map_err(|e: outbox_core::UnknownStatus| malformed(e.to_string()))?,
-        attempts: row.try_get("attempts").map_err(db)?,
-        max_attempts: row.try_get("max_attempts").map_err(db)?,
-        next_attempt_at: time("next_attempt_at")?,
-        last_attempt_at: opt_time("last_attempt_at")?,
-        last_error: opt_text("last_error")?,
-        lease_owner: opt_text("lease_owner")?,
-        lease_until: opt_time("lease_until")?,
-        created_by: opt_text("created_by")?,
-        updated_by: opt_text("updated_by")?,
-        created_at: time("created_at")?,
-        updated_at: time("updated_at")?,
-    })
+    }
+
+    fn time(&self, col: &'static str, at: At) -> Result<DateTime<Utc>> {
+        self.row.time(col, at)
+    }
+
+    fn opt_time(&self, col: &'static str, at: At) -> Result<Option<DateTime<Utc>>> {
+        self.row.opt_time(col, at)
+    }
 }
 
 impl Cells for SqliteRow {

@@ -10,7 +10,7 @@ use sqlx::sqlite::Sqlite;
 use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
-use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
+use crate::common::{ack_step, delivery_status, expire_each, record_ack, AckSql, ExpireSql};
 use crate::common::{decode_rows, log_poison};
 use crate::error::db;
 use crate::outbox::Outbox;
@@ -360,6 +360,26 @@ impl Claims for Outbox<Sqlite> {
     }
 }
 
+/// ACK mode, an overdue delivery back to `pending`, then its message.
+const EXPIRE_SQL: ExpireSql<Sqlite> = ExpireSql {
+    delivery: concat!(
+        "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, next_attempt_at = ",
+        now_ms!(),
+        ", ack_deadline = NULL, last_error = 'no ACK before the deadline', updated_at = ",
+        now_ms!(),
+        " WHERE message_id = ?1 AND destination = ?2"
+    ),
+    message: concat!(
+        "UPDATE outbox_message SET status = 'pending', next_attempt_at = ",
+        now_ms!(),
+        ", attempts = MAX(attempts, ?1), last_error = '[' || ?2 || '] no ACK before the deadline', \
+         lease_owner = NULL, lease_until = NULL, updated_at = ",
+        now_ms!(),
+        " WHERE id = ?3 AND status IN ('sent', 'acked')"
+    ),
+    rows_affected: |r| r.rows_affected(),
+};
+
 impl Acks for Outbox<Sqlite> {
     async fn expire_acks(&self, limit: usize) -> Result<u64> {
         if limit == 0 {
@@ -378,38 +398,7 @@ impl Acks for Outbox<Sqlite> {
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-        let mut expired = 0;
-        for (id, destination, _) in &due {
-            expired += sqlx::query(concat!(
-                "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, next_attempt_at = ",
-                now_ms!(),
-                ", ack_deadline = NULL, last_error = 'no ACK before the deadline', updated_at = ",
-                now_ms!(),
-                " WHERE message_id = ?1 AND destination = ?2"
-            ))
-            .bind(id)
-            .bind(destination)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?
-            .rows_affected();
-        }
-        for (id, (destination, attempts)) in expired_per_message(&due) {
-            sqlx::query(concat!(
-                "UPDATE outbox_message SET status = 'pending', next_attempt_at = ",
-                now_ms!(),
-                ", attempts = MAX(attempts, ?1), last_error = '[' || ?2 || '] no ACK before the deadline', \
-                 lease_owner = NULL, lease_until = NULL, updated_at = ",
-                now_ms!(),
-                " WHERE id = ?3 AND status IN ('sent', 'acked')"
-            ))
-            .bind(attempts)
-            .bind(destination)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        }
+        let expired = expire_each::<Sqlite>(&mut tx, &EXPIRE_SQL, &due).await?;
         tx.commit().await.map_err(db)?;
         Ok(expired)
     }

@@ -11,7 +11,7 @@ use outbox_core::{
     header, Envelope, FailureKind, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status,
     Transport,
 };
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_relay::{BreakerConfig, Destination, Relay, Route};
 use outbox_store::{Outbox, OutboxDatabase, RelayStore};
 use outbox_testkit::proxy::TcpProxy;
 use outbox_testkit::TestDb;
@@ -50,19 +50,7 @@ pub(crate) async fn sqlite_outbox() -> (TestDb<Sqlite>, Outbox<Sqlite>) {
     (db, outbox)
 }
 
-pub(crate) fn relay_config(owner: &str) -> RelayConfig {
-    RelayConfig {
-        owner: owner.into(),
-        batch_size: 50,
-        lease: Duration::from_secs(10),
-        idle_interval: Duration::from_millis(100),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(5),
-        shutdown_timeout: Duration::from_secs(5),
-        lock_claims: true,
-        ..RelayConfig::default()
-    }
-}
+pub(crate) use outbox_relay::testing::relay_config;
 
 pub(crate) async fn statuses<DB: OutboxDatabase>(outbox: &Outbox<DB>, ids: &[MessageId]) -> Vec<Status> {
     let mut out = Vec::with_capacity(ids.len());
@@ -155,17 +143,7 @@ pub(crate) async fn arrivals<T>(
     }
 }
 
-pub(crate) async fn eventually<F, Fut>(what: &str, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
+pub(crate) use outbox_testkit::eventually;
 
 pub(crate) fn fast_retry(max_attempts: u32) -> RetryPolicy {
     RetryPolicy {
