@@ -6,6 +6,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod ack_server;
+mod admin;
 mod cli;
 mod commands;
 mod config;

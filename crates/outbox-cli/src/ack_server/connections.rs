@@ -80,15 +80,17 @@ async fn connection(shared: &Arc<Shared>, stream: TcpStream, id: u64, cut: Cance
                 shared.conns.set_waiting(id, false);
                 let deadline = Instant::now() + shared.limits.request_timeout;
                 req.extensions_mut().insert(Deadline(deadline));
-                let answer = match tokio::time::timeout_at(deadline + ANSWER_GRACE, shared.app.call(req))
-                    .await
-                {
-                    Ok(answer) => answer,
-                    Err(_) => {
-                        shared.log.pressure.record("request not answered in time (503)", String::new);
-                        Ok(error(StatusCode::SERVICE_UNAVAILABLE, "the ACK was not answered in time; retry"))
-                    }
-                };
+                let answer =
+                    match tokio::time::timeout_at(deadline + ANSWER_GRACE, shared.app.call(req)).await {
+                        Ok(answer) => answer,
+                        Err(_) => {
+                            shared.log.pressure.record("request not answered in time (503)", String::new);
+                            Ok(error(
+                                StatusCode::SERVICE_UNAVAILABLE,
+                                "the request was not answered in time; retry",
+                            ))
+                        }
+                    };
                 shared.conns.set_waiting(id, true);
                 answer
             }
@@ -118,10 +120,7 @@ async fn connection(shared: &Arc<Shared>, stream: TcpStream, id: u64, cut: Cance
     if let Err(e) = result {
         if e.is_timeout() {
             if !shared.conns.served_any(id) {
-                shared
-                    .log
-                    .pressure
-                    .record("request head not received within ack.header_timeout", String::new);
+                shared.log.pressure.record("request head not received within header_timeout", String::new);
             }
         } else if e.is_parse() || e.is_parse_too_large() {
             shared.log.refused.record("malformed or oversized request head (400/431)", String::new);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The endpoint's log lines, each kind rate-limited.
-pub(super) struct EndpointLog {
+pub(crate) struct EndpointLog {
     /// Requests refused (4xx): bad tokens, unknown deliveries, malformed requests.
     pub(super) refused: Limited,
     /// Connections refused or closed by the bounds, accept() failures.
@@ -17,7 +17,7 @@ pub(super) struct EndpointLog {
 }
 
 impl EndpointLog {
-    pub(super) fn new(interval: Duration) -> Self {
+    pub(crate) fn new(interval: Duration) -> Self {
         EndpointLog {
             refused: Limited::new(Level::Warn, "ACK requests refused", interval),
             pressure: Limited::new(Level::Warn, "ACK endpoint under pressure", interval),

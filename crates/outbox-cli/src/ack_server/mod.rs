@@ -33,6 +33,8 @@
 mod connections;
 mod log;
 
+pub(crate) use log::EndpointLog;
+
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +48,6 @@ use axum::routing::post;
 use axum::{Extension, Json, Router};
 use connections::{accept_failure, admit, Connections, Shared};
 use hyper_util::service::TowerToHyperService;
-use log::EndpointLog;
 use outbox_core::ack::AckTokenError;
 use outbox_core::text::printable;
 use outbox_core::MessageId;
@@ -138,19 +139,32 @@ pub(crate) async fn serve(
     limits: AckLimits,
     stop: CancellationToken,
 ) {
-    let shared = Arc::new(Shared {
-        conns: Connections::new(limits.max_connections),
-        log: state.log.clone(),
-        limits,
-        app: TowerToHyperService::new(router(state)),
-        stop: stop.clone(),
-    });
     tracing::info!(
         max_connections = limits.max_connections,
         header_timeout = ?limits.header_timeout,
         request_timeout = ?limits.request_timeout,
         "ACK endpoint serving"
     );
+    let log = state.log.clone();
+    serve_app(listener, router(state), log, limits, stop).await;
+}
+
+/// Serves `app` on `listener` with the bounds above (connection limit, head and request
+/// timeouts, rate-limited logs) until `stop`: the ACK endpoint and the admin listener.
+pub(crate) async fn serve_app(
+    listener: TcpListener,
+    app: Router,
+    log: Arc<EndpointLog>,
+    limits: AckLimits,
+    stop: CancellationToken,
+) {
+    let shared = Arc::new(Shared {
+        conns: Connections::new(limits.max_connections),
+        log,
+        limits,
+        app: TowerToHyperService::new(app),
+        stop: stop.clone(),
+    });
     // Every connection task holds a sender; when all are dropped, every connection is closed.
     let (alive, mut all_closed) = tokio::sync::mpsc::channel::<()>(1);
     let flusher = tokio::spawn({

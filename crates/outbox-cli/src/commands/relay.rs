@@ -42,6 +42,7 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
     let ack_secret: Option<std::sync::Arc<[u8]>> =
         config.ack.secret.as_ref().map(|s| std::sync::Arc::from(s.as_bytes().to_vec().into_boxed_slice()));
     let mut ack_stores = std::collections::HashMap::new();
+    let mut admin_stores = Vec::new();
     let mut relays = Vec::new();
     for s in &config.stores {
         let name = s.name.get_ref();
@@ -73,6 +74,12 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         }
         let relay = builder.build().with_context(|| format!("relay for store {name:?}"))?;
         tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Relaying");
+        admin_stores.push(crate::admin::StoreHandle {
+            name: name.clone(),
+            outbox: outbox.clone(),
+            owner: relay.owner().to_owned(),
+            stats: relay.stats(),
+        });
         relays.push(tokio::spawn(relay.run(stop.clone())));
         if !config.retention.finished_after.is_zero() {
             let retention = outbox_relay::Retention {
@@ -91,6 +98,35 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         let limits = crate::ack_server::AckLimits::of(&config.ack);
         let state = crate::ack_server::AckState::new(ack_stores, secret, &limits);
         relays.push(tokio::spawn(crate::ack_server::serve(listener, state, limits, stop.clone())));
+    }
+    if let Some(admin) = &config.admin {
+        let listener = tokio::net::TcpListener::bind(&admin.listen)
+            .await
+            .with_context(|| format!("cannot listen for the admin API on {}", admin.listen))?;
+        let tokens = match (&admin.read_token, &admin.admin_token) {
+            (Some(read), Some(token)) => {
+                Some(crate::admin::Tokens { read: read.clone(), admin: token.clone() })
+            }
+            _ => None,
+        };
+        let dests = destinations
+            .iter()
+            .map(|d| crate::admin::DestinationHandle { name: d.name.clone(), transport: d.transport.clone() })
+            .collect();
+        let state = crate::admin::AdminState::new(admin_stores, dests, tokens);
+        relays.push(tokio::spawn(state.clone().sample_backlog(admin.backlog_interval, stop.clone())));
+        let limits =
+            crate::ack_server::AckLimits { max_connections: admin.max_connections, ..Default::default() };
+        let log =
+            std::sync::Arc::new(crate::ack_server::EndpointLog::new(std::time::Duration::from_secs(10)));
+        tracing::info!(listen = %admin.listen, authenticated = state.authenticated(), "Admin listener ready");
+        relays.push(tokio::spawn(crate::ack_server::serve_app(
+            listener,
+            crate::admin::router(state),
+            log,
+            limits,
+            stop.clone(),
+        )));
     }
     for r in relays {
         r.await.context("a relay task panicked")?;

@@ -47,6 +47,42 @@ pub(crate) struct Config {
     /// The ACK endpoint (ACK mode).
     #[serde(default)]
     pub(crate) ack: AckSection,
+    /// The admin listener (health probes, metrics, admin API); off unless the section is there.
+    #[serde(default)]
+    pub(crate) admin: Option<AdminSection>,
+}
+
+/// `[admin]`: health probes, Prometheus metrics and the admin API (docs/admin-api.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct AdminSection {
+    /// Address of the admin listener. Defaults to `127.0.0.1:8098` (loopback). Any other
+    /// address requires both tokens.
+    pub(crate) listen: String,
+    /// Bearer token of reads (`GET`), at least 16 characters. Set it with
+    /// `OUTBOX__ADMIN__READ_TOKEN`.
+    pub(crate) read_token: Option<String>,
+    /// Bearer token of actions (and reads), at least 16 characters, not the read token. Set it
+    /// with `OUTBOX__ADMIN__ADMIN_TOKEN`.
+    pub(crate) admin_token: Option<String>,
+    /// How often the backlog gauges of `/metrics` are read from the databases. Defaults to
+    /// 15 s; 1 s to 1 h.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) backlog_interval: Duration,
+    /// Most connections open at once. Defaults to 64; 1 to 65,536.
+    pub(crate) max_connections: usize,
+}
+
+impl Default for AdminSection {
+    fn default() -> Self {
+        AdminSection {
+            listen: "127.0.0.1:8098".into(),
+            read_token: None,
+            admin_token: None,
+            backlog_interval: Duration::from_secs(15),
+            max_connections: 64,
+        }
+    }
 }
 
 /// `[ack]`: the endpoint consumers confirm deliveries on, for destinations with `ack = {...}`.

@@ -373,3 +373,25 @@ fn ack_endpoint_limits_have_defaults_and_bounds() {
         assert!(e.contains(want), "want {want:?} in: {e}");
     }
 }
+
+/// `[admin]`: off unless present; off loopback both tokens are required, and they must be
+/// long, distinct and never echoed back in the error.
+#[test]
+fn the_admin_listener_needs_tokens_off_loopback() {
+    assert!(parse(GOOD).unwrap().admin.is_none());
+    let on = parse(&format!("{GOOD}\n[admin]\n")).unwrap();
+    assert_eq!(on.admin.unwrap().listen, "127.0.0.1:8098");
+    let e = err(&format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:8098\"\n"));
+    assert!(e.contains("admin.listen") && e.contains("not a loopback address"), "{e}");
+    let e = err(&format!("{GOOD}\n[admin]\nread_token = \"short\"\nadmin_token = \"0123456789abcdefXYZ\"\n"));
+    assert!(e.contains("admin.read_token") && !e.contains("short\""), "{e}");
+    let same = "0123456789abcdefXYZ";
+    let e = err(&format!("{GOOD}\n[admin]\nread_token = \"{same}\"\nadmin_token = \"{same}\"\n"));
+    assert!(e.contains("must differ"), "{e}");
+    let ok = parse(&format!(
+        "{GOOD}\n[admin]\nlisten = \"0.0.0.0:8098\"\nread_token = \"r123456789abcdefXYZ\"\nadmin_token = \"a123456789abcdefXYZ\"\n"
+    ));
+    assert!(ok.is_ok(), "{ok:?}");
+    let e = err(&format!("{GOOD}\n[admin]\nlisten = \"not an address\"\n"));
+    assert!(e.contains("admin.listen"), "{e}");
+}

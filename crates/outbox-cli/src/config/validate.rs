@@ -8,7 +8,7 @@ use outbox_core::{limits, redact_url};
 use outbox_relay::validate_pattern;
 
 use super::origin::Origin;
-use super::{env, AckSection, Config};
+use super::{env, AckSection, AdminSection, Config};
 
 /// Longest `relay.lease`: a relay that dies holding a claim leaves its messages unpublished for
 /// up to this long before another relay takes them over, so a lease of days would look like a
@@ -61,9 +61,74 @@ impl AckSection {
         Ok(())
     }
 }
+impl AdminSection {
+    /// The listener's address, tokens and bounds: `(key, reason)` of the first one broken. Off
+    /// loopback both tokens are required (SPEC "Security").
+    fn check(&self) -> Result<(), (&'static str, String)> {
+        const MIN_TOKEN: usize = 16;
+        const MAX_TOKEN: usize = 512;
+        const MAX_CONNECTIONS: usize = 65_536;
+        let addr: std::net::SocketAddr = self.listen.parse().map_err(|_| {
+            (
+                "admin.listen",
+                format!("{:?} is not an address with a port, such as 127.0.0.1:8098", shown(&self.listen)),
+            )
+        })?;
+        for (key, token) in [("admin.read_token", &self.read_token), ("admin.admin_token", &self.admin_token)]
+        {
+            if let Some(t) = token {
+                if t.len() < MIN_TOKEN || t.len() > MAX_TOKEN || !t.bytes().all(|b| b.is_ascii_graphic()) {
+                    return Err((
+                        key,
+                        format!(
+                            "must be {MIN_TOKEN} to {MAX_TOKEN} printable ASCII characters without spaces"
+                        ),
+                    ));
+                }
+            }
+        }
+        match (&self.read_token, &self.admin_token) {
+            (Some(r), Some(a)) if r == a => {
+                return Err(("admin.admin_token", "must differ from admin.read_token".into()));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                return Err((
+                    "admin.admin_token",
+                    "set both admin.read_token and admin.admin_token, or neither".into(),
+                ));
+            }
+            (None, None) if !addr.ip().is_loopback() => {
+                return Err((
+                    "admin.listen",
+                    format!(
+                        "{addr} is not a loopback address: set admin.read_token and admin.admin_token \
+                         (OUTBOX__ADMIN__READ_TOKEN, OUTBOX__ADMIN__ADMIN_TOKEN) to listen there"
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if self.backlog_interval < Duration::from_secs(1)
+            || self.backlog_interval > Duration::from_secs(3_600)
+        {
+            return Err(("admin.backlog_interval", "must be between 1s and 1h".into()));
+        }
+        if self.max_connections == 0 || self.max_connections > MAX_CONNECTIONS {
+            return Err((
+                "admin.max_connections",
+                format!("must be between 1 and {MAX_CONNECTIONS}, got {}", self.max_connections),
+            ));
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     pub(super) fn validate(&self, origin: &Origin<'_>) -> anyhow::Result<()> {
         let err = |key: &str, msg: String| origin.error(key, msg);
+        if let Some(admin) = &self.admin {
+            admin.check().map_err(|(key, msg)| err(key, msg))?;
+        }
         if self.stores.is_empty() {
             return Err(err("stores", "is empty: add at least one [[stores]] with a name and url".into()));
         }

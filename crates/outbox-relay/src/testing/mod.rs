@@ -173,6 +173,15 @@ impl Transport for TestTransport {
         self.lock().max_payload
     }
 
+    /// Unhealthy while [`TestTransport::set_down`] holds.
+    async fn health(&self) -> Result<(), String> {
+        if self.lock().down {
+            Err("the test transport is down".into())
+        } else {
+            Ok(())
+        }
+    }
+
     async fn publish(&self, batch: &[Envelope]) -> Vec<Outcome> {
         let (delay, hang) = {
             let mut s = self.lock();

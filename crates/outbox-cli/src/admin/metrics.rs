@@ -1,0 +1,115 @@
+//! `GET /metrics` in the Prometheus text format, rendered by `metrics-exporter-prometheus` from
+//! a recorder local to the listener (no process-wide state, so tests run side by side).
+//!
+//! The relay counters are read from each relay's atomics at scrape time (cheap). The backlog
+//! gauges come from the database on a bounded schedule (`[admin] backlog_interval`), never per
+//! scrape, so a scraper cannot load the database. Labels are low-cardinality only: store,
+//! status, destination; never a message id, key or topic.
+
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+
+use axum::extract::State;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+use outbox_core::text::printable;
+use outbox_relay::RelayStats;
+use outbox_store::MessageAdmin;
+
+use super::{AdminState, StoreHandle};
+
+/// The listener's recorder and what the last backlog sample labelled.
+pub(super) struct Metrics {
+    recorder: PrometheusRecorder,
+    handle: PrometheusHandle,
+    /// (store, destination, status) labels set by the previous sample: set to 0 when gone.
+    seen: Mutex<BTreeSet<(String, String, String)>>,
+}
+
+impl Metrics {
+    pub(super) fn new() -> Self {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        Metrics { recorder, handle, seen: Mutex::new(BTreeSet::new()) }
+    }
+
+    /// Reads every store's counts into the backlog gauges (a store that fails keeps its last
+    /// values and counts an error).
+    pub(super) async fn sample(&self, stores: &[StoreHandle]) {
+        let mut now_seen = BTreeSet::new();
+        for s in stores {
+            let stats = match s.outbox.stats().await {
+                Ok(stats) => stats,
+                Err(e) => {
+                    tracing::warn!(store = %s.name, error = %printable(&e.to_string(), 300), "Backlog sample failed");
+                    metrics::with_local_recorder(&self.recorder, || {
+                        metrics::counter!("outbox_backlog_sample_errors_total", "store" => s.name.clone())
+                            .increment(1);
+                    });
+                    continue;
+                }
+            };
+            metrics::with_local_recorder(&self.recorder, || {
+                for c in &stats.by_status {
+                    metrics::gauge!("outbox_messages", "store" => s.name.clone(), "status" => c.status.as_str())
+                        .set(c.count as f64);
+                }
+                for d in &stats.by_destination {
+                    let key = (s.name.clone(), d.destination.clone(), d.status.as_str().to_owned());
+                    metrics::gauge!(
+                        "outbox_deliveries",
+                        "store" => key.0.clone(), "destination" => key.1.clone(), "status" => key.2.clone()
+                    )
+                    .set(d.count as f64);
+                    now_seen.insert(key);
+                }
+                metrics::gauge!("outbox_oldest_pending_age_seconds", "store" => s.name.clone())
+                    .set(stats.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()));
+            });
+        }
+        let mut seen = self.seen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        metrics::with_local_recorder(&self.recorder, || {
+            for gone in seen.difference(&now_seen) {
+                metrics::gauge!(
+                    "outbox_deliveries",
+                    "store" => gone.0.clone(), "destination" => gone.1.clone(), "status" => gone.2.clone()
+                )
+                .set(0.0);
+            }
+        });
+        *seen = now_seen;
+    }
+
+    /// The relays' counters, as they are now.
+    fn record_counters(&self, stores: &[StoreHandle]) {
+        metrics::with_local_recorder(&self.recorder, || {
+            for s in stores {
+                let st = &s.stats;
+                let counters: [(&'static str, &std::sync::atomic::AtomicU64); 9] = [
+                    ("outbox_claims_total", &st.claims),
+                    ("outbox_messages_claimed_total", &st.claimed),
+                    ("outbox_messages_claimed_on_scan_total", &st.claimed_on_scan),
+                    ("outbox_envelopes_published_total", &st.published),
+                    ("outbox_deliveries_confirmed_total", &st.delivered),
+                    ("outbox_attempts_retried_total", &st.retried),
+                    ("outbox_messages_failed_total", &st.failed),
+                    ("outbox_deliveries_deferred_total", &st.deferred),
+                    ("outbox_store_errors_total", &st.store_errors),
+                ];
+                for (name, c) in counters {
+                    metrics::counter!(name, "store" => s.name.clone()).absolute(RelayStats::get(c));
+                }
+            }
+        });
+    }
+}
+
+/// The exposition text.
+pub(super) async fn render(State(state): State<AdminState>) -> Response {
+    state.metrics.record_counters(&state.stores);
+    let mut r = state.metrics.handle.render().into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
+    r
+}
