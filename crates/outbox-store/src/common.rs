@@ -239,6 +239,7 @@ where
 /// ACK mode, the statements that send an overdue delivery back to `pending` one row at a time
 /// (dialects without array parameters): `delivery` binds the message id, then the destination;
 /// `message` binds the new attempts, the destination named in its error, then the message id.
+#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) struct ExpireSql<DB: sqlx::Database> {
     pub(crate) delivery: &'static str,
     pub(crate) message: &'static str,
@@ -248,6 +249,7 @@ pub(crate) struct ExpireSql<DB: sqlx::Database> {
 /// Sends the `due` deliveries (locked by the caller's transaction, with their messages) back to
 /// `pending`, and each of their messages with the error of its delivery with the most
 /// attempts; returns how many deliveries expired.
+#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) async fn expire_each<DB>(
     conn: &mut DB::Connection,
     sql: &ExpireSql<DB>,

@@ -164,10 +164,7 @@ pub(super) async fn retry(
     State(state): State<AdminState>,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, Problem> {
-    let (store, id) = message_path(p)?;
-    let m = state.store(&store)?.outbox.retry(id, ACTOR).await?;
-    tracing::info!(store = %printable(&store, 64), message_id = id.0, "Admin API: message re-driven");
-    Ok(Json(m).into_response())
+    act(&state, p, Action::Retry).await
 }
 
 /// Cancels one pending or failed message.
@@ -175,9 +172,27 @@ pub(super) async fn cancel(
     State(state): State<AdminState>,
     p: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Response, Problem> {
+    act(&state, p, Action::Cancel).await
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Retry,
+    Cancel,
+}
+
+async fn act(
+    state: &AdminState,
+    p: Result<Path<(String, String)>, PathRejection>,
+    action: Action,
+) -> Result<Response, Problem> {
     let (store, id) = message_path(p)?;
-    let m = state.store(&store)?.outbox.cancel(id, ACTOR).await?;
-    tracing::info!(store = %printable(&store, 64), message_id = id.0, "Admin API: message cancelled");
+    let outbox = &state.store(&store)?.outbox;
+    let m = match action {
+        Action::Retry => outbox.retry(id, ACTOR).await?,
+        Action::Cancel => outbox.cancel(id, ACTOR).await?,
+    };
+    tracing::info!(store = %printable(&store, 64), message_id = id.0, ?action, "Admin API action");
     Ok(Json(m).into_response())
 }
 

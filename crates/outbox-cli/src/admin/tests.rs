@@ -53,30 +53,23 @@ async fn json(state: &AdminState, method: Method, uri: &str, token: Option<&str>
 
 /// 5 messages: ids[1] and ids[3] failed by hand.
 async fn seed(outbox: &AnyOutbox) -> Vec<i64> {
-    let msg = |i: i32| NewMessage::new("order.paid", format!("{{\"n\":{i}}}"));
-    let fail = "UPDATE outbox_message SET status = 'failed' WHERE id IN ({1}, {3})";
     let mut ids = Vec::new();
-    match outbox {
-        AnyOutbox::Postgres(o) => {
-            for i in 0..5 {
-                ids.push(o.enqueue(&msg(i)).await.unwrap().id.0);
-            }
-            sqlx::query(&fail.replace("{1}", &ids[1].to_string()).replace("{3}", &ids[3].to_string()))
-                .execute(o.pool())
-                .await
-                .unwrap();
-        }
-        AnyOutbox::MySql(o) => {
-            for i in 0..5 {
-                ids.push(o.enqueue(&msg(i)).await.unwrap().id.0);
-            }
-            sqlx::query(&fail.replace("{1}", &ids[1].to_string()).replace("{3}", &ids[3].to_string()))
-                .execute(o.pool())
-                .await
-                .unwrap();
-        }
-        _ => unreachable!("PostgreSQL and MariaDB only"),
+    for i in 0..5 {
+        let msg = NewMessage::new("order.paid", format!("{{\"n\":{i}}}"));
+        let id = match outbox {
+            AnyOutbox::Postgres(o) => o.enqueue(&msg).await,
+            AnyOutbox::MySql(o) => o.enqueue(&msg).await,
+            _ => unreachable!("PostgreSQL and MariaDB only"),
+        };
+        ids.push(id.unwrap().id.0);
     }
+    let fail = format!("UPDATE outbox_message SET status = 'failed' WHERE id IN ({}, {})", ids[1], ids[3]);
+    let done = match outbox {
+        AnyOutbox::Postgres(o) => sqlx::query(&fail).execute(o.pool()).await.map(|r| r.rows_affected()),
+        AnyOutbox::MySql(o) => sqlx::query(&fail).execute(o.pool()).await.map(|r| r.rows_affected()),
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    };
+    assert_eq!(done.unwrap(), 2);
     ids
 }
 
