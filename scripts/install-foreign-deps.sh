@@ -3,6 +3,7 @@
 # their tests (crates/outbox-store/tests/foreign.rs) need:
 #   - python3 with psycopg 3 and PyMySQL (examples/python/requirements.txt, via pip)
 #   - a JDK (javac) and the PostgreSQL and MariaDB JDBC drivers (Debian packages)
+#   - headless Chromium for the dashboard test (crates/outbox-cli/tests/dashboard.rs)
 # Idempotent: installs only what is missing, runs `apt-get update` only when apt has work to do.
 # Non-interactive; run as root (or with sudo available) on Debian 12.
 set -euo pipefail
@@ -27,6 +28,8 @@ fi
 command -v javac >/dev/null 2>&1 || apt_packages+=(openjdk-17-jdk-headless)
 [ -f "$PG_JAR" ] || apt_packages+=(libpostgresql-jdbc-java)
 [ -f "$MARIADB_JAR" ] || apt_packages+=(libmariadb-java)
+# Headless Chromium for the dashboard's browser test (crates/outbox-cli/tests/dashboard.rs).
+command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 
 if [ "${#apt_packages[@]}" -gt 0 ]; then
     echo "install-foreign-deps: apt-get install ${apt_packages[*]}"
@@ -50,4 +53,5 @@ fi
 for jar in "$PG_JAR" "$MARIADB_JAR"; do
     [ -f "$jar" ] || { echo "install-foreign-deps: $jar is still missing after install" >&2; exit 1; }
 done
-echo "install-foreign-deps: ok (python3 psycopg+PyMySQL, javac, $PG_JAR, $MARIADB_JAR)"
+command -v chromium >/dev/null 2>&1 || { echo "install-foreign-deps: chromium is still missing after install" >&2; exit 1; }
+echo "install-foreign-deps: ok (python3 psycopg+PyMySQL, javac, $PG_JAR, $MARIADB_JAR, chromium)"

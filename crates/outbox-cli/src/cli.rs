@@ -203,6 +203,9 @@ pub(crate) struct ListArgs {
     /// Only messages with this ordering key.
     #[arg(long)]
     pub(crate) key: Option<String>,
+    /// Only messages whose last error contains TEXT.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) error: Option<String>,
     /// Only messages created at or after TIME (RFC 3339, a date, or a duration ago: 1h, 30m, 7d).
     #[arg(long, value_name = "TIME", value_parser = crate::commands::ops::parse_time)]
     pub(crate) since: Option<chrono::DateTime<chrono::Utc>>,

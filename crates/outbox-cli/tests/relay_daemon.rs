@@ -127,3 +127,156 @@ fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
     assert!(err.contains("unknown field `batchsize`") && err.contains(":19:1: relay.batchsize"), "{err}");
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// One HTTP/1.1 request to the daemon's admin listener over a real socket; returns the status
+/// code and the body.
+async fn http(port: u16, method: &str, path: &str, token: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+    (code, body)
+}
+
+/// The value of one sample in a Prometheus text body (parsed by `prometheus-parse`).
+fn sample(body: &str, metric: &str, labels: &[(&str, &str)]) -> Option<prometheus_parse::Value> {
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_owned())))
+        .unwrap_or_else(|e| panic!("not the Prometheus text format ({e}):\n{body}"));
+    scrape
+        .samples
+        .into_iter()
+        .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+fn number(v: Option<prometheus_parse::Value>) -> f64 {
+    match v {
+        Some(prometheus_parse::Value::Counter(n) | prometheus_parse::Value::Gauge(n))
+        | Some(prometheus_parse::Value::Untyped(n)) => n,
+        other => panic!("not a number: {other:?}"),
+    }
+}
+
+/// The admin listener of a running daemon, over TCP: readiness, metrics that parse as the
+/// Prometheus text format (counters, the commit-to-publish histogram, destination gauges), and
+/// a pause through the API that holds new messages (deferred, no attempt spent) until resumed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
+    let dir = temp_dir("outbox-daemon-admin");
+    let store_url = format!("sqlite:{}", dir.join("shop.db").display());
+    let stream = format!("outbox-daemon-admin-{}", std::process::id());
+    let port = outbox_testkit::net::free_port();
+    let (read, admin) = ("read-token-0123456789", "admin-token-0123456789");
+    let transport = format!("type = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nstream = \"{stream}\"");
+    let cfg = RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", &store_url)
+        .migrate()
+        .destination("stream", "", &transport)
+        .route("#", &["stream"])
+        .section(&format!(
+            "[admin]\nlisten = \"127.0.0.1:{port}\"\nread_token = \"{read}\"\nadmin_token = \"{admin}\"\nbacklog_interval = \"1s\""
+        ))
+        .write(&dir.join("outbox.toml"));
+    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let ready = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+            && http(port, "GET", "/readyz", read).await.0 == 200;
+        if ready {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never ready: {}", relay.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let pool = sqlx::SqlitePool::connect(&store_url).await.unwrap();
+    let insert = |n: usize| {
+        let pool = pool.clone();
+        async move {
+            for i in 0..n {
+                sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', ?1)")
+                    .bind(format!("{i}"))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let xlen = async |want: u64| {
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let len: u64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
+            if len >= want {
+                return len;
+            }
+            assert!(Instant::now() < deadline, "{len} of {want} arrived");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    insert(10).await;
+    assert_eq!(xlen(10).await, 10);
+
+    let (code, body) = http(port, "GET", "/metrics", read).await;
+    assert_eq!(code, 200, "{body}");
+    let store = [("store", "shop")];
+    assert_eq!(number(sample(&body, "outbox_deliveries_confirmed_total", &store)), 10.0);
+    match sample(&body, "outbox_commit_to_publish_seconds", &store) {
+        Some(prometheus_parse::Value::Histogram(buckets)) => {
+            let total = buckets.iter().map(|b| b.count).fold(0.0, f64::max);
+            assert_eq!(total, 10.0, "{buckets:?}");
+        }
+        other => panic!("no commit-to-publish histogram: {other:?}\n{body}"),
+    }
+    let dest = [("store", "shop"), ("destination", "stream")];
+    assert_eq!(number(sample(&body, "outbox_destination_paused", &dest)), 0.0);
+    assert_eq!(number(sample(&body, "outbox_destination_circuit_open", &dest)), 0.0);
+    assert!(body.lines().all(|l| !l.contains("message_id")), "no per-message label");
+
+    // Pause: once the relay has read it (its gauge says so), new messages are deferred, not sent.
+    let (code, body) = http(port, "POST", "/api/v1/stores/shop/destinations/stream/pause", admin).await;
+    assert_eq!(code, 200, "{body}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while number(sample(&http(port, "GET", "/metrics", read).await.1, "outbox_destination_paused", &dest))
+        != 1.0
+    {
+        assert!(Instant::now() < deadline, "the relay never saw the pause: {}", relay.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    insert(5).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while number(sample(
+        &http(port, "GET", "/metrics", read).await.1,
+        "outbox_deliveries_deferred_total",
+        &store,
+    )) < 5.0
+    {
+        assert!(Instant::now() < deadline, "the relay never held the messages: {}", relay.log_text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let len: u64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
+    assert_eq!(len, 10, "nothing published while paused");
+    let attempts: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(attempts), 0) FROM outbox_message")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 0, "a pause spends no attempt");
+
+    let (code, _) = http(port, "POST", "/api/v1/stores/shop/destinations/stream/resume", admin).await;
+    assert_eq!(code, 200);
+    assert_eq!(xlen(15).await, 15, "everything once after the resume");
+
+    let status = relay.terminate(Duration::from_secs(15));
+    assert!(status.success(), "exit {status}: {}", relay.log_text());
+    let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await.unwrap();
+    pool.close().await;
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -72,7 +72,7 @@ pub enum Error {
         id: MessageId,
         /// Its status when the action was attempted.
         from: Status,
-        /// The action refused: `retry` or `cancel`.
+        /// The action refused: `retry`, `cancel` or `resend`.
         action: &'static str,
     },
     /// An argument of an operations call (page size, batch size, age) is out of range.
@@ -143,6 +143,11 @@ fn transition_hint(action: &str, from: Status) -> &'static str {
             "it was already published; only pending or failed messages can be cancelled"
         }
         ("cancel", _) => "only pending or failed messages can be cancelled",
+        // Refused from the status it may leave: a destination already received it.
+        ("resend", Status::Failed) => {
+            "a destination already received it, so a copy would reach it twice under another id; retry it instead"
+        }
+        ("resend", _) => "only failed messages can be resent as a copy",
         _ => "not allowed from this status",
     }
 }

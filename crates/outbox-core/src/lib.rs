@@ -18,6 +18,7 @@
 pub mod ack;
 pub mod duration;
 mod error;
+pub mod failure;
 mod message;
 mod redact;
 mod retry;

@@ -149,10 +149,15 @@ async fn publish_all<S: RelayStore>(
     for ((di, items), outcomes) in calls.iter().zip(answers) {
         let dest = &inner.dests[*di];
         dest.observe(&outcomes);
+        let open = dest.circuit_open();
+        inner.stats.set_destination(&dest.d.name, |s| s.circuit_open = open);
+        let confirmed = chrono::Utc::now();
         for ((mi, ti, attempts), outcome) in items.iter().zip(outcomes) {
             let r = match outcome {
                 Outcome::Delivered => {
                     RelayStats::add(&inner.stats.delivered, 1);
+                    let latency = (confirmed - batch[*mi].created_at).to_std().unwrap_or(Duration::ZERO);
+                    inner.stats.commit_to_publish.record(latency);
                     TargetResult::Delivered { attempts: *attempts }
                 }
                 Outcome::Failed { kind, reason, retry_after } => {
@@ -267,7 +272,10 @@ async fn write_back<S: RelayStore>(
     hold: Hold<S::Lock>,
 ) -> Option<outbox_store::SettleReport> {
     if let Hold::Lock(lock) = hold {
-        return match inner.store.settle_held(Hold::Lock(lock), &inner.cfg.owner, settlement).await {
+        let started = Instant::now();
+        let settled = inner.store.settle_held(Hold::Lock(lock), &inner.cfg.owner, settlement).await;
+        inner.stats.settle_duration.record(started.elapsed());
+        return match settled {
             Ok(report) => Some(report),
             Err(e) => {
                 RelayStats::add(&inner.stats.store_errors, 1);
@@ -282,7 +290,10 @@ async fn write_back<S: RelayStore>(
     }
     let mut delay = Duration::from_millis(50);
     for attempt in 1..=5 {
-        match inner.store.settle(&inner.cfg.owner, settlement).await {
+        let started = Instant::now();
+        let settled = inner.store.settle(&inner.cfg.owner, settlement).await;
+        inner.stats.settle_duration.record(started.elapsed());
+        match settled {
             Ok(report) => return Some(report),
             Err(e) => {
                 RelayStats::add(&inner.stats.store_errors, 1);

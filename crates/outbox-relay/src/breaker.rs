@@ -117,7 +117,6 @@ impl Breaker {
     }
 
     /// True when not closed.
-    #[cfg(test)]
     pub(crate) fn is_open(&self) -> bool {
         !matches!(self.state, State::Closed { .. })
     }

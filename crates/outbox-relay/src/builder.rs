@@ -1,7 +1,7 @@
 //! Building a [`Relay`]: validation of the configuration, destinations and routes.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 
 use outbox_store::{CommitSignal, RelayStore};
@@ -118,12 +118,17 @@ impl<S: RelayStore> RelayBuilder<S> {
             }
             routes.push((r.pattern.clone(), idx));
         }
+        let stats = Arc::new(RelayStats::default());
+        for d in &self.destinations {
+            stats.set_destination(&d.name, |_| {});
+        }
         let dests = self
             .destinations
             .into_iter()
             .map(|d| DestRuntime {
                 breaker: Mutex::new(Breaker::new(d.breaker.clone())),
                 probes: AtomicU64::new(0),
+                paused: AtomicBool::new(false),
                 d,
             })
             .collect();
@@ -135,7 +140,7 @@ impl<S: RelayStore> RelayBuilder<S> {
                 dests,
                 router: Router::new(routes),
                 alert: self.alert,
-                stats: Arc::new(RelayStats::default()),
+                stats,
                 health: Mutex::new(Health::default()),
             }),
         })

@@ -1,8 +1,9 @@
 //! Destinations: what the user configures ([`Destination`]) and what the relay keeps for each
 //! while it runs (its circuit breaker).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::time::Instant;
 
 use outbox_core::{RetryPolicy, Transport};
@@ -77,7 +78,13 @@ pub(crate) struct DestRuntime {
     /// Probes sent while the circuit was open: the probe rotates over the waiting messages,
     /// so one message the broker chokes on cannot be the only probe forever.
     pub(crate) probes: AtomicU64,
+    /// Paused by an operator for every relay on the store (`outbox_destination_pause`, read by
+    /// the claim loop about once a second): its messages are held, no attempt spent.
+    pub(crate) paused: AtomicBool,
 }
+
+/// How long a paused destination's messages wait before they are looked at again.
+pub(crate) const PAUSED_WAIT: Duration = Duration::from_secs(5);
 
 impl DestRuntime {
     pub(crate) fn payload_limit(&self) -> Option<usize> {
@@ -87,7 +94,15 @@ impl DestRuntime {
         }
     }
 
+    /// Whether its circuit breaker is open or half-open.
+    pub(crate) fn circuit_open(&self) -> bool {
+        self.breaker.lock().map(|b| b.is_open()).unwrap_or(false)
+    }
+
     pub(crate) fn permit(&self, now: Instant) -> Permit {
+        if self.paused.load(Ordering::Relaxed) {
+            return Permit::Wait(PAUSED_WAIT);
+        }
         match self.breaker.lock() {
             Ok(mut b) => b.permit(now),
             Err(_) => Permit::All,

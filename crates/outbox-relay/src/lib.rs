@@ -46,7 +46,7 @@ mod stats;
 pub mod testing;
 
 pub use ack::{acknowledge, AckError};
-pub use alert::{AlertHook, LogAlert};
+pub use alert::{AlertHook, LogAlert, TransportAlert, ALERT_TOPIC};
 pub use breaker::BreakerConfig;
 pub use builder::{BuildError, RelayBuilder};
 pub use config::{AckConfig, RelayConfig};
@@ -54,4 +54,4 @@ pub use destination::Destination;
 pub use relay::Relay;
 pub use retention::Retention;
 pub use router::{matches as topic_matches, validate_pattern, Route};
-pub use stats::RelayStats;
+pub use stats::{DestinationState, Histogram, HistogramSnapshot, RelayStats, BUCKETS};

@@ -15,6 +15,9 @@ use crate::batch::process;
 use crate::relay::Relay;
 use crate::stats::RelayStats;
 
+/// How often the claim loop re-reads the paused destinations.
+const PAUSES_INTERVAL: Duration = Duration::from_secs(1);
+
 impl<S: RelayStore> Relay<S> {
     /// Runs until `shutdown` is cancelled, then stops claiming, lets in-flight batches finish
     /// (up to `shutdown_timeout`), releases whatever it still leases, and returns.
@@ -37,6 +40,7 @@ impl<S: RelayStore> Relay<S> {
         let mut store_backoff = Duration::from_millis(100);
         let has_ack = inner.dests.iter().any(|d| d.d.ack.is_some());
         let mut acks_checked = Instant::now();
+        let mut pauses_checked: Option<Instant> = None;
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
         let mode = if cfg.lock_claims { ClaimMode::Lock } else { ClaimMode::Lease };
@@ -56,6 +60,12 @@ impl<S: RelayStore> Relay<S> {
                     Err(e) => tracing::warn!(error = %e, "Could not expire overdue ACKs"),
                 }
             }
+            // Destinations paused by an operator for every relay on the store: re-read about
+            // once a second (one read of a table of a few rows).
+            if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
+                pauses_checked = Some(Instant::now());
+                inner.refresh_pauses().await;
+            }
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
@@ -66,10 +76,12 @@ impl<S: RelayStore> Relay<S> {
                     _ = tokio::time::sleep(pause) => {}
                 }
             }
+            let claim_started = Instant::now();
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 r = inner.store.claim_with(mode, &cfg.owner, cfg.batch_size, cfg.lease) => r,
             };
+            inner.stats.claim_duration.record(claim_started.elapsed());
             RelayStats::add(&inner.stats.claims, 1);
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a

@@ -1,6 +1,7 @@
 //! The [`Relay`] and the state its claim loop and batches share.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -84,6 +85,28 @@ impl<S: RelayStore> Inner<S> {
         let now = Instant::now();
         h.held_back.retain(|_, until| *until > now);
         batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
+    }
+
+    /// Re-reads which destinations an operator paused (keeps the last known on an error).
+    pub(crate) async fn refresh_pauses(&self) {
+        let names = match self.store.paused_destinations().await {
+            Ok(names) => names,
+            Err(e) => {
+                tracing::warn!(error = %e, "Could not read the paused destinations; keeping the last known");
+                return;
+            }
+        };
+        for d in &self.dests {
+            let paused = names.contains(&d.d.name);
+            self.stats.set_destination(&d.d.name, |s| s.paused = paused);
+            if d.paused.swap(paused, Ordering::Relaxed) != paused {
+                if paused {
+                    tracing::warn!(destination = %d.d.name, "Destination paused by an operator; its messages wait");
+                } else {
+                    tracing::info!(destination = %d.d.name, "Destination resumed");
+                }
+            }
+        }
     }
 
     pub(crate) fn pause_left(&self) -> Option<Duration> {

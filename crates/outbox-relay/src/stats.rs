@@ -1,6 +1,73 @@
-//! Live counters of a relay.
+//! Live counters of a relay, its latency histograms and the state of its destinations.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Upper bounds, in seconds, of the buckets of every [`Histogram`] (the last bucket, `+Inf`,
+/// is implied).
+pub const BUCKETS: [f64; 16] =
+    [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0];
+
+/// A histogram of durations with the fixed [`BUCKETS`], updated without a lock.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    /// Observations per bucket (not cumulative); the last one is `+Inf`.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    count: AtomicU64,
+    sum_micros: AtomicU64,
+}
+
+/// A [`Histogram`] read at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HistogramSnapshot {
+    /// Observations at or below each bound of [`BUCKETS`] (cumulative), in order.
+    pub cumulative: Vec<u64>,
+    /// Every observation.
+    pub count: u64,
+    /// Their sum, in seconds.
+    pub sum_secs: f64,
+}
+
+impl Histogram {
+    /// Records one duration.
+    pub fn record(&self, d: Duration) {
+        let secs = d.as_secs_f64();
+        let i = BUCKETS.iter().position(|b| secs <= *b).unwrap_or(BUCKETS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        self.sum_micros.fetch_add(micros, Ordering::Relaxed);
+    }
+
+    /// The histogram as it is now.
+    pub fn snapshot(&self) -> HistogramSnapshot {
+        let mut running = 0;
+        let cumulative = self.buckets[..BUCKETS.len()]
+            .iter()
+            .map(|b| {
+                running += b.load(Ordering::Relaxed);
+                running
+            })
+            .collect();
+        HistogramSnapshot {
+            cumulative,
+            count: self.count.load(Ordering::Relaxed),
+            sum_secs: self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6,
+        }
+    }
+}
+
+/// What a relay knows about one destination now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DestinationState {
+    /// Its circuit breaker is open or half-open: the destination was found unavailable and is
+    /// only probed.
+    pub circuit_open: bool,
+    /// An operator paused it (`outbox_destination_pause`).
+    pub paused: bool,
+}
 
 /// Counters of what the relay did, readable while it runs (tests, metrics).
 #[derive(Debug, Default)]
@@ -27,6 +94,14 @@ pub struct RelayStats {
     pub lost_lease: AtomicU64,
     /// Store errors (claim or settle).
     pub store_errors: AtomicU64,
+    /// From a message's `created_at` (the commit, by the writer's or database's clock) to
+    /// its delivery being confirmed by a destination (by the relay's clock), per delivery.
+    pub commit_to_publish: Histogram,
+    /// Duration of each claim query.
+    pub claim_duration: Histogram,
+    /// Duration of each settlement write.
+    pub settle_duration: Histogram,
+    destinations: Mutex<BTreeMap<String, DestinationState>>,
 }
 
 impl RelayStats {
@@ -37,5 +112,35 @@ impl RelayStats {
     /// Reads a counter.
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
+    }
+
+    /// Every destination of the relay and its state, by name.
+    pub fn destinations(&self) -> Vec<(String, DestinationState)> {
+        let d = self.destinations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        d.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+
+    /// Updates one destination's state.
+    pub(crate) fn set_destination(&self, name: &str, update: impl FnOnce(&mut DestinationState)) {
+        let mut d = self.destinations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        update(d.entry(name.to_owned()).or_default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_histogram_counts_cumulatively_with_an_overflow_bucket() {
+        let h = Histogram::default();
+        for ms in [0, 1, 3, 700, 120_000] {
+            h.record(Duration::from_millis(ms));
+        }
+        let s = h.snapshot();
+        assert_eq!(s.count, 5);
+        assert!((s.sum_secs - 120.704).abs() < 1e-9, "{}", s.sum_secs);
+        let at = |bound: f64| s.cumulative[BUCKETS.iter().position(|b| *b == bound).unwrap()];
+        assert_eq!((at(0.0005), at(0.001), at(0.005), at(1.0), at(60.0)), (1, 2, 3, 4, 4));
     }
 }

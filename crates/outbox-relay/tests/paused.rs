@@ -271,3 +271,48 @@ async fn a_store_that_refuses_claims_is_retried_with_backoff() {
     assert!(waited >= Duration::from_millis(6300), "delivered {waited:?} after six refused claims");
     running.stop().await;
 }
+
+/// A destination paused by an operator gets nothing and its messages spend no attempt; other
+/// destinations go on; after the resume everything is delivered within the pause's wait.
+#[tokio::test(start_paused = true)]
+async fn a_paused_destination_holds_its_messages_without_spending_attempts() {
+    let store = MemoryStore::new();
+    let (held, other) = (TestTransport::new(), TestTransport::new());
+    let relay = Relay::builder(&store)
+        .config(config("r1"))
+        .destination(
+            Destination::new("held", Arc::new(held.clone())).retry(policy(2, Duration::from_millis(100))),
+        )
+        .destination(Destination::new("other", Arc::new(other.clone())))
+        .route(Route::new("orders", ["held"]))
+        .route(Route::new("stock", ["other"]))
+        .build()
+        .unwrap();
+    store.set_paused("held", true);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    let orders: Vec<_> =
+        (0..5).map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}"))).unwrap()).collect();
+    let stock = store.enqueue(&NewMessage::new("stock", "{}")).unwrap();
+
+    until("the other destination delivers", || status(&store, stock) == Status::Sent).await;
+    // A virtual minute paused: nothing offered, nothing failed, no attempt spent, although
+    // the retry policy allows two attempts only.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(held.received().len(), 0, "a paused destination is offered nothing");
+    for id in &orders {
+        let m = store.get(*id).unwrap();
+        assert_eq!((m.status, m.attempts), (Status::Pending, 0), "message {id}");
+    }
+
+    store.set_paused("held", false);
+    let resumed = Instant::now();
+    until("delivered after the resume", || orders.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+    let took = Instant::now() - resumed;
+    assert!(
+        took <= Duration::from_secs(7),
+        "delivered {took:?} after the resume (pause re-read 1 s, wait 5 s)"
+    );
+    stop.cancel();
+    task.await.unwrap();
+}

@@ -854,7 +854,16 @@ mod postgres_push {
         cfg.idle_interval = Duration::from_secs(60); // the scan cannot explain a fast delivery
         let relay = relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone())));
         let running = start(relay);
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The relay LISTENs before its first scan and marks itself idle after it: wait for the
+        // mark, so the NOTIFY below is sent and heard.
+        eventually("the relay is idle", || async {
+            let idle: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_relay_idle WHERE until > now()")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            idle == 1
+        })
+        .await;
         // A foreign application: plain SQL on its own connection, no in-process signal.
         let foreign = sqlx::PgPool::connect(&db.url).await.unwrap();
         sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', 'from python')")

@@ -9,7 +9,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Error, MessageId, OutboxMessage, Result, Status};
+use outbox_core::{Error, Headers, MessageId, OutboxMessage, Result, Status};
 use serde::{Deserialize, Serialize};
 
 mod shared;
@@ -146,6 +146,8 @@ pub struct ListFilter {
     pub biz_key: Option<String>,
     /// Only messages with this ordering key (`msg_key`).
     pub key: Option<String>,
+    /// Only messages whose `last_error` contains this text (`%` and `_` match themselves).
+    pub error: Option<String>,
     /// Only messages created at or after this instant.
     pub created_after: Option<DateTime<Utc>>,
     /// Only messages created before this instant.
@@ -164,6 +166,7 @@ impl Default for ListFilter {
             biz_type: None,
             biz_key: None,
             key: None,
+            error: None,
             created_after: None,
             created_before: None,
             after_id: None,
@@ -229,6 +232,147 @@ pub struct MessageDetail {
     pub deliveries: Vec<DeliveryRecord>,
 }
 
+/// Most failed messages one [`MessageAdmin::failure_groups`] call reads (most recent first).
+pub const MAX_FAILURE_SCAN: usize = 100_000;
+
+/// Most groups one [`FailureReport`] holds; failures of further causes are counted in
+/// [`FailureReport::ungrouped`].
+pub const MAX_FAILURE_GROUPS: usize = 1_000;
+
+/// Failed messages of one cause: the same topic, destination and error once ids and numbers
+/// are normalised away ([`outbox_core::failure`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureGroup {
+    /// Stable name of the group (16 hexadecimal characters), for acting on it.
+    pub id: String,
+    /// The messages' topic.
+    pub topic: String,
+    /// The destination that failed, from the error's `[destination]` prefix.
+    pub destination: Option<String>,
+    /// The normalised error.
+    pub cause: String,
+    /// Failed messages in the group (among those read).
+    pub count: u64,
+    /// The earliest time one of them was marked failed.
+    pub first_failed_at: DateTime<Utc>,
+    /// The latest time one of them was marked failed.
+    pub last_failed_at: DateTime<Utc>,
+    /// Up to five of its messages, the most recent first.
+    pub example_ids: Vec<MessageId>,
+    /// The most recent error of the group as stored.
+    pub example_error: Option<String>,
+}
+
+/// Failed messages grouped by cause ([`MessageAdmin::failure_groups`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailureReport {
+    /// The groups, the largest first (ties: the most recent failure first).
+    pub groups: Vec<FailureGroup>,
+    /// Failed messages read.
+    pub scanned: u64,
+    /// True when more failed messages exist than were read (the oldest were left out).
+    pub truncated: bool,
+    /// Failed messages read whose cause would have made a group beyond
+    /// [`MAX_FAILURE_GROUPS`].
+    pub ungrouped: u64,
+    /// Failed rows that could not be read (a row another program wrote badly); they are left
+    /// out of the groups and can be found with a search.
+    pub unreadable: u64,
+}
+
+/// What a bulk action ([`MessageAdmin::bulk`]) does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkAction {
+    /// Re-drive `failed` messages (as [`MessageAdmin::retry`] does one).
+    Retry,
+    /// Cancel `pending` and `failed` messages (as [`MessageAdmin::cancel`] does one).
+    Cancel,
+}
+
+impl BulkAction {
+    /// The statuses the action moves messages from.
+    pub const fn moves_from(self) -> &'static [Status] {
+        match self {
+            BulkAction::Retry => &[BULK_RETRY_FROM],
+            BulkAction::Cancel => &[Status::Pending, Status::Failed],
+        }
+    }
+
+    /// The action's name in errors.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BulkAction::Retry => "retry",
+            BulkAction::Cancel => "cancel",
+        }
+    }
+}
+
+/// Which messages a bulk action applies to. Only those in a status the action moves from
+/// ([`BulkAction::moves_from`]) are touched; the others are skipped, not refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Every message matching the filter (its `after_id` is honoured, its `limit` is not). A
+    /// `status` in the filter must be one the action moves from.
+    Filter(ListFilter),
+    /// These messages: 1 to [`MAX_BATCH`] ids.
+    Ids(Vec<MessageId>),
+    /// The messages of one failure group ([`FailureGroup::id`]) among the `scan` most recent
+    /// failed messages (1 to [`MAX_FAILURE_SCAN`]).
+    Group {
+        /// The group.
+        id: String,
+        /// How many failed messages to read to find its members.
+        scan: usize,
+    },
+}
+
+/// A destination an operator paused for every relay on the store ([`MessageAdmin::pause`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DestinationPause {
+    /// The destination (its name in the relay configuration).
+    pub destination: String,
+    /// Who paused it.
+    pub paused_by: String,
+    /// Why, as given.
+    pub reason: Option<String>,
+    /// When (database clock).
+    pub paused_at: DateTime<Utc>,
+}
+
+/// What an edit-and-resend changes in the copy ([`MessageAdmin::resend`]); what is not set is
+/// copied from the original.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MessageEdit {
+    /// A new topic.
+    pub topic: Option<String>,
+    /// A new payload.
+    pub payload: Option<String>,
+    /// A new ordering key.
+    pub key: Option<String>,
+    /// A new tag.
+    pub tag: Option<String>,
+    /// New headers (replacing the original's).
+    pub headers: Option<Headers>,
+}
+
+/// The result of an edit-and-resend: the original, now `cancelled`, and its copy.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resent {
+    /// The original as it is now: `cancelled`, its `last_error` naming the copy, its
+    /// `(biz_type, biz_key)` moved to the copy.
+    pub original: OutboxMessage,
+    /// The copy: a new message (new id, `pending`, due now) with header `outbox-resent-from`.
+    pub copy: OutboxMessage,
+}
+
+/// The header a resent copy carries: the id of the message it replaces.
+pub const RESENT_FROM: &str = "outbox-resent-from";
+
+/// Longest reason a pause records, in characters.
+pub const MAX_PAUSE_REASON: usize = 512;
+
 /// Operations on the outbox for people and tools (the `outbox` command's `status`, `list`,
 /// `show`, `retry`, `cancel` and `purge`, and the admin API). Implemented by
 /// `Outbox<Postgres | MySql | Sqlite>` and by `AnyOutbox`.
@@ -267,6 +411,52 @@ pub trait MessageAdmin: Send + Sync {
     /// delivery rows are cancelled too. A `sending` message is being published by a relay and
     /// is refused, like every other status, with [`Error::InvalidTransition`].
     fn cancel(&self, id: MessageId, actor: &str) -> impl Future<Output = Result<OutboxMessage>> + Send;
+
+    /// Failed messages grouped by cause, read from the `scan` most recently failed (1 to
+    /// [`MAX_FAILURE_SCAN`]).
+    fn failure_groups(&self, scan: usize) -> impl Future<Output = Result<FailureReport>> + Send;
+
+    /// Applies `action` to the selected messages in batches of at most 500, each its own short
+    /// transaction that re-checks each message's status; returns how many messages it moved.
+    /// With `dry_run`, changes nothing and returns how many messages it would move now.
+    /// Calls `progress` with the running total after each batch.
+    fn bulk(
+        &self,
+        action: BulkAction,
+        selection: &Selection,
+        actor: &str,
+        dry_run: bool,
+        progress: Progress<'_>,
+    ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Edit-and-resend: writes a copy of a `failed` message with `edit`
+    /// applied (a new id, due now, header [`RESENT_FROM`]) and cancels the original, pointing
+    /// its `last_error` at the copy, in one transaction. The original's `(biz_type, biz_key)`
+    /// moves to the copy, so a lookup by business key finds the live message.
+    /// [`Error::InvalidTransition`] from any other status, and when a destination already
+    /// received the original (fan-out): a copy would reach it twice under another id.
+    fn resend(
+        &self,
+        id: MessageId,
+        edit: &MessageEdit,
+        actor: &str,
+    ) -> impl Future<Output = Result<Resent>> + Send;
+
+    /// The destinations paused now, by name.
+    fn pauses(&self) -> impl Future<Output = Result<Vec<DestinationPause>>> + Send;
+
+    /// Pauses `destination` for every relay on this store: within about a second they hold its
+    /// messages (due again a few seconds later, no attempt spent) until [`Self::resume`].
+    /// Returns false when it was paused already (the first pause's record stays).
+    fn pause(
+        &self,
+        destination: &str,
+        actor: &str,
+        reason: Option<&str>,
+    ) -> impl Future<Output = Result<bool>> + Send;
+
+    /// Resumes a paused destination; returns false when it was not paused.
+    fn resume(&self, destination: &str, actor: &str) -> impl Future<Output = Result<bool>> + Send;
 
     /// Deletes finished messages (`sent`, `acked`, `cancelled`) whose last change is older than
     /// `older_than` (database clock, fixed when the call starts), `batch` rows per statement so
@@ -316,16 +506,63 @@ pub(crate) fn check_age(older_than: Duration) -> Result<i64> {
 /// The one status a bulk re-drive ([`MessageAdmin::retry_failed`]) moves messages from.
 pub(crate) const BULK_RETRY_FROM: Status = Status::Failed;
 
-/// Checks the filter of a bulk re-drive.
-pub(crate) fn check_retry_filter(filter: &ListFilter) -> Result<()> {
+/// The statuses a bulk action by `filter` moves messages from: the filter's own status, which
+/// must be one the action moves from, or all of those.
+pub(crate) fn bulk_statuses(action: BulkAction, filter: &ListFilter) -> Result<Vec<Status>> {
     match filter.status {
-        None => Ok(()),
-        Some(s) if s == BULK_RETRY_FROM => Ok(()),
+        None => Ok(action.moves_from().to_vec()),
+        Some(s) if action.moves_from().contains(&s) => Ok(vec![s]),
         Some(other) => Err(Error::InvalidArgument {
             name: "status",
-            reason: format!("a bulk retry re-drives failed messages only, not {other}"),
+            reason: format!(
+                "a bulk {} moves {} messages only, not {other}",
+                action.name(),
+                action.moves_from().iter().map(|s| s.as_str()).collect::<Vec<_>>().join(" or ")
+            ),
         }),
     }
+}
+
+/// Checks the ids of a bulk action.
+pub(crate) fn check_ids(ids: &[MessageId]) -> Result<()> {
+    if ids.is_empty() || ids.len() > MAX_BATCH {
+        return Err(Error::InvalidArgument {
+            name: "ids",
+            reason: format!("{} ids: a bulk action by id takes 1 to {MAX_BATCH}", ids.len()),
+        });
+    }
+    if let Some(bad) = ids.iter().find(|id| id.0 <= 0) {
+        return Err(Error::InvalidArgument { name: "ids", reason: format!("{} is not a message id", bad.0) });
+    }
+    Ok(())
+}
+
+/// Checks a destination name and a pause's reason.
+pub(crate) fn check_pause(destination: &str, reason: Option<&str>) -> Result<()> {
+    outbox_core::text::check_name(destination, 128)
+        .map_err(|reason| Error::InvalidArgument { name: "destination", reason })?;
+    match reason {
+        Some(r) if r.chars().count() > MAX_PAUSE_REASON || r.chars().any(char::is_control) => {
+            Err(Error::InvalidArgument {
+                name: "reason",
+                reason: format!("must be at most {MAX_PAUSE_REASON} characters without control characters"),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Checks how many failed messages a grouping reads.
+pub(crate) fn check_scan(scan: usize) -> Result<i64> {
+    if scan == 0 || scan > MAX_FAILURE_SCAN {
+        return Err(Error::InvalidArgument {
+            name: "scan",
+            reason: format!(
+                "{scan} is out of range: a grouping reads 1 to {MAX_FAILURE_SCAN} failed messages"
+            ),
+        });
+    }
+    Ok(i64::try_from(scan).unwrap_or(i64::MAX))
 }
 
 /// Reports progress if asked to.
@@ -361,7 +598,15 @@ mod tests {
         assert!(check_age(MAX_PURGE_AGE + Duration::from_secs(1)).is_err());
         assert_eq!(check_age(Duration::from_millis(1500)).unwrap(), 1_500_000);
         let f = ListFilter { status: Some(Status::Sent), ..ListFilter::default() };
-        assert!(check_retry_filter(&f).is_err());
+        assert!(bulk_statuses(BulkAction::Retry, &f).is_err());
+        let e = bulk_statuses(BulkAction::Cancel, &f).unwrap_err().to_string();
+        assert!(e.contains("pending or failed messages only, not sent"), "{e}");
+        let f = ListFilter { status: Some(Status::Pending), ..ListFilter::default() };
+        assert_eq!(bulk_statuses(BulkAction::Cancel, &f).unwrap(), vec![Status::Pending]);
+        assert_eq!(bulk_statuses(BulkAction::Retry, &ListFilter::default()).unwrap(), vec![Status::Failed]);
+        assert!(check_ids(&[]).is_err() && check_ids(&[MessageId(0)]).is_err());
+        assert!(check_ids(&vec![MessageId(1); MAX_BATCH + 1]).is_err());
+        assert!(check_scan(0).is_err() && check_scan(MAX_FAILURE_SCAN + 1).is_err());
     }
 
     #[test]

@@ -157,6 +157,11 @@ impl AnyOutbox {
         each!(self, o => o.signal())
     }
 
+    /// The connection pool's size and how many of its connections are idle.
+    pub fn pool_connections(&self) -> (u32, usize) {
+        each!(self, o => (o.pool().size(), o.pool().num_idle()))
+    }
+
     /// See [`Outbox::get`].
     pub async fn get(&self, id: outbox_core::MessageId) -> Result<Option<outbox_core::OutboxMessage>> {
         each!(self, o => o.get(id).await)
@@ -281,6 +286,12 @@ impl Wakeups for AnyOutbox {
     }
 }
 
+impl crate::relay::Pauses for AnyOutbox {
+    async fn paused_destinations(&self) -> Result<Vec<String>> {
+        each!(self, o => o.paused_destinations().await)
+    }
+}
+
 impl crate::admin::MessageAdmin for AnyOutbox {
     async fn stats(&self) -> Result<crate::admin::Stats> {
         each!(self, o => o.stats().await)
@@ -310,6 +321,42 @@ impl crate::admin::MessageAdmin for AnyOutbox {
 
     async fn cancel(&self, id: outbox_core::MessageId, actor: &str) -> Result<outbox_core::OutboxMessage> {
         each!(self, o => o.cancel(id, actor).await)
+    }
+
+    async fn resend(
+        &self,
+        id: outbox_core::MessageId,
+        edit: &crate::admin::MessageEdit,
+        actor: &str,
+    ) -> Result<crate::admin::Resent> {
+        each!(self, o => o.resend(id, edit, actor).await)
+    }
+
+    async fn pauses(&self) -> Result<Vec<crate::admin::DestinationPause>> {
+        each!(self, o => o.pauses().await)
+    }
+
+    async fn pause(&self, destination: &str, actor: &str, reason: Option<&str>) -> Result<bool> {
+        each!(self, o => o.pause(destination, actor, reason).await)
+    }
+
+    async fn resume(&self, destination: &str, actor: &str) -> Result<bool> {
+        each!(self, o => o.resume(destination, actor).await)
+    }
+
+    async fn failure_groups(&self, scan: usize) -> Result<crate::admin::FailureReport> {
+        each!(self, o => o.failure_groups(scan).await)
+    }
+
+    async fn bulk(
+        &self,
+        action: crate::admin::BulkAction,
+        selection: &crate::admin::Selection,
+        actor: &str,
+        dry_run: bool,
+        progress: crate::admin::Progress<'_>,
+    ) -> Result<u64> {
+        each!(self, o => o.bulk(action, selection, actor, dry_run, progress).await)
     }
 
     async fn purge(

@@ -35,8 +35,10 @@ pub mod sqlite;
 
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use admin::{
-    DeliveryRecord, DestinationCount, ListFilter, MessageAdmin, MessageDetail, Progress, Stats, StatusCount,
-    TopicCount, MAX_BATCH, MAX_LIST_LIMIT, MAX_PURGE_AGE,
+    BulkAction, DeliveryRecord, DestinationCount, DestinationPause, FailureGroup, FailureReport, ListFilter,
+    MessageAdmin, MessageDetail, MessageEdit, Progress, Resent, Selection, Stats, StatusCount, TopicCount,
+    MAX_BATCH, MAX_FAILURE_GROUPS, MAX_FAILURE_SCAN, MAX_LIST_LIMIT, MAX_PAUSE_REASON, MAX_PURGE_AGE,
+    RESENT_FROM,
 };
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use any::{redact_url, AnyLock, AnyOutbox, Dialect};
@@ -47,12 +49,12 @@ pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
     AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite, NoLocks,
-    RelayStore, RowLock, SettleReport, Settlement, Wakeups,
+    Pauses, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
 };
 pub use signal::{CommitSignal, Signalled};
 
 /// Highest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
 #[doc(hidden)]

@@ -298,6 +298,58 @@ macro_rules! suite {
                 db.drop_db().await;
             }
 
+            /// Failure groups, bulk actions by ids / filter / group with dry runs, destination
+            /// pauses and edit-and-resend, on this dialect (the admin API tests cover the HTTP
+            /// side on PostgreSQL and MariaDB).
+            #[tokio::test]
+            async fn groups_bulk_actions_pauses_and_resend() {
+                use outbox_store::{BulkAction, MessageEdit, Pauses, Selection};
+                let (db, outbox) = setup().await;
+                let ids = enqueue(&outbox, "t", 6).await;
+                for (i, id) in ids[..4].iter().enumerate() {
+                    let error = if i < 3 { format!("[k] timed out after {} ms", 5000 + i) } else { "[k] HTTP 400".into() };
+                    let sql = format!("UPDATE outbox_message SET status = 'failed', last_error = '{error}' WHERE id = {id}");
+                    assert_eq!(exec(&db.pool, &sql).await, 1);
+                }
+                let report = outbox.failure_groups(1000).await.unwrap();
+                assert_eq!((report.scanned, report.truncated, report.groups.len()), (4, false, 2), "{report:?}");
+                let top = &report.groups[0];
+                assert_eq!((top.count, top.cause.as_str(), top.destination.as_deref()), (3, "timed out after # ms", Some("k")));
+                let group = Selection::Group { id: top.id.clone(), scan: 1000 };
+                assert_eq!(outbox.bulk(BulkAction::Retry, &group, "ops", true, None).await.unwrap(), 3);
+                assert_eq!(outbox.stats().await.unwrap().failed, 4, "a dry run changes nothing");
+                assert_eq!(outbox.bulk(BulkAction::Retry, &group, "ops", false, None).await.unwrap(), 3);
+                assert_eq!(outbox.stats().await.unwrap().failed, 1);
+                // Ids: the pending ones are cancelled; a second time nothing is left to move.
+                let sel = Selection::Ids(vec![ids[4], ids[5]]);
+                assert_eq!(outbox.bulk(BulkAction::Cancel, &sel, "ops", false, None).await.unwrap(), 2);
+                assert_eq!(outbox.bulk(BulkAction::Cancel, &sel, "ops", true, None).await.unwrap(), 0);
+                let errors = Selection::Filter(ListFilter { error: Some("HTTP 4".into()), ..Default::default() });
+                assert_eq!(outbox.bulk(BulkAction::Retry, &errors, "ops", true, None).await.unwrap(), 1);
+                let wildcard = Selection::Filter(ListFilter { error: Some("%".into()), ..Default::default() });
+                assert_eq!(outbox.bulk(BulkAction::Retry, &wildcard, "ops", true, None).await.unwrap(), 0, "% is literal");
+
+                // Pauses: idempotent, visible to every relay through the table.
+                assert!(outbox.pause("k", "ops", Some("maintenance")).await.unwrap());
+                assert!(!outbox.pause("k", "ops", None).await.unwrap());
+                assert_eq!(outbox.paused_destinations().await.unwrap(), vec!["k".to_owned()]);
+                assert_eq!(outbox.pauses().await.unwrap()[0].reason.as_deref(), Some("maintenance"));
+                assert!(outbox.pause("bad\nname", "ops", None).await.is_err());
+                assert!(outbox.resume("k", "ops").await.unwrap());
+                assert!(!outbox.resume("k", "ops").await.unwrap());
+                assert!(outbox.paused_destinations().await.unwrap().is_empty());
+
+                // Resend: the failed one becomes a copy; the original cannot be resent twice.
+                let edit = MessageEdit { payload: Some("{\"fixed\":true}".into()), ..Default::default() };
+                let r = outbox.resend(ids[3], &edit, "ops").await.unwrap();
+                assert_eq!((r.original.status, r.copy.status), (Status::Cancelled, Status::Pending));
+                assert_eq!(r.copy.payload, "{\"fixed\":true}");
+                assert_eq!(r.copy.headers.get("outbox-resent-from"), Some(&ids[3].0.to_string()));
+                let err = outbox.resend(ids[3], &edit, "ops").await.unwrap_err();
+                assert!(matches!(err, Error::InvalidTransition { action: "resend", .. }), "{err:?}");
+                db.drop_db().await;
+            }
+
             #[tokio::test]
             async fn cancel_refuses_a_message_being_sent() {
                 let (db, outbox) = setup().await;

@@ -95,7 +95,8 @@ async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
          DROP CONSTRAINT outbox_message_well_formed, DROP CONSTRAINT outbox_message_last_error_bounded; \
          ALTER TABLE outbox_delivery DROP CONSTRAINT outbox_delivery_last_error_bounded; \
          DROP FUNCTION outbox_headers_ok(jsonb); DROP FUNCTION outbox_text_ok(text); \
-         DELETE FROM outbox_schema_migrations WHERE version = 5",
+         DROP TABLE outbox_destination_pause; \
+         DELETE FROM outbox_schema_migrations WHERE version >= 5",
     )
     .execute(&db.pool)
     .await
@@ -113,7 +114,7 @@ async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
                          VALUES ('t', 'p', 'failed', repeat('e', 70000)) RETURNING id")
     .await;
     let report = outbox.migrate().await.unwrap();
-    assert_eq!(report.applied, vec![5]);
+    assert_eq!(report.applied, vec![5, 6]);
     let m = outbox.get(outbox_store::MessageId(infinite)).await.unwrap().unwrap();
     assert_eq!(m.status, Status::Pending, "times repaired, still deliverable");
     assert!(m.created_at.timestamp() > 1_600_000_000 && m.created_at.timestamp() < 4_000_000_000);

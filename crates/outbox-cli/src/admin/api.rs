@@ -1,13 +1,17 @@
 //! The handlers of `/healthz`, `/readyz` and `/api/v1`.
 
-use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::body::Bytes;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use chrono::{DateTime, Utc};
 use outbox_core::text::printable;
 use outbox_core::{MessageId, Status};
-use outbox_store::{ListFilter, MessageAdmin, MAX_LIST_LIMIT};
+use outbox_store::{
+    BulkAction, ListFilter, MessageAdmin, MessageEdit, Selection, MAX_FAILURE_GROUPS, MAX_LIST_LIMIT,
+};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -16,6 +20,8 @@ use super::AdminState;
 
 /// Longest text filter accepted, in bytes.
 const MAX_FILTER_LEN: usize = 512;
+/// Failed messages a grouping reads unless asked otherwise.
+const DEFAULT_SCAN: usize = 10_000;
 /// Who an action is recorded as (`updated_by`).
 const ACTOR: &str = "admin-api";
 
@@ -89,8 +95,9 @@ pub(super) async fn relays(State(state): State<AdminState>) -> Json<serde_json::
     Json(json!({ "relays": relays }))
 }
 
-/// The search filters of `GET /api/v1/stores/{store}/messages`.
-#[derive(Debug, Deserialize)]
+/// The search filters of `GET /api/v1/stores/{store}/messages`, also the `filter` of a bulk
+/// action.
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
     status: Option<Status>,
@@ -98,9 +105,35 @@ pub(super) struct ListQuery {
     key: Option<String>,
     biz_type: Option<String>,
     biz_key: Option<String>,
+    /// Text the last error contains.
+    error: Option<String>,
+    created_after: Option<DateTime<Utc>>,
+    created_before: Option<DateTime<Utc>>,
     /// Keyset cursor: the `next_after_id` of the previous page.
     after_id: Option<i64>,
     limit: Option<usize>,
+}
+
+impl ListQuery {
+    /// The store's filter, every text bounded.
+    fn into_filter(self) -> Result<ListFilter, Problem> {
+        let limit = self.limit.unwrap_or(100);
+        if limit == 0 || limit > MAX_LIST_LIMIT {
+            return Err(Problem::bad_request(format!("limit {limit} is out of range 1..={MAX_LIST_LIMIT}")));
+        }
+        Ok(ListFilter {
+            status: self.status,
+            topic: bounded("topic", self.topic)?,
+            key: bounded("key", self.key)?,
+            biz_type: bounded("biz_type", self.biz_type)?,
+            biz_key: bounded("biz_key", self.biz_key)?,
+            error: bounded("error", self.error)?,
+            created_after: self.created_after,
+            created_before: self.created_before,
+            after_id: self.after_id.map(MessageId),
+            limit,
+        })
+    }
 }
 
 fn bounded(name: &str, v: Option<String>) -> Result<Option<String>, Problem> {
@@ -121,23 +154,124 @@ pub(super) async fn list(
     let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
     let Query(q) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
     let s = state.store(&store)?;
-    let limit = q.limit.unwrap_or(100);
-    if limit == 0 || limit > MAX_LIST_LIMIT {
-        return Err(Problem::bad_request(format!("limit {limit} is out of range 1..={MAX_LIST_LIMIT}")));
-    }
-    let filter = ListFilter {
-        status: q.status,
-        topic: bounded("topic", q.topic)?,
-        key: bounded("key", q.key)?,
-        biz_type: bounded("biz_type", q.biz_type)?,
-        biz_key: bounded("biz_key", q.biz_key)?,
-        after_id: q.after_id.map(MessageId),
-        limit,
-        ..ListFilter::default()
-    };
+    let filter = q.into_filter()?;
     let page = s.outbox.list(&filter).await?;
-    let next = if page.len() == limit { page.last().map(|m| m.id.0) } else { None };
+    let next = if page.len() == filter.limit { page.last().map(|m| m.id.0) } else { None };
     Ok(Json(json!({ "messages": page, "next_after_id": next })).into_response())
+}
+
+/// Throughput and backlog over the last hour: one point per backlog sample.
+pub(super) async fn history(
+    State(state): State<AdminState>,
+    store: Result<Path<String>, PathRejection>,
+) -> Result<Response, Problem> {
+    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let s = state.store(&store)?;
+    Ok(Json(json!({ "store": s.name, "points": state.metrics.history.points(&s.name) })).into_response())
+}
+
+/// The parameters of `GET /api/v1/stores/{store}/failures`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FailuresQuery {
+    /// How many of the most recently failed messages to read (default 10,000).
+    scan: Option<usize>,
+    /// How many groups to return, the largest first (default 100, at most 1,000).
+    limit: Option<usize>,
+}
+
+/// Failed messages grouped by cause, the largest group first.
+pub(super) async fn failures(
+    State(state): State<AdminState>,
+    store: Result<Path<String>, PathRejection>,
+    query: Result<Query<FailuresQuery>, QueryRejection>,
+) -> Result<Response, Problem> {
+    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let Query(q) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let limit = q.limit.unwrap_or(100);
+    if limit == 0 || limit > MAX_FAILURE_GROUPS {
+        return Err(Problem::bad_request(format!("limit {limit} is out of range 1..={MAX_FAILURE_GROUPS}")));
+    }
+    let mut report = state.store(&store)?.outbox.failure_groups(q.scan.unwrap_or(DEFAULT_SCAN)).await?;
+    let total = report.groups.len();
+    report.groups.truncate(limit);
+    Ok(Json(json!({
+        "groups": report.groups,
+        "groups_total": total,
+        "scanned": report.scanned,
+        "truncated": report.truncated,
+        "ungrouped": report.ungrouped,
+        "unreadable": report.unreadable,
+    }))
+    .into_response())
+}
+
+/// The body of `POST /api/v1/stores/{store}/bulk/{retry|cancel}`: exactly one of `filter`,
+/// `ids` and `group`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct BulkBody {
+    /// Every message matching these search filters (`limit` does not apply).
+    filter: Option<ListQuery>,
+    /// These messages.
+    ids: Option<Vec<i64>>,
+    /// The messages of this failure group (its `id` in `GET .../failures`).
+    group: Option<String>,
+    /// With `group`: how many of the most recently failed messages to search (default 10,000).
+    scan: Option<usize>,
+    /// Count what the action would move, change nothing.
+    #[serde(default)]
+    dry_run: bool,
+}
+
+impl BulkBody {
+    fn into_selection(self) -> Result<(Selection, bool), Problem> {
+        let selection = match (self.filter, self.ids, self.group) {
+            (Some(f), None, None) => {
+                if f.limit.is_some() {
+                    return Err(Problem::bad_request("filter.limit does not apply to a bulk action"));
+                }
+                Selection::Filter(f.into_filter()?)
+            }
+            (None, Some(ids), None) => Selection::Ids(ids.into_iter().map(MessageId).collect()),
+            (None, None, Some(group)) => {
+                if group.len() != 16 || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(Problem::bad_request(format!(
+                        "group {:?} is not a group id (16 hexadecimal characters)",
+                        printable(&group, 64)
+                    )));
+                }
+                Selection::Group { id: group.to_ascii_lowercase(), scan: self.scan.unwrap_or(DEFAULT_SCAN) }
+            }
+            _ => return Err(Problem::bad_request("give exactly one of filter, ids and group")),
+        };
+        if self.scan.is_some() && !matches!(selection, Selection::Group { .. }) {
+            return Err(Problem::bad_request("scan applies to a group only"));
+        }
+        Ok((selection, self.dry_run))
+    }
+}
+
+/// Retries (re-drives failed) or cancels (pending and failed) many messages at once.
+pub(super) async fn bulk(
+    State(state): State<AdminState>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Json<BulkBody>, JsonRejection>,
+) -> Result<Response, Problem> {
+    let Path((store, action)) = p.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let action = match action.as_str() {
+        "retry" => BulkAction::Retry,
+        "cancel" => BulkAction::Cancel,
+        _ => return Err(Problem::not_found("no such bulk action: retry or cancel")),
+    };
+    let Json(body) = body.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let (selection, dry_run) = body.into_selection()?;
+    let outbox = &state.store(&store)?.outbox;
+    let count = outbox.bulk(action, &selection, ACTOR, dry_run, None).await?;
+    if !dry_run {
+        tracing::info!(store = %printable(&store, 64), action = action.name(), count, "Admin API bulk action");
+    }
+    Ok(Json(json!({ "action": action, "dry_run": dry_run, "count": count })).into_response())
 }
 
 fn message_path(p: Result<Path<(String, String)>, PathRejection>) -> Result<(String, MessageId), Problem> {
@@ -175,6 +309,34 @@ pub(super) async fn cancel(
     act(&state, p, Action::Cancel).await
 }
 
+/// Edit-and-resend: a copy with the body's changes (`topic`, `payload`, `key`, `tag`,
+/// `headers`; all optional), the original cancelled and pointing at it. Refused (403) unless
+/// `[admin] allow_resend = true`.
+pub(super) async fn resend(
+    State(state): State<AdminState>,
+    p: Result<Path<(String, String)>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    let (store, id) = message_path(p)?;
+    if !state.resend {
+        return Err(Problem::new(
+            StatusCode::FORBIDDEN,
+            "edit-and-resend is disabled; set [admin] allow_resend = true to enable it",
+        ));
+    }
+    let edit: MessageEdit = if body.iter().all(u8::is_ascii_whitespace) {
+        MessageEdit::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| Problem::bad_request(format!("body: {e}")))?
+    };
+    let resent = state.store(&store)?.outbox.resend(id, &edit, ACTOR).await?;
+    tracing::info!(
+        store = %printable(&store, 64), message_id = id.0, copy_id = resent.copy.id.0,
+        "Admin API: message resent as a copy"
+    );
+    Ok(Json(resent).into_response())
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Action {
     Retry,
@@ -194,6 +356,62 @@ async fn act(
     };
     tracing::info!(store = %printable(&store, 64), message_id = id.0, ?action, "Admin API action");
     Ok(Json(m).into_response())
+}
+
+/// The destinations this relay publishes to, and which of them are paused on a store.
+pub(super) async fn destinations(
+    State(state): State<AdminState>,
+    store: Result<Path<String>, PathRejection>,
+) -> Result<Response, Problem> {
+    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let pauses = state.store(&store)?.outbox.pauses().await?;
+    let list: Vec<_> = state
+        .destinations
+        .iter()
+        .map(|d| {
+            let pause = pauses.iter().find(|p| p.destination == d.name);
+            json!({ "name": d.name, "paused": pause.is_some(), "pause": pause })
+        })
+        .collect();
+    // Paused names no destination here has (another relay's, or a typo made by hand).
+    let others: Vec<_> =
+        pauses.iter().filter(|p| !state.destinations.iter().any(|d| d.name == p.destination)).collect();
+    Ok(Json(json!({ "destinations": list, "other_pauses": others })).into_response())
+}
+
+/// The optional body of a pause.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PauseBody {
+    reason: Option<String>,
+}
+
+/// Pauses or resumes a destination for every relay on the store.
+pub(super) async fn pause(
+    State(state): State<AdminState>,
+    p: Result<Path<(String, String, String)>, PathRejection>,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    let Path((store, destination, action)) = p.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let outbox = &state.store(&store)?.outbox;
+    if !state.destinations.iter().any(|d| d.name == destination) {
+        return Err(Problem::not_found(format!("no destination named {:?}", printable(&destination, 128))));
+    }
+    let changed = match action.as_str() {
+        "pause" => {
+            let body: PauseBody = if body.iter().all(u8::is_ascii_whitespace) {
+                PauseBody::default()
+            } else {
+                serde_json::from_slice(&body).map_err(|e| Problem::bad_request(format!("body: {e}")))?
+            };
+            outbox.pause(&destination, ACTOR, body.reason.as_deref()).await?
+        }
+        "resume" => outbox.resume(&destination, ACTOR).await?,
+        _ => return Err(Problem::not_found("no such destination action: pause or resume")),
+    };
+    let paused = action == "pause";
+    tracing::info!(store = %printable(&store, 64), destination = %destination, paused, changed, "Admin API: destination");
+    Ok(Json(json!({ "destination": destination, "paused": paused, "changed": changed })).into_response())
 }
 
 pub(super) async fn not_found() -> Problem {

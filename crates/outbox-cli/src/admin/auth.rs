@@ -56,7 +56,8 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 /// The role a request needs: probes none, reads `Read`, anything else `Admin`.
 fn needed(method: &Method, path: &str) -> Option<Role> {
     match path {
-        "/healthz" | "/readyz" => None,
+        // The probes, and the dashboard's static files (no data; the page asks for a token).
+        "/healthz" | "/readyz" | "/" | "/ui/" | "/ui/app.js" | "/ui/app.css" => None,
         _ if method == Method::GET || method == Method::HEAD => Some(Role::Read),
         _ => Some(Role::Admin),
     }

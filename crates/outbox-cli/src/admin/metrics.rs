@@ -7,6 +7,7 @@
 //! status, destination; never a message id, key or topic.
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::sync::Mutex;
 
 use axum::extract::State;
@@ -14,9 +15,10 @@ use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 use outbox_core::text::printable;
-use outbox_relay::RelayStats;
+use outbox_relay::{Histogram, RelayStats, BUCKETS};
 use outbox_store::MessageAdmin;
 
+use super::history::History;
 use super::{AdminState, StoreHandle};
 
 /// The listener's recorder and what the last backlog sample labelled.
@@ -25,13 +27,15 @@ pub(super) struct Metrics {
     handle: PrometheusHandle,
     /// (store, destination, status) labels set by the previous sample: set to 0 when gone.
     seen: Mutex<BTreeSet<(String, String, String)>>,
+    /// The samples of the last hour.
+    pub(super) history: History,
 }
 
 impl Metrics {
     pub(super) fn new() -> Self {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        Metrics { recorder, handle, seen: Mutex::new(BTreeSet::new()) }
+        Metrics { recorder, handle, seen: Mutex::new(BTreeSet::new()), history: History::default() }
     }
 
     /// Reads every store's counts into the backlog gauges (a store that fails keeps its last
@@ -50,6 +54,7 @@ impl Metrics {
                     continue;
                 }
             };
+            self.history.record(&s.name, &s.stats, &stats, chrono::Utc::now());
             metrics::with_local_recorder(&self.recorder, || {
                 for c in &stats.by_status {
                     metrics::gauge!("outbox_messages", "store" => s.name.clone(), "status" => c.status.as_str())
@@ -81,11 +86,35 @@ impl Metrics {
         *seen = now_seen;
     }
 
-    /// The relays' counters, as they are now.
+    /// The relays' counters and destination states, and the pools, as they are now.
     fn record_counters(&self, stores: &[StoreHandle]) {
         metrics::with_local_recorder(&self.recorder, || {
             for s in stores {
                 let st = &s.stats;
+                for (name, d) in st.destinations() {
+                    let flag = |b: bool| if b { 1.0 } else { 0.0 };
+                    metrics::gauge!(
+                        "outbox_destination_circuit_open", "store" => s.name.clone(), "destination" => name.clone()
+                    )
+                    .set(flag(d.circuit_open));
+                    metrics::gauge!("outbox_destination_paused", "store" => s.name.clone(), "destination" => name)
+                        .set(flag(d.paused));
+                }
+                let (size, idle) = s.outbox.pool_connections();
+                metrics::gauge!("outbox_pool_connections", "store" => s.name.clone(), "state" => "idle")
+                    .set(idle as f64);
+                metrics::gauge!("outbox_pool_connections", "store" => s.name.clone(), "state" => "in_use")
+                    .set((size as usize).saturating_sub(idle) as f64);
+                // The shares seed 003 asks for: claimed on a wake-up rather than by the scan
+                // (the fast path), and failed for good among the messages finished.
+                let claimed = RelayStats::get(&st.claimed);
+                let on_scan = RelayStats::get(&st.claimed_on_scan);
+                let fast = if claimed == 0 { 1.0 } else { 1.0 - on_scan as f64 / claimed as f64 };
+                metrics::gauge!("outbox_fast_path_ratio", "store" => s.name.clone()).set(fast);
+                let failed = RelayStats::get(&st.failed);
+                let finished = RelayStats::get(&st.delivered) + failed;
+                let exhausted = if finished == 0 { 0.0 } else { failed as f64 / finished as f64 };
+                metrics::gauge!("outbox_failed_ratio", "store" => s.name.clone()).set(exhausted);
                 let counters: [(&'static str, &std::sync::atomic::AtomicU64); 9] = [
                     ("outbox_claims_total", &st.claims),
                     ("outbox_messages_claimed_total", &st.claimed),
@@ -105,10 +134,54 @@ impl Metrics {
     }
 }
 
+/// Which histogram of a relay.
+type Which = fn(&RelayStats) -> &Histogram;
+
+/// The relays' histograms: (name, help, which one).
+const HISTOGRAMS: [(&str, &str, Which); 3] = [
+    (
+        "outbox_commit_to_publish_seconds",
+        "From a message's created_at to its delivery confirmed by a destination.",
+        |s| &s.commit_to_publish,
+    ),
+    ("outbox_claim_duration_seconds", "Duration of each claim query.", |s| &s.claim_duration),
+    ("outbox_settle_duration_seconds", "Duration of each settlement write.", |s| &s.settle_duration),
+];
+
+/// A label value escaped for the exposition format (backslash, double quote, line feed).
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// The relays' histograms in the exposition format, written here: the exporter records
+/// single observations, and the relay keeps its buckets itself (lock-free, always on).
+fn histograms(stores: &[StoreHandle]) -> String {
+    let mut out = String::new();
+    for (name, help, which) in HISTOGRAMS {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        for s in stores {
+            let h = which(&s.stats).snapshot();
+            let store = label(&s.name);
+            for (bound, n) in BUCKETS.iter().zip(&h.cumulative) {
+                let _ = writeln!(out, "{name}_bucket{{store=\"{store}\",le=\"{bound}\"}} {n}");
+            }
+            let _ = writeln!(out, "{name}_bucket{{store=\"{store}\",le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "{name}_sum{{store=\"{store}\"}} {}", h.sum_secs);
+            let _ = writeln!(out, "{name}_count{{store=\"{store}\"}} {}", h.count);
+        }
+    }
+    out
+}
+
 /// The exposition text.
 pub(super) async fn render(State(state): State<AdminState>) -> Response {
     state.metrics.record_counters(&state.stores);
-    let mut r = state.metrics.handle.render().into_response();
+    let mut text = state.metrics.handle.render();
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(&histograms(&state.stores));
+    let mut r = text.into_response();
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
     r

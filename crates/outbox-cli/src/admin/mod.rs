@@ -5,14 +5,16 @@
 
 mod api;
 mod auth;
+mod history;
 mod metrics;
 mod problem;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, MethodRouter};
 use axum::Router;
 use outbox_core::Transport;
 use outbox_relay::RelayStats;
@@ -23,6 +25,8 @@ pub(crate) use auth::Tokens;
 
 /// Largest request body (the actions take small JSON documents or none).
 const MAX_BODY: usize = 64 * 1024;
+/// Largest body of an edit-and-resend (it may carry a payload).
+const MAX_RESEND_BODY: usize = 8 * 1024 * 1024;
 
 /// One store the relay serves, with its relay's counters.
 #[derive(Clone)]
@@ -48,6 +52,8 @@ pub(crate) struct AdminState {
     tokens: Option<Tokens>,
     metrics: Arc<metrics::Metrics>,
     probe_timeout: Duration,
+    /// `[admin] allow_resend`: edit-and-resend is refused (403) unless set.
+    resend: bool,
 }
 
 impl AdminState {
@@ -64,7 +70,15 @@ impl AdminState {
             tokens,
             metrics: Arc::new(metrics::Metrics::new()),
             probe_timeout: Duration::from_secs(3),
+            resend: false,
         }
+    }
+
+    /// Allows edit-and-resend (`[admin] allow_resend`).
+    #[must_use]
+    pub(crate) fn allow_resend(mut self, allow: bool) -> Self {
+        self.resend = allow;
+        self
     }
 
     /// Whether requests need a token.
@@ -92,18 +106,40 @@ impl AdminState {
     }
 }
 
+/// Every route and its handlers. `docs/openapi.json` documents each one (a test checks it
+/// both ways, and checks every response of the tests against the document).
+fn routes() -> Vec<(&'static str, MethodRouter<AdminState>)> {
+    vec![
+        ("/", get(ui::root)),
+        ("/ui/", get(ui::index)),
+        ("/ui/app.js", get(ui::script)),
+        ("/ui/app.css", get(ui::style)),
+        ("/healthz", get(api::healthz)),
+        ("/readyz", get(api::readyz)),
+        ("/metrics", get(metrics::render)),
+        ("/api/v1/stats", get(api::stats)),
+        ("/api/v1/relays", get(api::relays)),
+        ("/api/v1/stores/{store}/messages", get(api::list)),
+        ("/api/v1/stores/{store}/messages/{id}", get(api::show)),
+        ("/api/v1/stores/{store}/messages/{id}/retry", post(api::retry)),
+        ("/api/v1/stores/{store}/messages/{id}/cancel", post(api::cancel)),
+        (
+            "/api/v1/stores/{store}/messages/{id}/resend",
+            post(api::resend).layer(DefaultBodyLimit::max(MAX_RESEND_BODY)),
+        ),
+        ("/api/v1/stores/{store}/failures", get(api::failures)),
+        ("/api/v1/stores/{store}/history", get(api::history)),
+        ("/api/v1/stores/{store}/bulk/{action}", post(api::bulk)),
+        ("/api/v1/stores/{store}/destinations", get(api::destinations)),
+        ("/api/v1/stores/{store}/destinations/{name}/{action}", post(api::pause)),
+    ]
+}
+
 /// The router (tested without a server through `tower::ServiceExt::oneshot`).
 pub(crate) fn router(state: AdminState) -> Router {
-    Router::new()
-        .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
-        .route("/metrics", get(metrics::render))
-        .route("/api/v1/stats", get(api::stats))
-        .route("/api/v1/relays", get(api::relays))
-        .route("/api/v1/stores/{store}/messages", get(api::list))
-        .route("/api/v1/stores/{store}/messages/{id}", get(api::show))
-        .route("/api/v1/stores/{store}/messages/{id}/retry", post(api::retry))
-        .route("/api/v1/stores/{store}/messages/{id}/cancel", post(api::cancel))
+    routes()
+        .into_iter()
+        .fold(Router::new(), |r, (path, handlers)| r.route(path, handlers))
         .fallback(api::not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), auth::require))
         .layer(DefaultBodyLimit::max(MAX_BODY))

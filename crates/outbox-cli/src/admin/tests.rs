@@ -34,16 +34,119 @@ async fn call(
     uri: &str,
     token: Option<&str>,
 ) -> (StatusCode, String, String) {
-    let mut req = Request::builder().method(method).uri(uri);
+    send(state, method, uri, token, None).await
+}
+
+/// Sends one request with an optional JSON body.
+async fn send(
+    state: &AdminState,
+    method: Method,
+    uri: &str,
+    token: Option<&str>,
+    json_body: Option<&str>,
+) -> (StatusCode, String, String) {
+    let mut req = Request::builder().method(method.clone()).uri(uri);
     if let Some(t) = token {
         req = req.header(header::AUTHORIZATION, format!("Bearer {t}"));
     }
-    let resp = router(state.clone()).oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+    let body = match json_body {
+        Some(b) => {
+            req = req.header(header::CONTENT_TYPE, "application/json");
+            Body::from(b.to_owned())
+        }
+        None => Body::empty(),
+    };
+    let resp = router(state.clone()).oneshot(req.body(body).unwrap()).await.unwrap();
     let status = resp.status();
     let ctype =
         resp.headers().get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap().to_owned()).unwrap_or_default();
     let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
-    (status, ctype, String::from_utf8(body.to_vec()).unwrap())
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    conforms(&method, uri, status, &ctype, &body);
+    (status, ctype, body)
+}
+
+/// docs/openapi.json, which every answer in these tests must conform to.
+static CONTRACT: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| {
+    serde_json::from_str(include_str!("../../../../docs/openapi.json")).expect("docs/openapi.json is JSON")
+});
+
+/// Whether the concrete `path` fits the document's `template` (`{x}` fits any one segment).
+fn fits(template: &str, path: &str) -> bool {
+    let (t, p): (Vec<_>, Vec<_>) = (template.split('/').collect(), path.split('/').collect());
+    t.len() == p.len() && t.iter().zip(&p).all(|(t, p)| t == p || (t.starts_with('{') && t.ends_with('}')))
+}
+
+/// Checks one answer against docs/openapi.json: the operation, the status and the media type
+/// are documented, and a JSON body validates against the documented schema.
+fn conforms(method: &Method, uri: &str, status: StatusCode, ctype: &str, body: &str) {
+    let path = uri.split('?').next().unwrap();
+    let paths = CONTRACT["paths"].as_object().unwrap();
+    let Some((_, item)) = paths.iter().find(|(template, _)| fits(template, path)) else {
+        assert_eq!(status, StatusCode::NOT_FOUND, "{method} {path} is not in docs/openapi.json");
+        return;
+    };
+    let op = &item[method.as_str().to_ascii_lowercase()];
+    if op.is_null() {
+        assert!(
+            matches!(status.as_u16(), 404 | 405),
+            "{method} {path} is not in docs/openapi.json: {status}"
+        );
+        return;
+    }
+    let response = &op["responses"][status.as_str()];
+    assert!(!response.is_null(), "{method} {path}: {status} is not documented in docs/openapi.json");
+    if response.get("content").is_none() {
+        return; // documented without a body (the redirect)
+    }
+    let media = ctype.split(';').next().unwrap_or("").trim();
+    let schema = &response["content"][media]["schema"];
+    assert!(!schema.is_null(), "{method} {path}: {status} {media} is not documented in docs/openapi.json");
+    if schema["type"] == "string" {
+        return;
+    }
+    let instance: Value =
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{method} {uri}: not JSON ({e})"));
+    let mut root = schema.clone();
+    root["components"] = CONTRACT["components"].clone();
+    let validator = jsonschema::validator_for(&root).expect("the documented schema compiles");
+    let errors: Vec<String> =
+        validator.iter_errors(&instance).map(|e| format!("{e} at {}", e.instance_path())).collect();
+    assert!(errors.is_empty(), "{method} {uri} {status}: breaks docs/openapi.json: {errors:?}\n{body}");
+}
+
+/// Every route is documented and every documented operation is served (not the fallback).
+async fn the_document_and_the_routes_agree(s: &AdminState) {
+    let mut documented: Vec<&str> =
+        CONTRACT["paths"].as_object().unwrap().keys().map(String::as_str).collect();
+    let mut served: Vec<&str> = super::routes().into_iter().map(|(p, _)| p).collect();
+    documented.sort_unstable();
+    served.sort_unstable();
+    assert_eq!(documented, served, "docs/openapi.json and the router list different paths");
+    for (template, item) in CONTRACT["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let mut uri = template.clone();
+            for p in op["parameters"].as_array().into_iter().flatten().filter(|p| p["in"] == "path") {
+                let name = p["name"].as_str().unwrap();
+                // The last value of an enum (resume, cancel): harmless on this store.
+                let value = match p["schema"]["enum"].as_array() {
+                    Some(values) => values.last().unwrap().as_str().unwrap().to_owned(),
+                    None => match name {
+                        "store" => "main".to_owned(),
+                        "name" => "broker".to_owned(),
+                        _ => "1".to_owned(),
+                    },
+                };
+                uri = uri.replace(&format!("{{{name}}}"), &value);
+            }
+            let method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+            let (code, _, body) = send(s, method.clone(), &uri, Some(ADMIN), None).await;
+            assert!(
+                code != StatusCode::METHOD_NOT_ALLOWED && !body.contains("no such endpoint"),
+                "{method} {uri}: {code} {body}"
+            );
+        }
+    }
 }
 
 async fn json(state: &AdminState, method: Method, uri: &str, token: Option<&str>) -> (StatusCode, Value) {
@@ -51,25 +154,42 @@ async fn json(state: &AdminState, method: Method, uri: &str, token: Option<&str>
     (status, serde_json::from_str(&body).unwrap_or_else(|e| panic!("{uri}: not JSON ({e}): {body}")))
 }
 
+/// Enqueues one message of `topic`; returns its id.
+async fn enqueue(outbox: &AnyOutbox, topic: &str, i: usize) -> i64 {
+    let msg = NewMessage::new(topic, format!("{{\"n\":{i}}}"));
+    let id = match outbox {
+        AnyOutbox::Postgres(o) => o.enqueue(&msg).await,
+        AnyOutbox::MySql(o) => o.enqueue(&msg).await,
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    };
+    id.unwrap().id.0
+}
+
+/// Runs one statement; returns the rows it changed.
+async fn exec(outbox: &AnyOutbox, sql: &str) -> u64 {
+    let done = match outbox {
+        AnyOutbox::Postgres(o) => sqlx::query(sql).execute(o.pool()).await.map(|r| r.rows_affected()),
+        AnyOutbox::MySql(o) => sqlx::query(sql).execute(o.pool()).await.map(|r| r.rows_affected()),
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    };
+    done.unwrap()
+}
+
+/// Marks message `id` failed with `error`, as the relay would.
+async fn fail(outbox: &AnyOutbox, id: i64, error: &str) {
+    let sql = format!("UPDATE outbox_message SET status = 'failed', last_error = '{error}' WHERE id = {id}");
+    assert_eq!(exec(outbox, &sql).await, 1);
+}
+
 /// 5 messages: ids[1] and ids[3] failed by hand.
 async fn seed(outbox: &AnyOutbox) -> Vec<i64> {
     let mut ids = Vec::new();
     for i in 0..5 {
-        let msg = NewMessage::new("order.paid", format!("{{\"n\":{i}}}"));
-        let id = match outbox {
-            AnyOutbox::Postgres(o) => o.enqueue(&msg).await,
-            AnyOutbox::MySql(o) => o.enqueue(&msg).await,
-            _ => unreachable!("PostgreSQL and MariaDB only"),
-        };
-        ids.push(id.unwrap().id.0);
+        ids.push(enqueue(outbox, "order.paid", i).await);
     }
-    let fail = format!("UPDATE outbox_message SET status = 'failed' WHERE id IN ({}, {})", ids[1], ids[3]);
-    let done = match outbox {
-        AnyOutbox::Postgres(o) => sqlx::query(&fail).execute(o.pool()).await.map(|r| r.rows_affected()),
-        AnyOutbox::MySql(o) => sqlx::query(&fail).execute(o.pool()).await.map(|r| r.rows_affected()),
-        _ => unreachable!("PostgreSQL and MariaDB only"),
-    };
-    assert_eq!(done.unwrap(), 2);
+    for id in [ids[1], ids[3]] {
+        fail(outbox, id, "[broker] refused").await;
+    }
     ids
 }
 
@@ -139,6 +259,12 @@ async fn the_api_searches_pages_shows_and_acts(outbox: AnyOutbox) {
         assert_eq!(value(&series), stats.count(status) as f64, "{series}");
     }
     assert_eq!(value("outbox_messages_claimed_total{store=\"main\"}"), 0.0);
+    let (code, history) = json(&s, Method::GET, "/api/v1/stores/main/history", Some(READ)).await;
+    assert_eq!(code, StatusCode::OK);
+    let points = history["points"].as_array().unwrap();
+    assert_eq!(points.len(), 1, "one point per sample: {history}");
+    assert_eq!(points[0]["pending"], stats.count(Status::Pending) + stats.count(Status::Sending));
+    assert!(points[0]["delivered_per_sec"].is_null(), "no rate from a single point");
 
     // Readiness follows the destination.
     let (code, _) = json(&s, Method::GET, "/readyz", None).await;
@@ -147,6 +273,230 @@ async fn the_api_searches_pages_shows_and_acts(outbox: AnyOutbox) {
     let (code, p) = json(&s, Method::GET, "/readyz", None).await;
     assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(p["detail"], "not ready: destination broker");
+    t.set_down(false);
+    the_document_and_the_routes_agree(&s).await;
+}
+
+async fn bulk(s: &AdminState, action: &str, body: &str) -> (StatusCode, Value) {
+    let uri = format!("/api/v1/stores/main/bulk/{action}");
+    let (code, _, text) = send(s, Method::POST, &uri, Some(ADMIN), Some(body)).await;
+    (code, serde_json::from_str(&text).unwrap_or_else(|e| panic!("{body}: not JSON ({e}): {text}")))
+}
+
+async fn statuses(outbox: &AnyOutbox, ids: &[i64]) -> Vec<Status> {
+    let mut out = Vec::new();
+    for id in ids {
+        out.push(outbox.get(outbox_store::MessageId(*id)).await.unwrap().unwrap().status);
+    }
+    out
+}
+
+/// Failed messages grouped by cause (ids and numbers normalised away), then retried or
+/// cancelled by group, by filter and by ids, each with a dry run that counts and changes
+/// nothing; bad bodies are 400s.
+async fn failures_are_grouped_and_acted_on_in_bulk(outbox: AnyOutbox) {
+    let s = state(outbox.clone(), &TestTransport::new(), true);
+    let mut timeouts = Vec::new();
+    for i in 0..3 {
+        let id = enqueue(&outbox, "order.paid", i).await;
+        fail(
+            &outbox,
+            id,
+            &format!("[broker] publish of message {} timed out after {} ms", 20_000 + i, 5_000 + i),
+        )
+        .await;
+        timeouts.push(id);
+    }
+    let mut rejected = Vec::new();
+    for i in 0..2 {
+        let id = enqueue(&outbox, "order.paid", i).await;
+        fail(&outbox, id, "[broker] HTTP 400: schema mismatch").await;
+        rejected.push(id);
+    }
+    let stock = enqueue(&outbox, "stock", 0).await;
+    fail(&outbox, stock, "[broker] publish of message 30001 timed out after 5999 ms").await;
+    let pending = [enqueue(&outbox, "order.paid", 9).await, enqueue(&outbox, "stock", 9).await];
+
+    let (code, report) = json(&s, Method::GET, "/api/v1/stores/main/failures", Some(READ)).await;
+    assert_eq!(code, StatusCode::OK, "{report}");
+    assert_eq!((report["groups_total"].as_u64(), report["scanned"].as_u64()), (Some(3), Some(6)), "{report}");
+    assert_eq!(report["truncated"], false);
+    let top = &report["groups"][0];
+    assert_eq!(top["count"], 3, "{report}");
+    assert_eq!((top["topic"].as_str(), top["destination"].as_str()), (Some("order.paid"), Some("broker")));
+    assert_eq!(top["cause"], "publish of message # timed out after # ms");
+    let mut examples: Vec<i64> =
+        top["example_ids"].as_array().unwrap().iter().map(|v| v.as_i64().unwrap()).collect();
+    examples.sort_unstable();
+    assert_eq!(examples, timeouts);
+    let group = top["id"].as_str().unwrap().to_owned();
+    let (_, small) = json(&s, Method::GET, "/api/v1/stores/main/failures?scan=2&limit=1", Some(READ)).await;
+    assert_eq!((small["scanned"].as_u64(), small["truncated"].as_bool()), (Some(2), Some(true)), "{small}");
+    assert_eq!(small["groups"].as_array().unwrap().len(), 1);
+
+    // A group: the dry run counts and changes nothing, then the retry moves exactly it.
+    let body = format!("{{\"group\": \"{group}\", \"dry_run\": true}}");
+    let (code, r) = bulk(&s, "retry", &body).await;
+    assert_eq!(
+        (code, r["count"].as_u64(), r["dry_run"].as_bool()),
+        (StatusCode::OK, Some(3), Some(true)),
+        "{r}"
+    );
+    assert_eq!(statuses(&outbox, &timeouts).await, vec![Status::Failed; 3]);
+    let (code, r) = bulk(&s, "retry", &format!("{{\"group\": \"{group}\"}}")).await;
+    assert_eq!((code, r["count"].as_u64()), (StatusCode::OK, Some(3)), "{r}");
+    assert_eq!(statuses(&outbox, &timeouts).await, vec![Status::Pending; 3]);
+    assert_eq!(statuses(&outbox, &rejected).await, vec![Status::Failed; 2], "another group is untouched");
+    assert_eq!(statuses(&outbox, &[stock]).await, vec![Status::Failed], "another topic is another group");
+
+    // A filter: cancel moves pending and failed messages of the topic.
+    let (_, r) = bulk(&s, "cancel", r#"{"filter": {"topic": "stock"}, "dry_run": true}"#).await;
+    assert_eq!(r["count"], 2, "{r}");
+    let (_, r) = bulk(&s, "cancel", r#"{"filter": {"topic": "stock", "status": "failed"}}"#).await;
+    assert_eq!(r["count"], 1, "{r}");
+    assert_eq!(statuses(&outbox, &[stock, pending[1]]).await, vec![Status::Cancelled, Status::Pending]);
+    let (_, r) = bulk(&s, "retry", r#"{"filter": {"error": "HTTP 400"}}"#).await;
+    assert_eq!(r["count"], 2, "{r}");
+    assert_eq!(statuses(&outbox, &rejected).await, vec![Status::Pending; 2]);
+
+    // Ids: only those in a status the action moves from are counted and moved.
+    let body = format!("{{\"ids\": [{}, {}, {stock}]}}", pending[0], pending[1]);
+    let (_, r) = bulk(&s, "cancel", &body.replace('}', ", \"dry_run\": true}")).await;
+    assert_eq!(r["count"], 2, "the cancelled one is not counted: {r}");
+    let (_, r) = bulk(&s, "cancel", &body).await;
+    assert_eq!(r["count"], 2, "{r}");
+    assert_eq!(statuses(&outbox, &pending).await, vec![Status::Cancelled; 2]);
+
+    let (code, _, _) = send(&s, Method::POST, "/api/v1/stores/main/bulk/retry", Some(READ), Some("{}")).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    let garbage = [
+        ("retry", "", StatusCode::BAD_REQUEST),
+        ("retry", "{", StatusCode::BAD_REQUEST),
+        ("retry", "{}", StatusCode::BAD_REQUEST),
+        ("retry", r#"{"ids": [1], "group": "0123456789abcdef"}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"group": "not-a-group"}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"ids": []}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"ids": [0]}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"ids": [1], "scan": 5}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"filter": {"limit": 5}}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"filter": {"status": "sent"}}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"filter": {}, "bogus": 1}"#, StatusCode::BAD_REQUEST),
+        ("retry", r#"{"group": "0123456789abcdef", "scan": 0}"#, StatusCode::BAD_REQUEST),
+        ("explode", r#"{"ids": [1]}"#, StatusCode::NOT_FOUND),
+    ];
+    for (action, body, want) in garbage {
+        let (code, p) = bulk(&s, action, body).await;
+        assert_eq!(code, want, "{action} {body}: {p}");
+        assert!(!p["detail"].as_str().unwrap_or("").is_empty(), "{p}");
+    }
+    for uri in ["/api/v1/stores/main/failures?limit=0", "/api/v1/stores/main/failures?scan=100000000"] {
+        let (code, _) = json(&s, Method::GET, uri, Some(READ)).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{uri}");
+    }
+    destinations_pause_and_resume(&s, &outbox).await;
+    edit_and_resend(&s, &outbox).await;
+}
+
+/// Edit-and-resend: off unless configured, admin token only; the copy is a new pending message
+/// with the edit, the header naming the original and the business key; the original is
+/// cancelled, points at the copy, and cannot be resent twice.
+async fn edit_and_resend(closed: &AdminState, outbox: &AnyOutbox) {
+    let msg = NewMessage::new("order.paid", "{\"v\":1}").biz("order", "77").key("k77");
+    let id = match outbox {
+        AnyOutbox::Postgres(o) => o.enqueue(&msg).await,
+        AnyOutbox::MySql(o) => o.enqueue(&msg).await,
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    }
+    .unwrap()
+    .id
+    .0;
+    fail(outbox, id, "[broker] schema mismatch").await;
+    let uri = format!("/api/v1/stores/main/messages/{id}/resend");
+    let edit = r#"{"payload": "{\"v\":2}", "headers": {"fixed-by": "ops"}}"#;
+    let (code, _, _) = send(closed, Method::POST, &uri, Some(ADMIN), Some(edit)).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "off unless configured");
+    let open = closed.clone().allow_resend(true);
+    let (code, _, _) = send(&open, Method::POST, &uri, Some(READ), Some(edit)).await;
+    assert_eq!(code, StatusCode::FORBIDDEN, "admin token only");
+    let (code, _, _) = send(&open, Method::POST, &uri, Some(ADMIN), Some(r#"{"bogus": 1}"#)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+
+    let (code, _, body) = send(&open, Method::POST, &uri, Some(ADMIN), Some(edit)).await;
+    assert_eq!(code, StatusCode::OK, "{body}");
+    let r: Value = serde_json::from_str(&body).unwrap();
+    let (original, copy) = (&r["original"], &r["copy"]);
+    let copy_id = copy["id"].as_i64().unwrap();
+    assert_ne!(copy_id, id);
+    assert_eq!((original["status"].as_str(), copy["status"].as_str()), (Some("cancelled"), Some("pending")));
+    assert!(
+        original["last_error"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("resent as message {copy_id} by admin-api")),
+        "{original}"
+    );
+    assert_eq!(
+        (copy["payload"].as_str(), copy["topic"].as_str(), copy["key"].as_str()),
+        (Some("{\"v\":2}"), Some("order.paid"), Some("k77"))
+    );
+    assert_eq!(copy["headers"]["outbox-resent-from"], id.to_string());
+    assert_eq!(copy["headers"]["fixed-by"], "ops");
+    assert_eq!(
+        (copy["biz_type"].as_str(), copy["biz_key"].as_str()),
+        (Some("order"), Some("77")),
+        "the business key moved"
+    );
+    assert!(original["biz_key"].is_null());
+    let (code, _, body) = send(&open, Method::POST, &uri, Some(ADMIN), Some(edit)).await;
+    assert_eq!(code, StatusCode::CONFLICT, "resent once only: {body}");
+    assert!(body.contains("only failed messages"), "{body}");
+}
+
+/// A destination paused through the API is paused for every relay on the store (the row the
+/// relays read), with who and why; resumed likewise; repeated calls change nothing.
+async fn destinations_pause_and_resume(s: &AdminState, outbox: &AnyOutbox) {
+    use outbox_store::Pauses;
+    let act = |action: &'static str, body: Option<&'static str>| async move {
+        let uri = format!("/api/v1/stores/main/destinations/broker/{action}");
+        let (code, _, text) = send(s, Method::POST, &uri, Some(ADMIN), body).await;
+        (code, serde_json::from_str::<Value>(&text).unwrap())
+    };
+    let (code, list) = json(s, Method::GET, "/api/v1/stores/main/destinations", Some(READ)).await;
+    assert_eq!((code, &list["destinations"][0]["paused"]), (StatusCode::OK, &Value::Bool(false)), "{list}");
+    let (code, r) = act("pause", Some(r#"{"reason": "broker maintenance"}"#)).await;
+    assert_eq!((code, r["changed"].as_bool()), (StatusCode::OK, Some(true)), "{r}");
+    let (_, r) = act("pause", None).await;
+    assert_eq!(r["changed"], false, "already paused: {r}");
+    assert_eq!(outbox.paused_destinations().await.unwrap(), vec!["broker".to_owned()]);
+    let (_, list) = json(s, Method::GET, "/api/v1/stores/main/destinations", Some(READ)).await;
+    let d = &list["destinations"][0];
+    assert_eq!(
+        (d["paused"].as_bool(), d["pause"]["reason"].as_str()),
+        (Some(true), Some("broker maintenance"))
+    );
+    assert_eq!(d["pause"]["paused_by"], "admin-api");
+    let (_, r) = act("resume", None).await;
+    assert_eq!(r["changed"], true, "{r}");
+    let (_, r) = act("resume", None).await;
+    assert_eq!(r["changed"], false, "{r}");
+    assert!(outbox.paused_destinations().await.unwrap().is_empty());
+
+    let long = format!(r#"{{"reason": "{}"}}"#, "r".repeat(600));
+    let garbage = [
+        ("/api/v1/stores/main/destinations/nope/pause", None, StatusCode::NOT_FOUND),
+        ("/api/v1/stores/main/destinations/broker/explode", None, StatusCode::NOT_FOUND),
+        ("/api/v1/stores/main/destinations/broker/pause", Some("{oops"), StatusCode::BAD_REQUEST),
+        ("/api/v1/stores/main/destinations/broker/pause", Some(r#"{"why": 1}"#), StatusCode::BAD_REQUEST),
+        ("/api/v1/stores/main/destinations/broker/pause", Some(long.as_str()), StatusCode::BAD_REQUEST),
+    ];
+    for (uri, body, want) in garbage {
+        let (code, _, text) = send(s, Method::POST, uri, Some(ADMIN), body).await;
+        assert_eq!(code, want, "{uri} {body:?}: {text}");
+    }
+    let (code, _, _) =
+        send(s, Method::POST, "/api/v1/stores/main/destinations/broker/pause", Some(READ), None).await;
+    assert_eq!(code, StatusCode::FORBIDDEN);
+    assert!(outbox.paused_destinations().await.unwrap().is_empty(), "nothing paused by the refused calls");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -167,6 +517,24 @@ async fn mariadb() {
     db.drop_db().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_groups_on_postgres() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = AnyOutbox::Postgres(Outbox::new(db.pool.clone()));
+    outbox.migrate().await.unwrap();
+    failures_are_grouped_and_acted_on_in_bulk(outbox).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failure_groups_on_mariadb() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = AnyOutbox::MySql(Outbox::new(db.pool.clone()));
+    outbox.migrate().await.unwrap();
+    failures_are_grouped_and_acted_on_in_bulk(outbox).await;
+    db.drop_db().await;
+}
+
 /// 401 without or with a wrong token (problem+json, `WWW-Authenticate: Bearer`), 403 for the
 /// read token on an action; the probes are open; garbage is a 4xx problem, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -183,6 +551,19 @@ async fn tokens_and_garbage() {
     assert_eq!(code, StatusCode::FORBIDDEN);
     let (code, _, body) = call(&s, Method::GET, "/healthz", None).await;
     assert_eq!((code, body.as_str()), (StatusCode::OK, "ok\n"));
+    // The dashboard's files need no token and carry a strict CSP; they hold no data.
+    for (uri, ctype) in
+        [("/ui/", "text/html"), ("/ui/app.js", "text/javascript"), ("/ui/app.css", "text/css")]
+    {
+        let resp = router(s.clone()).oneshot(Request::get(uri).body(Body::empty()).unwrap()).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{uri}");
+        let h = resp.headers();
+        assert!(h[header::CONTENT_TYPE].to_str().unwrap().starts_with(ctype), "{uri}");
+        assert!(h[header::CONTENT_SECURITY_POLICY].to_str().unwrap().contains("script-src 'self'"), "{uri}");
+        assert_eq!(h[header::X_CONTENT_TYPE_OPTIONS], "nosniff");
+    }
+    let (code, _, _) = call(&s, Method::GET, "/", None).await;
+    assert_eq!(code, StatusCode::SEE_OTHER);
 
     let garbage = [
         ("/api/v1/stores/main/messages/abc", StatusCode::BAD_REQUEST),

@@ -22,6 +22,7 @@ pub(crate) async fn run(args: ListArgs) -> anyhow::Result<()> {
         biz_type: args.biz_type,
         biz_key: args.biz_key,
         key: args.key,
+        error: args.error,
         created_after: args.since,
         created_before: args.until,
         after_id: args.after_id.map(MessageId),

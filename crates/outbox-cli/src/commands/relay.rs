@@ -72,6 +72,17 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
         for r in &routes {
             builder = builder.route(r.clone());
         }
+        if let Some(dest) = &config.alerts.destination {
+            if let Some(d) = destinations.iter().find(|d| d.name == *dest) {
+                let alert = outbox_relay::TransportAlert::spawn(
+                    name.clone(),
+                    dest.clone(),
+                    d.transport.clone(),
+                    config.alerts.window,
+                );
+                builder = builder.alert(std::sync::Arc::new(alert));
+            }
+        }
         let relay = builder.build().with_context(|| format!("relay for store {name:?}"))?;
         tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Relaying");
         admin_stores.push(crate::admin::StoreHandle {
@@ -113,7 +124,8 @@ pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
             .iter()
             .map(|d| crate::admin::DestinationHandle { name: d.name.clone(), transport: d.transport.clone() })
             .collect();
-        let state = crate::admin::AdminState::new(admin_stores, dests, tokens);
+        let state =
+            crate::admin::AdminState::new(admin_stores, dests, tokens).allow_resend(admin.allow_resend);
         relays.push(tokio::spawn(state.clone().sample_backlog(admin.backlog_interval, stop.clone())));
         let limits =
             crate::ack_server::AckLimits { max_connections: admin.max_connections, ..Default::default() };

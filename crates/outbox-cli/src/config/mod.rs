@@ -50,10 +50,33 @@ pub(crate) struct Config {
     /// The admin listener (health probes, metrics, admin API); off unless the section is there.
     #[serde(default)]
     pub(crate) admin: Option<AdminSection>,
+    /// Where alerts of messages failed for good go besides the log.
+    #[serde(default)]
+    pub(crate) alerts: AlertsSection,
 }
 
-/// `[admin]`: health probes, Prometheus metrics and the admin API (docs/admin-api.md).
+/// `[alerts]`: every message failed for good is logged; with a `destination`, an alert also
+/// goes through that destination's transport (a webhook, a chat bridge, a topic), at most one
+/// per failure cause per `window` (docs/admin-api.md "Alerts").
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct AlertsSection {
+    /// A `[destinations.*]` name. Defaults to none (log only).
+    pub(crate) destination: Option<String>,
+    /// At most one alert per failure cause per window. Defaults to 5 min; 1 s to 1 day.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) window: Duration,
+}
+
+impl Default for AlertsSection {
+    fn default() -> Self {
+        AlertsSection { destination: None, window: Duration::from_secs(300) }
+    }
+}
+
+/// `[admin]`: health probes, Prometheus metrics and the admin API (docs/admin-api.md). Its
+/// `Debug` shows whether each token is set, never the token.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct AdminSection {
     /// Address of the admin listener. Defaults to `127.0.0.1:8098` (loopback). Any other
@@ -71,6 +94,10 @@ pub(crate) struct AdminSection {
     pub(crate) backlog_interval: Duration,
     /// Most connections open at once. Defaults to 64; 1 to 65,536.
     pub(crate) max_connections: usize,
+    /// Allow edit-and-resend (`POST .../messages/{id}/resend`): an operator with the admin
+    /// token may then publish a payload of their own under the original's business key.
+    /// Defaults to false.
+    pub(crate) allow_resend: bool,
 }
 
 impl Default for AdminSection {
@@ -81,12 +108,14 @@ impl Default for AdminSection {
             admin_token: None,
             backlog_interval: Duration::from_secs(15),
             max_connections: 64,
+            allow_resend: false,
         }
     }
 }
 
 /// `[ack]`: the endpoint consumers confirm deliveries on, for destinations with `ack = {...}`.
-#[derive(Debug, Deserialize)]
+/// Its `Debug` shows whether the secret is set, never the secret.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct AckSection {
     /// Address of the ACK endpoint. Defaults to `127.0.0.1:8099` (loopback).
@@ -109,6 +138,41 @@ pub(crate) struct AckSection {
     /// has not arrived by then is answered 408. Defaults to 10 s; at most 5 min.
     #[serde(with = "outbox_core::duration")]
     pub(crate) request_timeout: Duration,
+}
+
+/// How a secret appears in `Debug` output: whether it is set, never its value.
+fn shown_secret(s: &Option<String>) -> &'static str {
+    if s.is_some() {
+        "Some(<redacted>)"
+    } else {
+        "None"
+    }
+}
+
+impl std::fmt::Debug for AdminSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AdminSection")
+            .field("listen", &self.listen)
+            .field("read_token", &format_args!("{}", shown_secret(&self.read_token)))
+            .field("admin_token", &format_args!("{}", shown_secret(&self.admin_token)))
+            .field("backlog_interval", &self.backlog_interval)
+            .field("max_connections", &self.max_connections)
+            .field("allow_resend", &self.allow_resend)
+            .finish()
+    }
+}
+
+impl std::fmt::Debug for AckSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckSection")
+            .field("listen", &self.listen)
+            .field("secret", &format_args!("{}", shown_secret(&self.secret)))
+            .field("token_ttl", &self.token_ttl)
+            .field("max_connections", &self.max_connections)
+            .field("header_timeout", &self.header_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
 }
 
 impl Default for AckSection {

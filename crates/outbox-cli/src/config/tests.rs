@@ -395,3 +395,30 @@ fn the_admin_listener_needs_tokens_off_loopback() {
     let e = err(&format!("{GOOD}\n[admin]\nlisten = \"not an address\"\n"));
     assert!(e.contains("admin.listen"), "{e}");
 }
+
+#[test]
+fn debug_output_never_shows_a_token_or_secret() {
+    let file = format!(
+        "{GOOD}\n[admin]\nread_token = \"r123456789abcdefXYZ\"\nadmin_token = \"a123456789abcdefXYZ\"\n\
+         [ack]\nsecret = \"s123456789abcdefXYZ\"\n"
+    );
+    let c = parse(&file).unwrap();
+    let shown = format!("{:?} {:?}", c.admin, c.ack);
+    for secret in ["r123456789abcdefXYZ", "a123456789abcdefXYZ", "s123456789abcdefXYZ"] {
+        assert!(!shown.contains(secret), "{shown}");
+    }
+    assert!(
+        shown.contains("read_token: Some(<redacted>)") && shown.contains("secret: Some(<redacted>)"),
+        "{shown}"
+    );
+}
+
+#[test]
+fn alerts_name_a_destination_and_a_bounded_window() {
+    let c = parse(&format!("{GOOD}\n[alerts]\ndestination = \"hook\"\nwindow = \"10m\"\n")).unwrap();
+    assert_eq!((c.alerts.destination.as_deref(), c.alerts.window), (Some("hook"), Duration::from_secs(600)));
+    let e = err(&format!("{GOOD}\n[alerts]\ndestination = \"nope\"\n"));
+    assert!(e.contains("alerts.destination") && e.contains("not a [destinations.*] name"), "{e}");
+    let e = err(&format!("{GOOD}\n[alerts]\ndestination = \"hook\"\nwindow = \"0s\"\n"));
+    assert!(e.contains("alerts.window"), "{e}");
+}

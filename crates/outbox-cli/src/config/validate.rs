@@ -129,6 +129,17 @@ impl Config {
         if let Some(admin) = &self.admin {
             admin.check().map_err(|(key, msg)| err(key, msg))?;
         }
+        if let Some(d) = &self.alerts.destination {
+            if !self.destinations.contains_key(d) {
+                return Err(err(
+                    "alerts.destination",
+                    format!("{:?} is not a [destinations.*] name", shown(d)),
+                ));
+            }
+        }
+        if self.alerts.window < Duration::from_secs(1) || self.alerts.window > Duration::from_secs(86_400) {
+            return Err(err("alerts.window", "must be between 1s and 1d".into()));
+        }
         if self.stores.is_empty() {
             return Err(err("stores", "is empty: add at least one [[stores]] with a name and url".into()));
         }

@@ -11,8 +11,8 @@ use std::time::Duration;
 use chrono::Utc;
 use outbox_core::{Error, MessageId, NewMessage, OutboxMessage, Result, Status};
 use outbox_store::{
-    AckOutcome, Acks, ClaimMode, Claimed, Claims, CommitSignal, DeliveryState, Hold, NoLocks, SettleReport,
-    Settlement, Signalled, Wakeups,
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, CommitSignal, DeliveryState, Hold, NoLocks, Pauses,
+    SettleReport, Settlement, Signalled, Wakeups,
 };
 use tokio::time::Instant;
 
@@ -43,6 +43,7 @@ struct Mem {
     refuse_claims: u32,
     claims: u64,
     settlements: u64,
+    paused: std::collections::BTreeSet<String>,
 }
 
 /// A store held in memory. Clones share state.
@@ -64,6 +65,16 @@ impl MemoryStore {
 
     fn mem(&self) -> MutexGuard<'_, Mem> {
         self.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Pauses or resumes `destination`, as an operator would through the admin API.
+    pub fn set_paused(&self, destination: &str, paused: bool) {
+        let mut mem = self.mem();
+        if paused {
+            mem.paused.insert(destination.to_owned());
+        } else {
+            mem.paused.remove(destination);
+        }
     }
 
     /// Enqueues a message (validated as the SQL stores do) and wakes the relay, as a commit
@@ -380,5 +391,11 @@ impl Wakeups for MemoryStore {
 
     async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
         Ok(None)
+    }
+}
+
+impl Pauses for MemoryStore {
+    async fn paused_destinations(&self) -> Result<Vec<String>> {
+        Ok(self.mem().paused.iter().cloned().collect())
     }
 }

@@ -2,18 +2,24 @@
 //! decoding) lives here; each dialect's `admin.rs` gives only its SQL and the few steps its
 //! database does its own way ([`AdminSql`]).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_core::{Error, MessageId, OutboxMessage, Result, Status};
+use futures::TryStreamExt as _;
+use outbox_core::failure::{cause_of, group_id};
+use outbox_core::text::printable;
+use outbox_core::{Error, MessageId, NewMessage, OutboxMessage, Result, Status};
 use sqlx::{
     Arguments, ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Row, Transaction, Type,
 };
 
 use super::{
-    check_actor, check_age, check_batch, check_retry_filter, refused, report, DeliveryRecord,
-    DestinationCount, ListFilter, MessageDetail, Progress, Stats, TopicCount, BULK_RETRY_FROM,
+    bulk_statuses, check_actor, check_age, check_batch, check_ids, check_pause, check_scan, refused, report,
+    BulkAction, DeliveryRecord, DestinationCount, DestinationPause, FailureGroup, FailureReport, ListFilter,
+    MessageDetail, MessageEdit, Progress, Resent, Selection, Stats, TopicCount, BULK_RETRY_FROM,
+    MAX_FAILURE_GROUPS, RESENT_FROM,
 };
 use crate::common::{get, parse_status, At, Cells};
 use crate::error::db;
@@ -23,6 +29,13 @@ const BY_STATUS: &str = "SELECT status, COUNT(*) AS n FROM outbox_message GROUP 
 const BY_TOPIC: &str = "SELECT topic, status, COUNT(*) AS n FROM outbox_message GROUP BY topic, status";
 const BY_DESTINATION: &str =
     "SELECT destination, status, COUNT(*) AS n FROM outbox_delivery GROUP BY destination, status";
+/// The failed messages, most recently failed first (the `(status, updated_at)` index).
+const FAILED: &str = "SELECT id, topic, last_error, updated_at FROM outbox_message \
+    WHERE status = 'failed' ORDER BY updated_at DESC, id DESC LIMIT ";
+const PAUSES: &str =
+    "SELECT destination, paused_by, reason, paused_at FROM outbox_destination_pause ORDER BY destination";
+/// Messages one transaction of a bulk action moves at most.
+const BULK_PAGE: usize = 500;
 
 /// What a dialect's admin queries are written in, and the steps its database takes its own way.
 pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
@@ -43,6 +56,9 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
     const CANCEL: &'static str;
     /// Cancels its unfinished delivery rows; binds the message id.
     const CANCEL_DELIVERIES: &'static str;
+    /// Pauses a destination unless it is paused (0 rows then); binds the destination, the
+    /// actor and the reason.
+    const PAUSE: &'static str;
 
     /// An instant as the tables store it.
     type Time: Send
@@ -70,6 +86,9 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
         actor: &str,
         from: fn(Status) -> bool,
     ) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Rows a statement changed.
+    fn affected(done: &Self::QueryResult) -> u64;
 
     /// The database's clock as the tables store it (`SELECT ...`).
     const NOW: &'static str;
@@ -170,6 +189,19 @@ impl<'q, DB: AdminSql> Statement<'q, DB> {
                 self.push(sql).bind(v)?;
             }
         }
+        if let Some(text) = &f.error {
+            // `!` escapes the pattern's wildcards: portable (MySQL reads `\` in a literal).
+            let mut pattern = String::with_capacity(text.len() + 8);
+            pattern.push('%');
+            for c in text.chars() {
+                if matches!(c, '!' | '%' | '_') {
+                    pattern.push('!');
+                }
+                pattern.push(c);
+            }
+            pattern.push('%');
+            self.push(" AND last_error LIKE ").bind(pattern)?.push(" ESCAPE '!'");
+        }
         if let Some(t) = f.created_after {
             self.push(" AND created_at >= ").bind(DB::time(t))?;
         }
@@ -181,6 +213,116 @@ impl<'q, DB: AdminSql> Statement<'q, DB> {
         }
         Ok(self)
     }
+
+    /// Appends ` AND <column> IN (...)` with every value bound; `values` must not be empty.
+    fn any_of<T: 'q + Encode<'q, DB> + Type<DB>>(
+        &mut self,
+        column: &str,
+        values: impl IntoIterator<Item = T>,
+    ) -> Result<&mut Self> {
+        self.push(" AND ").push(column).push(" IN (");
+        for (i, v) in values.into_iter().enumerate() {
+            if i > 0 {
+                self.push(", ");
+            }
+            self.bind(v)?;
+        }
+        Ok(self.push(")"))
+    }
+}
+
+/// What a statement on `outbox_message` appends after `WHERE <every row>`: built where the
+/// statement runs, so its arguments live as long as the query needs.
+type Conditions<'f, DB> = &'f (dyn for<'a> Fn(&mut Statement<'a, DB>) -> Result<()> + Sync);
+
+/// ` AND status IN (<statuses>)` and the filter's conditions.
+fn matching<'q, DB: AdminSql>(
+    st: &mut Statement<'q, DB>,
+    statuses: &[Status],
+    filter: &ListFilter,
+) -> Result<()>
+where
+    String: Type<DB> + Encode<'q, DB>,
+    i64: Type<DB> + Encode<'q, DB>,
+{
+    st.any_of("status", statuses.iter().map(|s| s.as_str().to_owned()))?.filter(filter)?;
+    Ok(())
+}
+
+/// ` AND status IN (<statuses>) AND id IN (<ids>)`.
+fn among<'q, DB: AdminSql>(st: &mut Statement<'q, DB>, statuses: &[Status], ids: &[i64]) -> Result<()>
+where
+    String: Type<DB> + Encode<'q, DB>,
+    i64: Type<DB> + Encode<'q, DB>,
+{
+    st.any_of("status", statuses.iter().map(|s| s.as_str().to_owned()))?.any_of("id", ids.iter().copied())?;
+    Ok(())
+}
+
+/// One failed message as a grouping reads it.
+struct Failed {
+    id: i64,
+    topic: String,
+    last_error: Option<String>,
+    at: DateTime<Utc>,
+}
+
+impl Failed {
+    fn decode<R>(row: &R) -> Result<Failed>
+    where
+        R: Cells + Row,
+        for<'s> &'s str: ColumnIndex<R>,
+        i64: Type<R::Database> + for<'r> Decode<'r, R::Database>,
+    {
+        let id: i64 = get(row, "id")?;
+        let at = At { table: "outbox_message", id };
+        Ok(Failed {
+            id,
+            topic: row.text("topic", at)?,
+            last_error: row.opt_text("last_error", at)?,
+            at: row.time("updated_at", at)?,
+        })
+    }
+
+    /// Its group's id, and the group's destination and cause.
+    fn group(&self) -> (String, Option<String>, String) {
+        let c = cause_of(self.last_error.as_deref());
+        (group_id(&self.topic, c.destination.as_deref(), &c.cause), c.destination, c.cause)
+    }
+}
+
+/// Adds one failed message to the groups (the rows come most recent first); counts it in
+/// `ungrouped` when its group would be one too many.
+fn fold(groups: &mut HashMap<String, FailureGroup>, ungrouped: &mut u64, f: Failed) {
+    let (id, destination, cause) = f.group();
+    if let Some(g) = groups.get_mut(&id) {
+        g.count += 1;
+        g.first_failed_at = g.first_failed_at.min(f.at);
+        g.last_failed_at = g.last_failed_at.max(f.at);
+        if g.example_ids.len() < 5 {
+            g.example_ids.push(MessageId(f.id));
+        }
+        return;
+    }
+    if groups.len() >= MAX_FAILURE_GROUPS {
+        *ungrouped += 1;
+        return;
+    }
+    let example_error = f.last_error.as_deref().map(|e| printable(e, 1000).into_owned());
+    groups.insert(
+        id.clone(),
+        FailureGroup {
+            id,
+            topic: f.topic,
+            destination,
+            cause,
+            count: 1,
+            first_failed_at: f.at,
+            last_failed_at: f.at,
+            example_ids: vec![MessageId(f.id)],
+            example_error,
+        },
+    );
 }
 
 /// The shared implementation of [`MessageAdmin`](super::MessageAdmin) on one outbox.
@@ -194,6 +336,7 @@ where
     for<'s> &'s str: ColumnIndex<DB::Row>,
     usize: ColumnIndex<DB::Row>,
     String: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>,
+    Option<String>: Type<DB> + for<'q> Encode<'q, DB>,
     i64: Type<DB> + for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB>,
     i32: Type<DB> + for<'r> Decode<'r, DB>,
 {
@@ -297,43 +440,294 @@ where
         filter: &ListFilter,
         actor: &str,
         batch: usize,
-        mut progress: Progress<'_>,
+        progress: Progress<'_>,
     ) -> Result<u64> {
-        check_retry_filter(filter)?;
+        let statuses = bulk_statuses(BulkAction::Retry, filter)?;
         check_actor(actor)?;
-        let limit = check_batch(batch)?;
-        let mut page = ListFilter { status: Some(BULK_RETRY_FROM), ..filter.clone() };
-        let mut total = 0_u64;
-        loop {
-            let mut tx = DB::begin(self.0).await?;
-            let mut st = Statement::<DB>::new(format!("SELECT id FROM outbox_message WHERE {}", DB::ALL));
-            st.filter(&page)?.push(" ORDER BY id LIMIT ").bind(limit)?.push(DB::LOCK_PAGE);
-            let (sql, args) = st.into_parts();
-            let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(db)?;
-            let Some(&last) = ids.last() else {
-                tx.commit().await.map_err(db)?;
-                break;
-            };
-            let done = DB::redrive(&mut tx, &ids, actor, |s| s == BULK_RETRY_FROM).await?;
-            tx.commit().await.map_err(db)?;
-            total += done;
-            report(&mut progress, total);
-            if ids.len() < batch {
-                break;
-            }
-            page.after_id = Some(MessageId(last));
+        check_batch(batch)?;
+        self.act_matching(BulkAction::Retry, filter, &statuses, actor, batch, progress).await
+    }
+
+    /// Cancels one message whose status was checked in this transaction (the dialects that
+    /// re-check it in the statement may find it moved on: its deliveries are then left alone).
+    /// Returns 1 when it was cancelled.
+    async fn cancel_checked(conn: &mut DB::Connection, id: i64, actor: &str) -> Result<u64> {
+        let done =
+            sqlx::query(DB::CANCEL).bind(actor.to_owned()).bind(id).execute(&mut *conn).await.map_err(db)?;
+        if DB::affected(&done) != 1 {
+            return Ok(0);
         }
-        if total > 0 {
-            self.0.signal().wake();
-        }
-        Ok(total)
+        sqlx::query(DB::CANCEL_DELIVERIES).bind(id).execute(&mut *conn).await.map_err(db)?;
+        Ok(1)
     }
 
     pub(crate) async fn cancel(&self, id: MessageId, actor: &str) -> Result<OutboxMessage> {
         let mut tx = self.begin_checked(id, actor, "cancel", Status::can_cancel).await?;
-        sqlx::query(DB::CANCEL).bind(actor.to_owned()).bind(id.0).execute(&mut *tx).await.map_err(db)?;
-        sqlx::query(DB::CANCEL_DELIVERIES).bind(id.0).execute(&mut *tx).await.map_err(db)?;
+        Self::cancel_checked(&mut tx, id.0, actor).await?;
         Self::finish(tx, id).await
+    }
+
+    /// `SELECT <what> FROM outbox_message WHERE <every row>` and the `conditions`.
+    fn select<'q>(what: &str, conditions: Conditions<'_, DB>) -> Result<Statement<'q, DB>> {
+        let mut st = Statement::<DB>::new(format!("SELECT {what} FROM outbox_message WHERE {}", DB::ALL));
+        conditions(&mut st)?;
+        Ok(st)
+    }
+
+    /// Selects one page matching `conditions` in id order (locked where the dialect needs it)
+    /// and applies `action` to it, in one transaction. Returns the ids selected and how many
+    /// were moved.
+    async fn act_page(
+        &self,
+        action: BulkAction,
+        conditions: Conditions<'_, DB>,
+        limit: usize,
+        actor: &str,
+    ) -> Result<(Vec<i64>, u64)> {
+        let mut st = Self::select("id", conditions)?;
+        st.push(" ORDER BY id LIMIT ").bind(i64::try_from(limit).unwrap_or(i64::MAX))?.push(DB::LOCK_PAGE);
+        let (sql, args) = st.into_parts();
+        let mut tx = DB::begin(self.0).await?;
+        let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(db)?;
+        let done = match action {
+            _ if ids.is_empty() => 0,
+            BulkAction::Retry => DB::redrive(&mut tx, &ids, actor, |s| s == BULK_RETRY_FROM).await?,
+            BulkAction::Cancel => {
+                let mut n = 0;
+                for id in &ids {
+                    n += Self::cancel_checked(&mut tx, *id, actor).await?;
+                }
+                n
+            }
+        };
+        tx.commit().await.map_err(db)?;
+        Ok((ids, done))
+    }
+
+    /// Applies `action` to every message matching `filter` in one of `statuses`, page by page.
+    async fn act_matching(
+        &self,
+        action: BulkAction,
+        filter: &ListFilter,
+        statuses: &[Status],
+        actor: &str,
+        batch: usize,
+        mut progress: Progress<'_>,
+    ) -> Result<u64> {
+        let mut page = ListFilter { status: None, ..filter.clone() };
+        let mut total = 0_u64;
+        loop {
+            let conditions = |st: &mut Statement<'_, DB>| matching(st, statuses, &page);
+            let (ids, done) = self.act_page(action, &conditions, batch, actor).await?;
+            total += done;
+            report(&mut progress, total);
+            match ids.last() {
+                Some(&last) if ids.len() == batch => page.after_id = Some(MessageId(last)),
+                _ => break,
+            }
+        }
+        self.moved(action, total);
+        Ok(total)
+    }
+
+    /// Applies `action` to those of `ids` in one of the statuses it moves from.
+    async fn act_on_ids(
+        &self,
+        action: BulkAction,
+        ids: &[i64],
+        actor: &str,
+        mut progress: Progress<'_>,
+    ) -> Result<u64> {
+        let mut total = 0_u64;
+        for chunk in ids.chunks(BULK_PAGE) {
+            let conditions = |st: &mut Statement<'_, DB>| among(st, action.moves_from(), chunk);
+            total += self.act_page(action, &conditions, chunk.len(), actor).await?.1;
+            report(&mut progress, total);
+        }
+        self.moved(action, total);
+        Ok(total)
+    }
+
+    /// Wakes the relays when messages went back to `pending`.
+    fn moved(&self, action: BulkAction, total: u64) {
+        if action == BulkAction::Retry && total > 0 {
+            self.0.signal().wake();
+        }
+    }
+
+    /// How many messages meet `conditions`.
+    async fn count(&self, conditions: Conditions<'_, DB>) -> Result<u64> {
+        let (sql, args) = Self::select("COUNT(*)", conditions)?.into_parts();
+        let n: i64 = sqlx::query_scalar_with(&sql, args).fetch_one(self.0.pool()).await.map_err(db)?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
+    /// Reads the `scan` most recently failed messages, one at a time, into `each` (rows that
+    /// cannot be read are counted, not fatal); returns (rows read, rows unreadable).
+    async fn each_failed(&self, scan: usize, mut each: impl FnMut(Failed)) -> Result<(u64, u64)> {
+        let limit = check_scan(scan)?;
+        let mut st = Statement::<DB>::new(FAILED.to_owned());
+        st.bind(limit)?;
+        let (sql, args) = st.into_parts();
+        let mut rows = sqlx::query_with(&sql, args).fetch(self.0.pool());
+        let (mut read, mut unreadable) = (0_u64, 0_u64);
+        while let Some(row) = rows.try_next().await.map_err(db)? {
+            read += 1;
+            match Failed::decode(&row) {
+                Ok(f) => each(f),
+                Err(e) => {
+                    unreadable += 1;
+                    tracing::warn!(error = %e, "A failed message cannot be read for grouping; skipped");
+                }
+            }
+        }
+        Ok((read, unreadable))
+    }
+
+    pub(crate) async fn failure_groups(&self, scan: usize) -> Result<FailureReport> {
+        let mut groups = HashMap::new();
+        let mut ungrouped = 0;
+        let (scanned, unreadable) = self.each_failed(scan, |f| fold(&mut groups, &mut ungrouped, f)).await?;
+        let failed = |st: &mut Statement<'_, DB>| matching(st, &[Status::Failed], &ListFilter::default());
+        let truncated = scanned == scan as u64 && self.count(&failed).await? > scanned;
+        let mut groups: Vec<FailureGroup> = groups.into_values().collect();
+        groups.sort_by(|a, b| b.count.cmp(&a.count).then(b.last_failed_at.cmp(&a.last_failed_at)));
+        Ok(FailureReport { groups, scanned, truncated, ungrouped, unreadable })
+    }
+
+    /// Runs `UPDATE outbox_message SET <set> WHERE id = <id>` with `value` bound in `set`.
+    async fn set_on(conn: &mut DB::Connection, set: &str, value: Option<String>, id: i64) -> Result<()> {
+        let mut st = Statement::<DB>::new("UPDATE outbox_message SET ".into());
+        st.push(set);
+        if let Some(v) = value {
+            st.bind(v)?;
+        }
+        st.push(" WHERE id = ").bind(id)?;
+        let (sql, args) = st.into_parts();
+        sqlx::query_with(&sql, args).execute(&mut *conn).await.map_err(db)?;
+        Ok(())
+    }
+
+    pub(crate) async fn resend(&self, id: MessageId, edit: &MessageEdit, actor: &str) -> Result<Resent> {
+        let mut tx = self.begin_checked(id, actor, "resend", |s| s == Status::Failed).await?;
+        let original = DB::get(&mut tx, id).await?.ok_or(Error::NotFound { id })?;
+        let rows = sqlx::query(DB::DELIVERIES).bind(id.0).fetch_all(&mut *tx).await.map_err(db)?;
+        let deliveries = rows.iter().map(decode_delivery).collect::<Result<Vec<_>>>()?;
+        if deliveries.iter().any(|d| matches!(d.status, Status::Sent | Status::Acked)) {
+            return Err(Error::InvalidTransition { id, from: original.status, action: "resend" });
+        }
+        let mut copy = NewMessage::new(
+            edit.topic.clone().unwrap_or_else(|| original.topic.clone()),
+            edit.payload.clone().unwrap_or_else(|| original.payload.clone()),
+        );
+        copy.key = edit.key.clone().or_else(|| original.key.clone());
+        copy.tag = edit.tag.clone().or_else(|| original.tag.clone());
+        copy.headers = edit.headers.clone().unwrap_or_else(|| original.headers.clone());
+        copy.headers.insert(RESENT_FROM.to_owned(), id.0.to_string());
+        copy.biz = original.biz_type.clone().zip(original.biz_key.clone());
+        copy.max_attempts = original.max_attempts.and_then(|n| u32::try_from(n).ok());
+        copy.created_by = Some(actor.to_owned());
+        copy.validate()?;
+        // The business key moves to the copy (it is unique): freed first, in this transaction.
+        Self::set_on(&mut tx, "biz_type = NULL, biz_key = NULL", None, id.0).await?;
+        let made = DB::enqueue(&mut tx, &copy).await?;
+        let note = format!(
+            "resent as message {} by {actor}; last error: {}",
+            made.id.0,
+            original.last_error.as_deref().unwrap_or("none")
+        );
+        Self::set_on(&mut tx, "last_error = ", Some(outbox_core::text::bounded_error(&note)), id.0).await?;
+        Self::cancel_checked(&mut tx, id.0, actor).await?;
+        let original = DB::get(&mut tx, id).await?.ok_or(Error::NotFound { id })?;
+        let copy = DB::get(&mut tx, made.id).await?.ok_or(Error::NotFound { id: made.id })?;
+        tx.commit().await.map_err(db)?;
+        self.0.signal().wake();
+        Ok(Resent { original, copy })
+    }
+
+    pub(crate) async fn pauses(&self) -> Result<Vec<DestinationPause>> {
+        let rows = sqlx::query(PAUSES).fetch_all(self.0.pool()).await.map_err(db)?;
+        let at = At { table: "outbox_destination_pause", id: 0 };
+        rows.iter()
+            .map(|r| {
+                Ok(DestinationPause {
+                    destination: r.text("destination", at)?,
+                    paused_by: r.text("paused_by", at)?,
+                    reason: r.opt_text("reason", at)?,
+                    paused_at: r.time("paused_at", at)?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn pause(&self, destination: &str, actor: &str, reason: Option<&str>) -> Result<bool> {
+        check_actor(actor)?;
+        check_pause(destination, reason)?;
+        let done = sqlx::query(DB::PAUSE)
+            .bind(destination.to_owned())
+            .bind(actor.to_owned())
+            .bind(reason.map(str::to_owned))
+            .execute(self.0.pool())
+            .await
+            .map_err(db)?;
+        Ok(DB::affected(&done) == 1)
+    }
+
+    pub(crate) async fn resume(&self, destination: &str, actor: &str) -> Result<bool> {
+        check_actor(actor)?;
+        check_pause(destination, None)?;
+        let mut st = Statement::<DB>::new("DELETE FROM outbox_destination_pause WHERE destination = ".into());
+        st.bind(destination.to_owned())?;
+        let (sql, args) = st.into_parts();
+        let done = sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
+        let resumed = DB::affected(&done) == 1;
+        if resumed {
+            self.0.signal().wake();
+        }
+        Ok(resumed)
+    }
+
+    pub(crate) async fn bulk(
+        &self,
+        action: BulkAction,
+        selection: &Selection,
+        actor: &str,
+        dry_run: bool,
+        progress: Progress<'_>,
+    ) -> Result<u64> {
+        check_actor(actor)?;
+        let ids: Vec<i64> = match selection {
+            Selection::Filter(filter) => {
+                let statuses = bulk_statuses(action, filter)?;
+                if dry_run {
+                    let page = ListFilter { status: None, ..filter.clone() };
+                    return self.count(&|st: &mut Statement<'_, DB>| matching(st, &statuses, &page)).await;
+                }
+                return self.act_matching(action, filter, &statuses, actor, BULK_PAGE, progress).await;
+            }
+            Selection::Ids(ids) => {
+                check_ids(ids)?;
+                ids.iter().map(|id| id.0).collect()
+            }
+            Selection::Group { id, scan } => {
+                let mut members = Vec::new();
+                self.each_failed(*scan, |f| {
+                    if f.group().0 == *id {
+                        members.push(f.id);
+                    }
+                })
+                .await?;
+                members
+            }
+        };
+        if !dry_run {
+            return self.act_on_ids(action, &ids, actor, progress).await;
+        }
+        let mut total = 0;
+        for chunk in ids.chunks(BULK_PAGE) {
+            total += self.count(&|st: &mut Statement<'_, DB>| among(st, action.moves_from(), chunk)).await?;
+        }
+        Ok(total)
     }
 
     pub(crate) async fn purge(
@@ -406,6 +800,50 @@ macro_rules! impl_admin {
                 $crate::admin::Admin(self).cancel(id, actor).await
             }
 
+            async fn failure_groups(
+                &self,
+                scan: usize,
+            ) -> ::outbox_core::Result<$crate::admin::FailureReport> {
+                $crate::admin::Admin(self).failure_groups(scan).await
+            }
+
+            async fn bulk(
+                &self,
+                action: $crate::admin::BulkAction,
+                selection: &$crate::admin::Selection,
+                actor: &str,
+                dry_run: bool,
+                progress: $crate::admin::Progress<'_>,
+            ) -> ::outbox_core::Result<u64> {
+                $crate::admin::Admin(self).bulk(action, selection, actor, dry_run, progress).await
+            }
+
+            async fn resend(
+                &self,
+                id: ::outbox_core::MessageId,
+                edit: &$crate::admin::MessageEdit,
+                actor: &str,
+            ) -> ::outbox_core::Result<$crate::admin::Resent> {
+                $crate::admin::Admin(self).resend(id, edit, actor).await
+            }
+
+            async fn pauses(&self) -> ::outbox_core::Result<Vec<$crate::admin::DestinationPause>> {
+                $crate::admin::Admin(self).pauses().await
+            }
+
+            async fn pause(
+                &self,
+                destination: &str,
+                actor: &str,
+                reason: Option<&str>,
+            ) -> ::outbox_core::Result<bool> {
+                $crate::admin::Admin(self).pause(destination, actor, reason).await
+            }
+
+            async fn resume(&self, destination: &str, actor: &str) -> ::outbox_core::Result<bool> {
+                $crate::admin::Admin(self).resume(destination, actor).await
+            }
+
             async fn purge(
                 &self,
                 older_than: ::std::time::Duration,
@@ -413,6 +851,13 @@ macro_rules! impl_admin {
                 progress: $crate::admin::Progress<'_>,
             ) -> ::outbox_core::Result<u64> {
                 $crate::admin::Admin(self).purge(older_than, batch, progress).await
+            }
+        }
+
+        impl $crate::relay::Pauses for $crate::outbox::Outbox<$db> {
+            async fn paused_destinations(&self) -> ::outbox_core::Result<Vec<String>> {
+                let pauses = $crate::admin::Admin(self).pauses().await?;
+                Ok(pauses.into_iter().map(|p| p.destination).collect())
             }
         }
     };

@@ -41,6 +41,15 @@ impl AdminSql for MySql {
     const CANCEL_DELIVERIES: &'static str = "\
         UPDATE outbox_delivery SET status = 'cancelled', updated_at = UTC_TIMESTAMP(6) \
         WHERE message_id = ? AND status IN ('pending', 'sending', 'failed')";
+    /// `IGNORE` counts a duplicate as 0 rows whatever the client's found-rows flag (every
+    /// value is checked for length before, so it hides nothing else).
+    const PAUSE: &'static str = "\
+        INSERT IGNORE INTO outbox_destination_pause (destination, paused_by, reason, paused_at) \
+        VALUES (?, ?, ?, UTC_TIMESTAMP(6))";
+
+    fn affected(done: &sqlx::mysql::MySqlQueryResult) -> u64 {
+        done.rows_affected()
+    }
 
     const NOW: &'static str = "SELECT UTC_TIMESTAMP(6)";
 

@@ -48,6 +48,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "bounds",
         sql: include_str!("../../migrations/mysql/0005_bounds.sql"),
     },
+    Migration {
+        version: 6,
+        description: "destination pause",
+        sql: include_str!("../../migrations/mysql/0006_destination_pause.sql"),
+    },
 ];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \

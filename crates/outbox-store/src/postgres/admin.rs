@@ -53,6 +53,13 @@ impl AdminSql for Postgres {
     const CANCEL_DELIVERIES: &'static str = "\
         UPDATE outbox_delivery SET status = 'cancelled', updated_at = now() \
         WHERE message_id = $1 AND status IN ('pending', 'sending', 'failed')";
+    const PAUSE: &'static str = "\
+        INSERT INTO outbox_destination_pause (destination, paused_by, reason, paused_at) \
+        VALUES ($1, $2, $3, now()) ON CONFLICT (destination) DO NOTHING";
+
+    fn affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
 
     const NOW: &'static str = "SELECT now()";
 

@@ -298,8 +298,15 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<tokio::task::JoinHandle<()>>>> + Send;
 }
 
-/// Everything the relay engine runs on: [`Claims`], [`Acks`] and [`Wakeups`]. Implemented
-/// for every store that has the three (`Outbox<Postgres | MySql | Sqlite>`, `AnyOutbox`).
-pub trait RelayStore: Claims + Acks + Wakeups {}
+/// Destinations an operator paused for every relay on the store (`outbox_destination_pause`).
+pub trait Pauses: Clone + Send + Sync + 'static {
+    /// The destinations paused now, by name.
+    fn paused_destinations(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
+}
 
-impl<S: Claims + Acks + Wakeups> RelayStore for S {}
+/// Everything the relay engine runs on: [`Claims`], [`Acks`], [`Wakeups`] and [`Pauses`].
+/// Implemented for every store that has the four (`Outbox<Postgres | MySql | Sqlite>`,
+/// `AnyOutbox`).
+pub trait RelayStore: Claims + Acks + Wakeups + Pauses {}
+
+impl<S: Claims + Acks + Wakeups + Pauses> RelayStore for S {}

@@ -61,6 +61,15 @@ impl AdminSql for Sqlite {
         now_ms!(),
         " WHERE message_id = ?1 AND status IN ('pending', 'sending', 'failed')"
     );
+    const PAUSE: &'static str = concat!(
+        "INSERT INTO outbox_destination_pause (destination, paused_by, reason, paused_at) VALUES (?1, ?2, ?3, ",
+        now_ms!(),
+        ") ON CONFLICT (destination) DO NOTHING"
+    );
+
+    fn affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
 
     const NOW: &'static str = concat!("SELECT ", now_ms!());
 
