@@ -15,6 +15,7 @@ use outbox_testkit::process::{RelayConfig, RelayProcess};
 
 const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
 const READ: &str = "read-token-0123456789";
+const REDIS: &str = "redis://127.0.0.1:6379";
 
 /// Runs headless Chromium on `url` with `args`; its output.
 fn chromium(profile: &Path, url: &str, args: &[&str]) -> Output {
@@ -35,21 +36,11 @@ async fn the_dashboard_renders_the_store_in_a_real_browser() {
     let store_url = format!("sqlite:{}", dir.join("shop.db").display());
     let stream = format!("outbox-dashboard-{}", std::process::id());
     let port = outbox_testkit::net::free_port();
-    let transport = format!("type = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nstream = \"{stream}\"");
-    let cfg = RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", &store_url)
-        .migrate()
-        .destination("stream", "", &transport)
-        .route("#", &["stream"])
-        .section(&format!(
-            "[admin]\nlisten = \"127.0.0.1:{port}\"\nread_token = \"{READ}\"\nadmin_token = \"admin-token-0123456789\"\nbacklog_interval = \"1s\""
-        ))
+    let cfg = RelayConfig::to_redis_stream(&store_url, REDIS, &stream)
+        .admin(port, READ, "admin-token-0123456789")
         .write(&dir.join("outbox.toml"));
     let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < deadline, "the admin listener never came up: {}", relay.log_text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    outbox_testkit::net::wait_port(port, Duration::from_secs(60), "the admin listener");
     // Three messages the relay delivers, and two that failed for the same cause with
     // different numbers (one group), written as a foreign program would.
     let pool = sqlx::SqlitePool::connect(&store_url).await.unwrap();

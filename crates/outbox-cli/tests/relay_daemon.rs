@@ -11,14 +11,10 @@ use outbox_testkit::fs::temp_dir;
 use outbox_testkit::process::{RelayConfig, RelayProcess};
 
 const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
+const REDIS: &str = "redis://127.0.0.1:6379";
 
 fn config(dir: &Path, store_url: &str, redis_url: &str, stream: &str) -> PathBuf {
-    let transport = format!("type = \"redis\"\nurl = \"{redis_url}\"\nstream = \"{stream}\"");
-    RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", store_url)
-        .migrate()
-        .destination("stream", "", &transport)
-        .route("#", &["stream"])
-        .write(&dir.join("outbox.toml"))
+    RelayConfig::to_redis_stream(store_url, redis_url, stream).write(&dir.join("outbox.toml"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -131,19 +127,9 @@ fn check_accepts_the_shipped_example_and_rejects_mistakes_with_their_line() {
 /// One HTTP/1.1 request to the daemon's admin listener over a real socket; returns the status
 /// code and the body.
 async fn http(port: u16, method: &str, path: &str, token: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
-         Content-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let code = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
-    (code, body)
+    use outbox_testkit::net::{exchange, request};
+    let auth = format!("Bearer {token}");
+    exchange(port, &request(method, path, &[("Authorization", &auth)], b"")).await.expect("an answer")
 }
 
 /// The value of one sample in a Prometheus text body (parsed by `prometheus-parse`).
@@ -175,26 +161,12 @@ async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
     let stream = format!("outbox-daemon-admin-{}", std::process::id());
     let port = outbox_testkit::net::free_port();
     let (read, admin) = ("read-token-0123456789", "admin-token-0123456789");
-    let transport = format!("type = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\nstream = \"{stream}\"");
-    let cfg = RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", &store_url)
-        .migrate()
-        .destination("stream", "", &transport)
-        .route("#", &["stream"])
-        .section(&format!(
-            "[admin]\nlisten = \"127.0.0.1:{port}\"\nread_token = \"{read}\"\nadmin_token = \"{admin}\"\nbacklog_interval = \"1s\""
-        ))
+    let cfg = RelayConfig::to_redis_stream(&store_url, REDIS, &stream)
+        .admin(port, read, admin)
         .write(&dir.join("outbox.toml"));
     let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let ready = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
-            && http(port, "GET", "/readyz", read).await.0 == 200;
-        if ready {
-            break;
-        }
-        assert!(Instant::now() < deadline, "never ready: {}", relay.log_text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    outbox_testkit::net::wait_port(port, Duration::from_secs(60), "the admin listener");
+    assert_eq!(http(port, "GET", "/readyz", read).await.0, 200, "{}", relay.log_text());
     let pool = sqlx::SqlitePool::connect(&store_url).await.unwrap();
     let insert = |n: usize| {
         let pool = pool.clone();

@@ -156,6 +156,24 @@ impl RelayConfig {
         self
     }
 
+    /// Store `shop` at `store_url`, migrated at start, every topic relayed to the Redis stream
+    /// `stream` at `redis_url`; scan every 200 ms, 5 s to shut down.
+    pub fn to_redis_stream(store_url: &str, redis_url: &str, stream: &str) -> RelayConfig {
+        let transport = format!("type = \"redis\"\nurl = \"{redis_url}\"\nstream = \"{stream}\"");
+        RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", store_url)
+            .migrate()
+            .destination("stream", "", &transport)
+            .route("#", &["stream"])
+    }
+
+    /// `[admin]` on `127.0.0.1:<port>` with these tokens, the backlog sampled every second.
+    pub fn admin(self, port: u16, read_token: &str, admin_token: &str) -> RelayConfig {
+        self.section(&format!(
+            "[admin]\nlisten = \"127.0.0.1:{port}\"\nread_token = \"{read_token}\"\n\
+             admin_token = \"{admin_token}\"\nbacklog_interval = \"1s\""
+        ))
+    }
+
     /// Further sections (`[ack]`, `[retention]`), at the end of the file.
     pub fn section(mut self, toml: &str) -> RelayConfig {
         self.sections.push_str(&format!("\n{}", toml_lines(toml)));
