@@ -116,6 +116,7 @@ impl<S: RelayStore> Relay<S> {
                             tracing::debug!(error = %e, "Could not declare the relay idle");
                         }
                         idle = true;
+                        inner.stats.idle.store(true, std::sync::atomic::Ordering::Relaxed);
                         idle_refreshed = Instant::now();
                         continue;
                     }
@@ -135,7 +136,12 @@ impl<S: RelayStore> Relay<S> {
                     if idle {
                         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
                         idle = false;
+                        inner.stats.idle.store(false, std::sync::atomic::Ordering::Relaxed);
                     }
+                    inner.stats.last_claim_ms.store(
+                        u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0),
+                        std::sync::atomic::Ordering::Relaxed,
+                    );
                     RelayStats::add(&inner.stats.claimed, batch.len());
                     if scanned {
                         RelayStats::add(&inner.stats.claimed_on_scan, batch.len());

@@ -1,7 +1,7 @@
 //! Live counters of a relay, its latency histograms and the state of its destinations.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -94,6 +94,11 @@ pub struct RelayStats {
     pub lost_lease: AtomicU64,
     /// Store errors (claim or settle).
     pub store_errors: AtomicU64,
+    /// When the relay last claimed messages (Unix milliseconds, relay clock); 0 before the
+    /// first.
+    pub last_claim_ms: AtomicU64,
+    /// True while the relay has nothing to do and waits for a wake-up or its scan.
+    pub idle: AtomicBool,
     /// From a message's `created_at` (the commit, by the writer's or database's clock) to
     /// its delivery being confirmed by a destination (by the relay's clock), per delivery.
     pub commit_to_publish: Histogram,

@@ -73,7 +73,7 @@ pub(super) async fn stats(State(state): State<AdminState>) -> Result<Response, P
     Ok(Json(json!({ "stores": out })).into_response())
 }
 
-/// The relays of this process: owner, store and their counters.
+/// The relays of this process: owner, store, idle or busy, the last claim and their counters.
 pub(super) async fn relays(State(state): State<AdminState>) -> Json<serde_json::Value> {
     use outbox_relay::RelayStats as S;
     let relays: Vec<_> = state
@@ -81,9 +81,15 @@ pub(super) async fn relays(State(state): State<AdminState>) -> Json<serde_json::
         .iter()
         .map(|s| {
             let st = &s.stats;
+            let last_claim = i64::try_from(S::get(&st.last_claim_ms))
+                .ok()
+                .filter(|ms| *ms > 0)
+                .and_then(DateTime::<Utc>::from_timestamp_millis);
             json!({
                 "owner": s.owner,
                 "store": s.name,
+                "state": if st.idle.load(std::sync::atomic::Ordering::Relaxed) { "idle" } else { "busy" },
+                "last_claim_at": last_claim,
                 "claimed": S::get(&st.claimed),
                 "delivered": S::get(&st.delivered),
                 "retried": S::get(&st.retried),
