@@ -11,6 +11,15 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+# A cold build of everything this runs (clippy, each transport alone, ~40 test binaries with
+# debug info) takes about 35 GB under CARGO_TARGET_DIR (measured: 10 GB of dependencies, 24 GB
+# of the workspace's own artifacts). Say so up front rather than deep inside a link step.
+mkdir -p "$CARGO_TARGET_DIR"
+free_gb=$(df -Pk "$CARGO_TARGET_DIR" | awk 'NR == 2 { print int($4 / 1048576) }')
+if [ "${free_gb:-0}" -lt 35 ]; then
+  echo "== warning: ${free_gb} GB free under $CARGO_TARGET_DIR; a cold build needs about 35 GB" >&2
+fi
+
 bash scripts/services.sh postgres mysql redis rabbitmq nats mqtt
 bash scripts/install-foreign-deps.sh
 # Kafka and RocketMQ brokers for the transport tests (installed once, cached outside the clone).
