@@ -183,16 +183,13 @@ async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
     let client = redis::Client::open("redis://127.0.0.1:6379").unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let xlen = async |want: u64| {
-        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let len: u64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
-            if len >= want {
-                return len;
-            }
-            assert!(Instant::now() < deadline, "{len} of {want} arrived");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let len = async || {
+            let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+            redis::cmd("XLEN").arg(&stream).query_async::<u64>(&mut conn).await.unwrap()
+        };
+        outbox_testkit::eventually(&format!("{want} messages in the stream"), async || len().await >= want)
+            .await;
+        len().await
     };
     insert(10).await;
     assert_eq!(xlen(10).await, 10);
@@ -216,24 +213,18 @@ async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
     // Pause: once the relay has read it (its gauge says so), new messages are deferred, not sent.
     let (code, body) = http(port, "POST", "/api/v1/stores/shop/destinations/stream/pause", admin).await;
     assert_eq!(code, 200, "{body}");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while number(sample(&http(port, "GET", "/metrics", read).await.1, "outbox_destination_paused", &dest))
-        != 1.0
-    {
-        assert!(Instant::now() < deadline, "the relay never saw the pause: {}", relay.log_text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let metric = async |name: &str, labels: &[(&str, &str)]| {
+        number(sample(&http(port, "GET", "/metrics", read).await.1, name, labels))
+    };
+    outbox_testkit::eventually("the relay sees the pause", async || {
+        metric("outbox_destination_paused", &dest).await == 1.0
+    })
+    .await;
     insert(5).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while number(sample(
-        &http(port, "GET", "/metrics", read).await.1,
-        "outbox_deliveries_deferred_total",
-        &store,
-    )) < 5.0
-    {
-        assert!(Instant::now() < deadline, "the relay never held the messages: {}", relay.log_text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    outbox_testkit::eventually("the relay holds the new messages", async || {
+        metric("outbox_deliveries_deferred_total", &store).await >= 5.0
+    })
+    .await;
     let len: u64 = redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap();
     assert_eq!(len, 10, "nothing published while paused");
     let attempts: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(attempts), 0) FROM outbox_message")

@@ -149,8 +149,7 @@ async fn publish_all<S: RelayStore>(
     for ((di, items), outcomes) in calls.iter().zip(answers) {
         let dest = &inner.dests[*di];
         dest.observe(&outcomes);
-        let open = dest.circuit_open();
-        inner.stats.set_destination(&dest.d.name, |s| s.circuit_open = open);
+        dest.flags.circuit_open.store(dest.circuit_open(), std::sync::atomic::Ordering::Relaxed);
         let confirmed = chrono::Utc::now();
         for ((mi, ti, attempts), outcome) in items.iter().zip(outcomes) {
             let r = match outcome {

@@ -1,7 +1,7 @@
 //! Building a [`Relay`]: validation of the configuration, destinations and routes.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use outbox_store::{CommitSignal, RelayStore};
@@ -12,6 +12,7 @@ use crate::config::RelayConfig;
 use crate::destination::{DestRuntime, Destination};
 use crate::relay::{Health, Inner, Relay};
 use crate::router::{validate_pattern, Route, Router};
+use crate::stats::DestinationFlags;
 use crate::stats::RelayStats;
 
 /// A configuration mistake found by [`RelayBuilder::build`].
@@ -118,20 +119,23 @@ impl<S: RelayStore> RelayBuilder<S> {
             }
             routes.push((r.pattern.clone(), idx));
         }
-        let stats = Arc::new(RelayStats::default());
-        for d in &self.destinations {
-            stats.set_destination(&d.name, |_| {});
-        }
+        let flags: Vec<_> = self
+            .destinations
+            .iter()
+            .map(|d| (d.name.clone(), Arc::new(DestinationFlags::default())))
+            .collect();
         let dests = self
             .destinations
             .into_iter()
-            .map(|d| DestRuntime {
+            .zip(&flags)
+            .map(|(d, (_, flags))| DestRuntime {
                 breaker: Mutex::new(Breaker::new(d.breaker.clone())),
                 probes: AtomicU64::new(0),
-                paused: AtomicBool::new(false),
+                flags: flags.clone(),
                 d,
             })
             .collect();
+        let stats = Arc::new(RelayStats { destinations: flags, ..RelayStats::default() });
         Ok(Relay {
             inner: Arc::new(Inner {
                 store: self.store,

@@ -1,7 +1,7 @@
 //! Destinations: what the user configures ([`Destination`]) and what the relay keeps for each
 //! while it runs (its circuit breaker).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -10,6 +10,7 @@ use outbox_core::{RetryPolicy, Transport};
 
 use crate::breaker::{Breaker, BreakerConfig, Permit};
 use crate::config::AckConfig;
+use crate::stats::DestinationFlags;
 
 /// A named destination: a transport, its retry policy and breaker settings.
 #[derive(Debug, Clone)]
@@ -78,9 +79,10 @@ pub(crate) struct DestRuntime {
     /// Probes sent while the circuit was open: the probe rotates over the waiting messages,
     /// so one message the broker chokes on cannot be the only probe forever.
     pub(crate) probes: AtomicU64,
-    /// Paused by an operator for every relay on the store (`outbox_destination_pause`, read by
-    /// the claim loop about once a second): its messages are held, no attempt spent.
-    pub(crate) paused: AtomicBool,
+    /// Its circuit state and whether an operator paused it for every relay on the store
+    /// (`outbox_destination_pause`, read by the claim loop about once a second: its messages
+    /// are then held, no attempt spent); shared with the relay's stats.
+    pub(crate) flags: Arc<DestinationFlags>,
 }
 
 /// How long a paused destination's messages wait before they are looked at again.
@@ -100,7 +102,7 @@ impl DestRuntime {
     }
 
     pub(crate) fn permit(&self, now: Instant) -> Permit {
-        if self.paused.load(Ordering::Relaxed) {
+        if self.flags.paused.load(Ordering::Relaxed) {
             return Permit::Wait(PAUSED_WAIT);
         }
         match self.breaker.lock() {

@@ -98,8 +98,7 @@ impl<S: RelayStore> Inner<S> {
         };
         for d in &self.dests {
             let paused = names.contains(&d.d.name);
-            self.stats.set_destination(&d.d.name, |s| s.paused = paused);
-            if d.paused.swap(paused, Ordering::Relaxed) != paused {
+            if d.flags.paused.swap(paused, Ordering::Relaxed) != paused {
                 if paused {
                     tracing::warn!(destination = %d.d.name, "Destination paused by an operator; its messages wait");
                 } else {

@@ -1,8 +1,7 @@
 //! Live counters of a relay, its latency histograms and the state of its destinations.
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Upper bounds, in seconds, of the buckets of every [`Histogram`] (the last bucket, `+Inf`,
@@ -59,6 +58,13 @@ impl Histogram {
     }
 }
 
+/// One destination's state, shared by the relay (which sets it) and its stats (which read it).
+#[derive(Debug, Default)]
+pub(crate) struct DestinationFlags {
+    pub(crate) circuit_open: AtomicBool,
+    pub(crate) paused: AtomicBool,
+}
+
 /// What a relay knows about one destination now.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DestinationState {
@@ -106,7 +112,8 @@ pub struct RelayStats {
     pub claim_duration: Histogram,
     /// Duration of each settlement write.
     pub settle_duration: Histogram,
-    destinations: Mutex<BTreeMap<String, DestinationState>>,
+    /// Each destination's flags, by name (set once when the relay is built).
+    pub(crate) destinations: Vec<(String, Arc<DestinationFlags>)>,
 }
 
 impl RelayStats {
@@ -121,14 +128,11 @@ impl RelayStats {
 
     /// Every destination of the relay and its state, by name.
     pub fn destinations(&self) -> Vec<(String, DestinationState)> {
-        let d = self.destinations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        d.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-
-    /// Updates one destination's state.
-    pub(crate) fn set_destination(&self, name: &str, update: impl FnOnce(&mut DestinationState)) {
-        let mut d = self.destinations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        update(d.entry(name.to_owned()).or_default());
+        let state = |f: &DestinationFlags| DestinationState {
+            circuit_open: f.circuit_open.load(Ordering::Relaxed),
+            paused: f.paused.load(Ordering::Relaxed),
+        };
+        self.destinations.iter().map(|(name, f)| (name.clone(), state(f))).collect()
     }
 }
 
