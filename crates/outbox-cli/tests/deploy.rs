@@ -4,9 +4,16 @@
 //! probes, the Prometheus annotations and the Service point at the port the configuration's
 //! `[admin]` listens on; the container runs `relay --config` on the mounted file, hardened;
 //! the systemd unit runs the same commands with the sandboxing it documents.
+//!
+//! And both pass real validators, which must reject a deliberately broken copy (so neither check
+//! can pass vacuously): the manifests `kubernetes-validate --strict` (PyPI; it bundles the
+//! Kubernetes JSON schemas, so it works offline) against the oldest and newest Kubernetes it
+//! knows, the unit `systemd-analyze verify` (no running systemd needed). Both are installed by
+//! `scripts/install-foreign-deps.sh`; a missing validator fails these tests, never skips them.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 use outbox_testkit::fs::temp_dir;
 use serde::Deserialize;
@@ -14,6 +21,10 @@ use serde_yaml::Value;
 
 const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
 const DEPLOY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy");
+/// The schema versions the manifests are validated against: the oldest and the newest that
+/// kubernetes-validate 1.37.0 (the version scripts/install-foreign-deps.sh pins) bundles.
+const KUBERNETES_VERSIONS: [&str; 2] = ["1.25.0", "1.37.0"];
+const INSTALL: &str = "run scripts/install-foreign-deps.sh to install it";
 
 fn manifests() -> Vec<Value> {
     let text = std::fs::read_to_string(format!("{DEPLOY}/kubernetes/outbox-relay.yaml")).unwrap();
@@ -127,5 +138,137 @@ fn the_systemd_unit_runs_the_checked_relay_sandboxed() {
     for sub in ["relay", "check"] {
         let out = Command::new(OUTBOX).args([sub, "--help"]).output().unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("--config"), "outbox {sub} --config");
+    }
+}
+
+/// The validator scripts/install-foreign-deps.sh installs in its own venv
+/// (`$OUTBOX_KUBERNETES_VALIDATE` overrides the path).
+fn kubernetes_validate() -> PathBuf {
+    let path = std::env::var_os("OUTBOX_KUBERNETES_VALIDATE").map_or_else(
+        || {
+            let home = std::env::var_os("HOME").expect("HOME is set");
+            Path::new(&home).join(".cache/outbox/kubernetes-validate/bin/kubernetes-validate")
+        },
+        PathBuf::from,
+    );
+    assert!(path.is_file(), "kubernetes-validate is not installed at {}: {INSTALL}", path.display());
+    path
+}
+
+fn output_text(out: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+}
+
+fn validate_manifests(path: &Path, version: &str) -> Output {
+    Command::new(kubernetes_validate())
+        .args(["--strict", "--quiet", "-k", version])
+        .arg(path)
+        .output()
+        .unwrap_or_else(|e| panic!("kubernetes-validate does not run ({e}): {INSTALL}"))
+}
+
+#[test]
+fn the_kubernetes_manifests_pass_kubernetes_validate_strict() {
+    let path = PathBuf::from(format!("{DEPLOY}/kubernetes/outbox-relay.yaml"));
+    for version in KUBERNETES_VERSIONS {
+        let out = validate_manifests(&path, version);
+        let text = output_text(&out);
+        // --quiet prints only warnings and failures: there must be none.
+        assert!(out.status.success() && text.trim().is_empty(), "Kubernetes {version}: {text}");
+    }
+
+    // Broken copies are rejected, naming what is wrong: a misspelled field (only --strict
+    // rejects unknown fields), a wrong type, a missing required field.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let dir = temp_dir("outbox-deploy-k8s");
+    for (what, from, to, expected) in [
+        (
+            "a misspelled field",
+            "readOnlyRootFilesystem: true",
+            "readOnlyRootFileSystem: true",
+            "'readOnlyRootFileSystem' was unexpected",
+        ),
+        (
+            "a string for an integer",
+            "replicas: 2",
+            "replicas: two",
+            "spec.replicas: 'two' is not of type 'integer'",
+        ),
+        ("no container name", "- name: relay\n", "- stdin: false\n", "'name' is a required property"),
+        (
+            "a misspelled PodDisruptionBudget field",
+            "minAvailable: 1",
+            "minAvailabel: 1",
+            "'minAvailabel' was unexpected",
+        ),
+    ] {
+        assert_eq!(text.matches(from).count(), 1, "{what}: {from:?} is in the manifests once");
+        let broken = dir.join("outbox-relay.yaml");
+        std::fs::write(&broken, text.replace(from, to)).unwrap();
+        for version in KUBERNETES_VERSIONS {
+            let out = validate_manifests(&broken, version);
+            let output = output_text(&out);
+            assert!(!out.status.success(), "{what} passes against Kubernetes {version}: {output}");
+            assert!(output.contains(expected), "{what}, Kubernetes {version}: {expected:?} not in {output}");
+        }
+    }
+    std::fs::remove_dir_all(dir).ok();
+}
+
+/// `systemd-analyze verify` on a copy of the unit in a temporary directory, its
+/// `/usr/local/bin/outbox` replaced by the binary under test: verify fails on an `ExecStart`
+/// binary that does not exist, and the unit's path is where the binary is installed, not built.
+fn verify_unit(unit: &str) -> Output {
+    let dir = temp_dir("outbox-deploy-systemd");
+    let path = dir.join("outbox-relay.service");
+    std::fs::write(&path, unit.replace("/usr/local/bin/outbox", OUTBOX)).unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap_or_else(|e| panic!("systemd-analyze does not run ({e}): {INSTALL}"));
+    std::fs::remove_dir_all(dir).ok();
+    out
+}
+
+#[test]
+fn the_systemd_unit_passes_systemd_analyze_verify() {
+    let unit = std::fs::read_to_string(format!("{DEPLOY}/systemd/outbox-relay.service")).unwrap();
+    assert!(unit.contains("/usr/local/bin/outbox relay"), "the unit runs /usr/local/bin/outbox");
+    let out = verify_unit(&unit);
+    let text = output_text(&out);
+    // No error and no warning.
+    assert!(out.status.success() && text.trim().is_empty(), "systemd-analyze verify: {text}");
+
+    // Broken copies: verify names the bad line. It only warns (exit 0) on an unknown directive or
+    // a bad value, which is why the real unit must print nothing; a missing binary fails it.
+    for (what, from, to, expected, fails) in [
+        (
+            "an unknown directive in [Service]",
+            "NoNewPrivileges=yes",
+            "NoNewPrivilege=yes",
+            "Unknown key 'NoNewPrivilege' in section [Service]",
+            false,
+        ),
+        (
+            "a bad value",
+            "Restart=on-failure",
+            "Restart=sometimes",
+            "Failed to parse service restart specifier",
+            false,
+        ),
+        (
+            "a missing binary",
+            "ExecStart=/usr/local/bin/outbox",
+            "ExecStart=/nonexistent/outbox",
+            "Command /nonexistent/outbox is not executable",
+            true,
+        ),
+    ] {
+        assert_eq!(unit.matches(from).count(), 1, "{what}: {from:?} is in the unit once");
+        let out = verify_unit(&unit.replace(from, to));
+        let text = output_text(&out);
+        assert!(text.contains(expected), "{what}: {expected:?} not in {text:?}");
+        assert!(!fails || !out.status.success(), "{what} fails verify: {text}");
     }
 }
