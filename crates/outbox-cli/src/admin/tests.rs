@@ -592,3 +592,261 @@ async fn tokens_and_garbage() {
     assert!(body.contains("longer than 512"), "{body}");
     db.drop_db().await;
 }
+
+/// Messages [`a_hundred_thousand_messages_are_searched_and_paged`] writes.
+const MANY: usize = 100_000;
+/// `created_at` of the messages: this instant plus a distinct whole second each.
+const MANY_FROM: &str = "2024-01-01T00:00:00Z";
+
+/// `MANY_FROM` plus `secs` seconds, as a literal of the dialect's SQL.
+fn sql_instant(outbox: &AnyOutbox, secs: u32) -> String {
+    match outbox {
+        AnyOutbox::Postgres(_) => {
+            format!("(timestamptz '2024-01-01 00:00:00+00' + interval '{secs} seconds')")
+        }
+        AnyOutbox::MySql(_) => format!("TIMESTAMPADD(SECOND, {secs}, '2024-01-01 00:00:00')"),
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    }
+}
+
+/// `MANY_FROM` plus `secs` seconds, as the API's RFC 3339 (`Z`: nothing to escape in a query).
+fn api_instant(secs: u32) -> String {
+    let from: chrono::DateTime<chrono::Utc> = MANY_FROM.parse().unwrap();
+    (from + chrono::Duration::seconds(secs.into())).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// `v` escaped for a query string (every byte but the unreserved ones as `%XX`).
+fn query_value(v: &str) -> String {
+    v.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Writes `MANY` messages in one set-based statement. Message `i` (1-based, not its id) is of
+/// topic `i % 5`, keyed `k<i % 50>` when `i % 3 = 0`, has a business key when `i % 10` is 0
+/// (`order`) or 5 (`invoice`), and by `i % 11` is failed (0; four errors by `i % 4`, two of
+/// them telling `%` and `_` from any character), sent (1), cancelled with an error (2) or
+/// pending. `created_at` is `MANY_FROM` plus `7919 i mod MANY` seconds: every second of the
+/// range once, in an order unrelated to the ids. Messages need no delivery rows to be searched.
+async fn insert_many(outbox: &AnyOutbox) {
+    let series = match outbox {
+        AnyOutbox::Postgres(_) => "generate_series(1, 100000) AS g(i)".to_owned(),
+        // A cross join of digits: any MySQL or MariaDB (a recursive CTE stops at
+        // max_recursive_iterations, 1000 on MariaDB by default; the SEQUENCE engine is MariaDB's).
+        AnyOutbox::MySql(_) => {
+            let digits = "(SELECT 0 AS d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 \
+                UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 \
+                UNION ALL SELECT 8 UNION ALL SELECT 9)";
+            format!(
+                "(SELECT a.d + 10 * b.d + 100 * c.d + 1000 * e.d + 10000 * f.d + 1 AS i \
+                 FROM {digits} a CROSS JOIN {digits} b CROSS JOIN {digits} c \
+                 CROSS JOIN {digits} e CROSS JOIN {digits} f) AS g"
+            )
+        }
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    };
+    let at = match outbox {
+        AnyOutbox::Postgres(_) => {
+            "(timestamptz '2024-01-01 00:00:00+00' + (i * 7919 % 100000) * interval '1 second')"
+        }
+        _ => "TIMESTAMPADD(SECOND, i * 7919 % 100000, '2024-01-01 00:00:00')",
+    };
+    let sql = format!(
+        "INSERT INTO outbox_message \
+             (topic, msg_key, biz_type, biz_key, payload, status, last_error, created_at, updated_at) \
+         SELECT \
+             CASE i % 5 WHEN 0 THEN 'order.paid' WHEN 1 THEN 'order.shipped' WHEN 2 THEN 'stock' \
+                 WHEN 3 THEN 'billing' ELSE 'audit' END, \
+             CASE WHEN i % 3 = 0 THEN concat('k', i % 50) END, \
+             CASE i % 10 WHEN 0 THEN 'order' WHEN 5 THEN 'invoice' END, \
+             CASE i % 10 WHEN 0 THEN concat('o', i) WHEN 5 THEN concat('inv', i) END, \
+             concat('{{\"n\":', i, '}}'), \
+             CASE i % 11 WHEN 0 THEN 'failed' WHEN 1 THEN 'sent' WHEN 2 THEN 'cancelled' ELSE 'pending' END, \
+             CASE WHEN i % 11 = 2 THEN '[broker] HTTP 400: schema mismatch' \
+                 WHEN i % 11 <> 0 THEN NULL \
+                 WHEN i % 4 = 0 THEN concat('[broker] publish of message ', i, ' timed out after 5000 ms') \
+                 WHEN i % 4 = 1 THEN '[broker] HTTP 400: schema mismatch' \
+                 WHEN i % 4 = 2 THEN '[broker] quota at 100% for tenant_7' \
+                 ELSE '[broker] quota at 1000 for tenant07' END, \
+             {at}, {at} \
+         FROM {series}"
+    );
+    assert_eq!(exec(outbox, &sql).await, MANY as u64);
+    let analyze = match outbox {
+        AnyOutbox::Postgres(_) => "ANALYZE outbox_message",
+        _ => "ANALYZE TABLE outbox_message",
+    };
+    match outbox {
+        AnyOutbox::Postgres(o) => sqlx::query(analyze).execute(o.pool()).await.map(drop),
+        AnyOutbox::MySql(o) => sqlx::query(analyze).fetch_all(o.pool()).await.map(drop),
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    }
+    .unwrap();
+}
+
+/// The ids of the messages meeting `condition` (SQL), in id order: what a search must find.
+async fn ids_where(outbox: &AnyOutbox, condition: &str) -> Vec<i64> {
+    let sql = format!("SELECT id FROM outbox_message WHERE {condition} ORDER BY id");
+    let ids = match outbox {
+        AnyOutbox::Postgres(o) => sqlx::query_scalar(&sql).fetch_all(o.pool()).await,
+        AnyOutbox::MySql(o) => sqlx::query_scalar(&sql).fetch_all(o.pool()).await,
+        _ => unreachable!("PostgreSQL and MariaDB only"),
+    };
+    ids.unwrap()
+}
+
+/// Follows a search's `next_after_id` from the first page until it is `null`; returns the ids
+/// of every page in order and the number of pages. Every page but the last is full and names
+/// its own last id as the cursor.
+async fn every_page(s: &AdminState, query: &str, limit: usize) -> (Vec<i64>, usize) {
+    let mut ids: Vec<i64> = Vec::new();
+    let mut after: Option<i64> = None;
+    for pages in 1.. {
+        let mut uri = format!("/api/v1/stores/main/messages?limit={limit}");
+        if !query.is_empty() {
+            uri = format!("{uri}&{query}");
+        }
+        if let Some(a) = after {
+            uri = format!("{uri}&after_id={a}");
+        }
+        let (code, page) = json(s, Method::GET, &uri, Some(READ)).await;
+        assert_eq!(code, StatusCode::OK, "{uri}: {page}");
+        let got: Vec<i64> =
+            page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+        assert!(got.len() <= limit, "{uri}: {} messages", got.len());
+        if let (Some(a), Some(first)) = (after, got.first()) {
+            assert!(*first > a, "{uri}: the page starts at {first}, not after {a}");
+        }
+        ids.extend(&got);
+        match page["next_after_id"].as_i64() {
+            Some(next) => {
+                assert_eq!(got.len(), limit, "{uri}: a page short of the limit has no next page");
+                assert_eq!(Some(&next), got.last(), "{uri}: the cursor is the page's last id");
+                after = Some(next);
+            }
+            None => {
+                assert!(page["next_after_id"].is_null(), "{uri}: {}", page["next_after_id"]);
+                return (ids, pages);
+            }
+        }
+        assert!(pages <= MANY / limit + 1, "{uri}: more pages than the table can fill");
+    }
+    unreachable!()
+}
+
+/// 100,000 messages written straight into the table: every one paged through once, in id
+/// order, at the largest page; filtered searches over many pages find exactly what the same
+/// condition finds in SQL (escaped `%` and `_` in the error text, the created range inclusive
+/// at its start and exclusive at its end); a page near the end is answered like the first.
+async fn a_hundred_thousand_messages_are_searched_and_paged(outbox: AnyOutbox) {
+    let s = state(outbox.clone(), &TestTransport::new(), true);
+    insert_many(&outbox).await;
+    let all = ids_where(&outbox, "TRUE").await;
+    assert_eq!(all.len(), MANY);
+
+    // Everything, at the largest page the API allows; one more is refused.
+    let max = outbox_store::MAX_LIST_LIMIT;
+    let (seen, pages) = every_page(&s, "", max).await;
+    assert_eq!(seen.len(), MANY, "{pages} pages");
+    assert!(seen.windows(2).all(|w| w[0] < w[1]), "every id once, in increasing order");
+    assert_eq!(seen, all);
+    assert!((MANY / max..=MANY / max + 1).contains(&pages), "{pages} pages");
+    let (code, _) =
+        json(&s, Method::GET, &format!("/api/v1/stores/main/messages?limit={}", max + 1), Some(READ)).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+
+    // Filtered searches, each over many pages, against the same condition in SQL.
+    let (from, to) = (20_000, 30_000);
+    let range = format!("created_after={}&created_before={}", api_instant(from), api_instant(to));
+    let in_range =
+        format!("created_at >= {} AND created_at < {}", sql_instant(&outbox, from), sql_instant(&outbox, to));
+    let searches = [
+        (
+            "topic=order.paid&status=failed".to_owned(),
+            "topic = 'order.paid' AND status = 'failed'".to_owned(),
+            100,
+        ),
+        (
+            format!("error={}", query_value("100% for tenant_7")),
+            "last_error = '[broker] quota at 100% for tenant_7'".to_owned(),
+            100,
+        ),
+        (
+            format!("error={}", query_value("HTTP 400")),
+            "last_error = '[broker] HTTP 400: schema mismatch'".to_owned(),
+            max,
+        ),
+        (
+            format!("status=failed&error={}", query_value("timed out")),
+            "status = 'failed' AND last_error LIKE '%timed out%'".to_owned(),
+            100,
+        ),
+        (range.clone(), in_range.clone(), max),
+        (
+            format!("{range}&status=pending&topic=stock"),
+            format!("{in_range} AND status = 'pending' AND topic = 'stock'"),
+            50,
+        ),
+        ("key=k7".to_owned(), "msg_key = 'k7'".to_owned(), 50),
+        ("biz_type=order".to_owned(), "biz_type = 'order'".to_owned(), max),
+        (
+            "biz_type=invoice&biz_key=inv15".to_owned(),
+            "biz_type = 'invoice' AND biz_key = 'inv15'".to_owned(),
+            100,
+        ),
+    ];
+    for (query, condition, limit) in &searches {
+        let want = ids_where(&outbox, condition).await;
+        assert!(!want.is_empty(), "{condition} matches nothing");
+        let (got, pages) = every_page(&s, query, *limit).await;
+        assert_eq!(got.len(), want.len(), "{query}: {pages} pages");
+        assert_eq!(got, want, "{query}");
+        let fewest = want.len().div_ceil(*limit);
+        assert!((fewest..=want.len() / limit + 1).contains(&pages), "{query}: {pages} pages");
+    }
+    // What the searches above stand for: many pages each, the bounds and the escapes honoured.
+    assert_eq!(ids_where(&outbox, &in_range).await.len(), 10_000, "one message per second");
+    let lookalikes = ids_where(&outbox, "last_error = '[broker] quota at 1000 for tenant07'").await;
+    assert!(!lookalikes.is_empty(), "`%` and `_` taken as wildcards would find these too");
+
+    // A page near the end, without and with filters, is answered like the first.
+    let after = all[MANY - 50];
+    let uri = format!("/api/v1/stores/main/messages?limit={max}&after_id={after}");
+    let (code, page) = json(&s, Method::GET, &uri, Some(READ)).await;
+    assert_eq!(code, StatusCode::OK, "{page}");
+    let got: Vec<i64> =
+        page["messages"].as_array().unwrap().iter().map(|m| m["id"].as_i64().unwrap()).collect();
+    assert_eq!(got, all[MANY - 49..], "the 49 last messages");
+    assert!(page["next_after_id"].is_null(), "{}", page["next_after_id"]);
+    let failed = ids_where(&outbox, "status = 'failed'").await;
+    let uri =
+        format!("/api/v1/stores/main/messages?status=failed&limit=2&after_id={}", failed[failed.len() - 4]);
+    let (code, page) = json(&s, Method::GET, &uri, Some(READ)).await;
+    assert_eq!(code, StatusCode::OK, "{page}");
+    assert_eq!(page["messages"][0]["id"].as_i64(), Some(failed[failed.len() - 3]));
+    assert_eq!(page["next_after_id"].as_i64(), Some(failed[failed.len() - 2]));
+    let (code, detail) =
+        json(&s, Method::GET, &format!("/api/v1/stores/main/messages/{}", all[MANY - 1]), Some(READ)).await;
+    assert_eq!((code, detail["message"]["id"].as_i64()), (StatusCode::OK, Some(all[MANY - 1])));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_on_postgres() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = AnyOutbox::Postgres(Outbox::new(db.pool.clone()));
+    outbox.migrate().await.unwrap();
+    a_hundred_thousand_messages_are_searched_and_paged(outbox).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_thousand_on_mariadb() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = AnyOutbox::MySql(Outbox::new(db.pool.clone()));
+    outbox.migrate().await.unwrap();
+    a_hundred_thousand_messages_are_searched_and_paged(outbox).await;
+    db.drop_db().await;
+}
