@@ -243,3 +243,103 @@ async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
     pool.close().await;
     std::fs::remove_dir_all(dir).ok();
 }
+
+/// Two relay processes on one PostgreSQL store, each with its own admin listener: each lists
+/// the other (from `outbox_relay`: host, pid, state), a pause through the first holds the
+/// second's deliveries too (its own gauge and counters say so, nothing reaches the stream), the
+/// resume releases them, and a relay that stops leaves the other's list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_relay_process_is_listed_and_observes_a_pause() {
+    let db = outbox_testkit::fresh_pg().await;
+    let dir = temp_dir("outbox-daemon-two");
+    let stream = format!("outbox-daemon-two-{}", std::process::id());
+    let (read, admin) = ("read-token-0123456789", "admin-token-0123456789");
+    let start = |name: &str| {
+        let port = outbox_testkit::net::free_port();
+        let cfg = RelayConfig::to_redis_stream(&db.url, REDIS, &stream)
+            .admin(port, read, admin)
+            .write(&dir.join(format!("{name}.toml")));
+        let relay = RelayProcess::start(OUTBOX, &cfg, &dir.join(format!("{name}.log")));
+        outbox_testkit::net::wait_port(port, Duration::from_secs(60), "the admin listener");
+        (relay, port)
+    };
+    let (mut first, p1) = start("first");
+    let (mut second, p2) = start("second");
+    let relays = async |port: u16| -> Vec<serde_json::Value> {
+        let (code, body) = http(port, "GET", "/api/v1/relays", read).await;
+        assert_eq!(code, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["relays"].as_array().unwrap().clone()
+    };
+    outbox_testkit::eventually("each relay lists the other", async || {
+        relays(p1).await.len() == 2 && relays(p2).await.len() == 2
+    })
+    .await;
+    let seen_from_first = relays(p1).await;
+    let other = seen_from_first.iter().find(|r| r["local"] == false).unwrap();
+    assert_eq!(other["pid"], second.child.0.id(), "{seen_from_first:?}");
+    assert_eq!(other["store"], "shop");
+    assert!(["idle", "busy"].contains(&other["state"].as_str().unwrap()), "{other}");
+    assert!(other["silent_ms"].as_i64().unwrap() < 30_000, "{other}");
+    let own = seen_from_first.iter().find(|r| r["local"] == true).unwrap();
+    assert_eq!(own["pid"], first.child.0.id());
+    assert_ne!(own["owner"], other["owner"]);
+
+    let insert = async |n: usize| {
+        for i in 0..n {
+            sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', $1)")
+                .bind(format!("{i}"))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+    };
+    let client = redis::Client::open(REDIS).unwrap();
+    let len = async || -> u64 {
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("XLEN").arg(&stream).query_async(&mut conn).await.unwrap()
+    };
+    insert(4).await;
+    outbox_testkit::eventually("4 messages in the stream", async || len().await >= 4).await;
+
+    // Paused through the first: the second reads the table and holds too.
+    let (code, body) = http(p1, "POST", "/api/v1/stores/shop/destinations/stream/pause", admin).await;
+    assert_eq!(code, 200, "{body}");
+    let metric = async |port: u16, name: &str, labels: &[(&str, &str)]| {
+        number(sample(&http(port, "GET", "/metrics", read).await.1, name, labels))
+    };
+    let dest = [("store", "shop"), ("destination", "stream")];
+    outbox_testkit::eventually("both relays see the pause", async || {
+        metric(p1, "outbox_destination_paused", &dest).await == 1.0
+            && metric(p2, "outbox_destination_paused", &dest).await == 1.0
+    })
+    .await;
+    insert(6).await;
+    let store = [("store", "shop")];
+    outbox_testkit::eventually("the relays hold the new messages", async || {
+        metric(p1, "outbox_deliveries_deferred_total", &store).await
+            + metric(p2, "outbox_deliveries_deferred_total", &store).await
+            >= 6.0
+    })
+    .await;
+    assert_eq!(len().await, 4, "nothing published while paused, by either relay");
+    let attempts: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(attempts), 0)::int8 FROM outbox_message")
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(attempts, 0, "a pause spends no attempt");
+
+    // Stop the first: only the second is left to deliver, after the resume through itself.
+    assert!(first.terminate(Duration::from_secs(15)).success(), "{}", first.log_text());
+    outbox_testkit::eventually("the stopped relay leaves the list", async || relays(p2).await.len() == 1)
+        .await;
+    let (code, _) = http(p2, "POST", "/api/v1/stores/shop/destinations/stream/resume", admin).await;
+    assert_eq!(code, 200);
+    outbox_testkit::eventually("everything once after the resume", async || len().await >= 10).await;
+    assert_eq!(len().await, 10);
+    assert!(second.terminate(Duration::from_secs(15)).success(), "{}", second.log_text());
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("DEL").arg(&stream).query_async(&mut conn).await.unwrap();
+    db.drop_db().await;
+    std::fs::remove_dir_all(dir).ok();
+}

@@ -38,6 +38,7 @@ mod dispatch;
 #[cfg(test)]
 mod fixtures;
 mod poller;
+mod presence;
 mod relay;
 mod retention;
 mod router;
@@ -51,6 +52,7 @@ pub use breaker::BreakerConfig;
 pub use builder::{BuildError, RelayBuilder};
 pub use config::{AckConfig, RelayConfig};
 pub use destination::Destination;
+pub use presence::BEAT_INTERVAL;
 pub use relay::Relay;
 pub use retention::Retention;
 pub use router::{matches as topic_matches, validate_pattern, Route};

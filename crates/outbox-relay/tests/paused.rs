@@ -11,7 +11,7 @@ use std::time::Duration;
 use outbox_core::{NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
 use outbox_relay::testing::{MemoryStore, TestTransport};
 use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, Route};
-use outbox_store::Claims;
+use outbox_store::{Claims, RelayState};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -315,4 +315,27 @@ async fn a_paused_destination_holds_its_messages_without_spending_attempts() {
     );
     stop.cancel();
     task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_relay_registers_refreshes_and_removes_its_presence() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let running = start(&store, &t, policy(3, Duration::from_millis(100)), Arc::default());
+    until("the relay registers", || store.relays().len() == 1).await;
+    let first = store.relays().remove(0);
+    assert_eq!((first.owner.as_str(), first.pid), ("r1", std::process::id()));
+    assert_eq!((first.claimed, first.last_claim_at), (0, None));
+
+    // Its next beat carries what it did since, and its state.
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    until("delivered", || status(&store, id) == Status::Sent).await;
+    until("the next beat reports the claim", || store.relays().first().is_some_and(|r| r.claimed == 1)).await;
+    let now = store.relays().remove(0);
+    assert_eq!((now.delivered, now.failed, now.started_at), (1, 0, first.started_at));
+    assert!(now.last_claim_at.is_some());
+    until("it reports idle", || store.relays().first().is_some_and(|r| r.state == RelayState::Idle)).await;
+
+    running.stop().await;
+    assert!(store.relays().is_empty(), "a relay that stops removes its row");
 }

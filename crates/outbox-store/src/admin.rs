@@ -340,6 +340,22 @@ pub struct DestinationPause {
     pub paused_at: DateTime<Utc>,
 }
 
+/// A relay's row in `outbox_relay` as the admin API shows it ([`MessageAdmin::relays`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayPresence {
+    /// What the relay last wrote.
+    #[serde(flatten)]
+    pub beat: crate::relay::RelayBeat,
+    /// When it last wrote it (database clock).
+    pub seen_at: DateTime<Utc>,
+    /// Milliseconds since then (database clock): a running relay refreshes its row about every
+    /// 5 seconds, so a large value is a relay that died without stopping.
+    pub silent_ms: i64,
+}
+
+/// Most relays [`MessageAdmin::relays`] returns.
+pub const MAX_RELAYS: usize = 1000;
+
 /// What an edit-and-resend changes in the copy ([`MessageAdmin::resend`]); what is not set is
 /// copied from the original.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -441,6 +457,11 @@ pub trait MessageAdmin: Send + Sync {
         edit: &MessageEdit,
         actor: &str,
     ) -> impl Future<Output = Result<Resent>> + Send;
+
+    /// The relays registered on this store (`outbox_relay`), by owner, at most [`MAX_RELAYS`]:
+    /// those running and, until pruned, those that died without stopping (a large
+    /// [`RelayPresence::silent_ms`]). A row that cannot be read is left out with a warning.
+    fn relays(&self) -> impl Future<Output = Result<Vec<RelayPresence>>> + Send;
 
     /// The destinations paused now, by name.
     fn pauses(&self) -> impl Future<Output = Result<Vec<DestinationPause>>> + Send;

@@ -8,7 +8,8 @@ use outbox_core::{Error, MessageId, Result};
 use crate::migrate::MigrationReport;
 use crate::outbox::Outbox;
 use crate::relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
+    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, Presence, SettleReport, Settlement,
+    Wakeups,
 };
 
 /// An outbox on whichever database a URL names: `postgres://` / `postgresql://`, `mysql://` /
@@ -286,6 +287,16 @@ impl Wakeups for AnyOutbox {
     }
 }
 
+impl Presence for AnyOutbox {
+    async fn beat(&self, beat: &crate::relay::RelayBeat) -> Result<()> {
+        each!(self, o => o.beat(beat).await)
+    }
+
+    async fn leave(&self, owner: &str) -> Result<()> {
+        each!(self, o => o.leave(owner).await)
+    }
+}
+
 impl crate::relay::Pauses for AnyOutbox {
     async fn paused_destinations(&self) -> Result<Vec<String>> {
         each!(self, o => o.paused_destinations().await)
@@ -299,6 +310,10 @@ impl crate::admin::MessageAdmin for AnyOutbox {
 
     async fn list(&self, filter: &crate::admin::ListFilter) -> Result<Vec<outbox_core::OutboxMessage>> {
         each!(self, o => o.list(filter).await)
+    }
+
+    async fn relays(&self) -> Result<Vec<crate::admin::RelayPresence>> {
+        each!(self, o => o.relays().await)
     }
 
     async fn show(&self, id: outbox_core::MessageId) -> Result<crate::admin::MessageDetail> {

@@ -36,9 +36,9 @@ pub mod sqlite;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use admin::{
     BulkAction, DeliveryRecord, DestinationCount, DestinationPause, FailureGroup, FailureReport, ListFilter,
-    MessageAdmin, MessageDetail, MessageEdit, Progress, Resent, Selection, Stats, StatusCount, TopicCount,
-    MAX_BATCH, MAX_FAILURE_GROUPS, MAX_FAILURE_SCAN, MAX_LIST_LIMIT, MAX_PAUSE_REASON, MAX_PURGE_AGE,
-    RESENT_FROM,
+    MessageAdmin, MessageDetail, MessageEdit, Progress, RelayPresence, Resent, Selection, Stats, StatusCount,
+    TopicCount, MAX_BATCH, MAX_FAILURE_GROUPS, MAX_FAILURE_SCAN, MAX_LIST_LIMIT, MAX_PAUSE_REASON,
+    MAX_PURGE_AGE, MAX_RELAYS, RESENT_FROM,
 };
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 pub use any::{redact_url, AnyLock, AnyOutbox, Dialect};
@@ -49,12 +49,13 @@ pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
     AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite, NoLocks,
-    Pauses, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
+    Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
+    MAX_PRESENCE_TEXT,
 };
 pub use signal::{CommitSignal, Signalled};
 
 /// Highest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
 #[doc(hidden)]

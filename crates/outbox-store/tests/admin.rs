@@ -350,6 +350,66 @@ macro_rules! suite {
                 db.drop_db().await;
             }
 
+            /// Each relay's row in `outbox_relay`: written, refreshed (same start, new
+            /// counters), listed with how long it has been silent, removed; a hand-written row
+            /// with an unknown state and control characters is listed, escaped, not fatal.
+            #[tokio::test]
+            async fn relays_register_refresh_and_leave() {
+                use outbox_store::{Presence, RelayBeat, RelayState};
+                let (db, outbox) = setup().await;
+                let started_at = Utc::now() - chrono::Duration::minutes(5);
+                let mut beat = RelayBeat {
+                    owner: "relay-a".into(),
+                    host: "pod-7".into(),
+                    pid: 4242,
+                    version: "0.1.0".into(),
+                    state: RelayState::Busy,
+                    started_at,
+                    last_claim_at: None,
+                    claimed: 3,
+                    delivered: 2,
+                    failed: 1,
+                };
+                outbox.beat(&beat).await.unwrap();
+                beat.state = RelayState::Idle;
+                beat.claimed = u64::MAX;
+                beat.last_claim_at = Some(Utc::now());
+                outbox.beat(&beat).await.unwrap();
+                outbox.beat(&RelayBeat { owner: "relay-b".into(), ..beat.clone() }).await.unwrap();
+                let relays = outbox.relays().await.unwrap();
+                let owners: Vec<&str> = relays.iter().map(|r| r.beat.owner.as_str()).collect();
+                assert_eq!(owners, ["relay-a", "relay-b"]);
+                let a = &relays[0];
+                assert_eq!((a.beat.state, a.beat.pid, a.beat.host.as_str()), (RelayState::Idle, 4242, "pod-7"));
+                assert_eq!(a.beat.claimed, i64::MAX as u64, "a counter is capped, never wraps");
+                assert_eq!(a.beat.started_at.timestamp_millis(), started_at.timestamp_millis());
+                assert!(a.beat.last_claim_at.is_some());
+                assert!((0..60_000).contains(&a.silent_ms), "silent for {} ms", a.silent_ms);
+                let err = outbox.beat(&RelayBeat { owner: "bad\nowner".into(), ..beat.clone() }).await.unwrap_err();
+                assert!(matches!(err, Error::InvalidArgument { name: "owner", .. }), "{err:?}");
+
+                outbox.leave("relay-b").await.unwrap();
+                outbox.leave("relay-b").await.unwrap();
+                // A row written by hand: an unknown state, a control character in the host.
+                let seen = ago(3 * 86_400);
+                let sql = format!(
+                    "INSERT INTO outbox_relay (owner, host, pid, version, state, started_at, seen_at) \
+                     VALUES ('by-hand', 'h\u{1b}[31m', -1, 'v', 'dancing', {seen}, {seen})"
+                );
+                assert_eq!(exec(&db.pool, &sql).await, 1);
+                let relays = outbox.relays().await.unwrap();
+                assert_eq!(relays.len(), 2, "{relays:?}");
+                let by_hand = &relays[0];
+                assert_eq!((by_hand.beat.owner.as_str(), by_hand.beat.state), ("by-hand", RelayState::Unknown));
+                assert_eq!((by_hand.beat.host.as_str(), by_hand.beat.pid), ("h\\u{1b}[31m", 0));
+                assert!(by_hand.silent_ms > 86_400_000, "{by_hand:?}");
+                // The next beat prunes rows silent for more than a day.
+                outbox.beat(&beat).await.unwrap();
+                let owners: Vec<String> = outbox.relays().await.unwrap().into_iter().map(|r| r.beat.owner).collect();
+                assert_eq!(owners, ["relay-a"]);
+                db.drop_db().await;
+            }
+
             #[tokio::test]
             async fn cancel_refuses_a_message_being_sent() {
                 let (db, outbox) = setup().await;

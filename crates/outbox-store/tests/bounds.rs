@@ -95,7 +95,7 @@ async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
          DROP CONSTRAINT outbox_message_well_formed, DROP CONSTRAINT outbox_message_last_error_bounded; \
          ALTER TABLE outbox_delivery DROP CONSTRAINT outbox_delivery_last_error_bounded; \
          DROP FUNCTION outbox_headers_ok(jsonb); DROP FUNCTION outbox_text_ok(text); \
-         DROP TABLE outbox_destination_pause; \
+         DROP TABLE outbox_destination_pause; DROP TABLE outbox_relay; \
          DELETE FROM outbox_schema_migrations WHERE version >= 5",
     )
     .execute(&db.pool)

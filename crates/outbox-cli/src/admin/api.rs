@@ -73,32 +73,63 @@ pub(super) async fn stats(State(state): State<AdminState>) -> Result<Response, P
     Ok(Json(json!({ "stores": out })).into_response())
 }
 
-/// The relays of this process: owner, store, idle or busy, the last claim and their counters.
-pub(super) async fn relays(State(state): State<AdminState>) -> Json<serde_json::Value> {
+/// Every relay on the stores this listener serves: those of other processes and machines from
+/// `outbox_relay` (each relay refreshes its row every few seconds; one silent for 6 beats is
+/// `lost`), this process's own with their live counters.
+pub(super) async fn relays(State(state): State<AdminState>) -> Result<Json<serde_json::Value>, Problem> {
     use outbox_relay::RelayStats as S;
-    let relays: Vec<_> = state
-        .stores
-        .iter()
-        .map(|s| {
-            let st = &s.stats;
-            let last_claim = i64::try_from(S::get(&st.last_claim_ms))
-                .ok()
-                .filter(|ms| *ms > 0)
-                .and_then(DateTime::<Utc>::from_timestamp_millis);
-            json!({
-                "owner": s.owner,
+    let lost_after = i64::try_from((outbox_relay::BEAT_INTERVAL * 6).as_millis()).unwrap_or(i64::MAX);
+    let mut relays = Vec::new();
+    for s in state.stores.iter() {
+        let mut rows = s.outbox.relays().await?;
+        // This process's relay: live counters, and its row's host and start when written.
+        let st = &s.stats;
+        let row = rows.iter().position(|r| r.beat.owner == s.owner).map(|i| rows.remove(i));
+        let last_claim = i64::try_from(S::get(&st.last_claim_ms))
+            .ok()
+            .filter(|ms| *ms > 0)
+            .and_then(DateTime::<Utc>::from_timestamp_millis);
+        relays.push(json!({
+            "owner": s.owner,
+            "store": s.name,
+            "local": true,
+            "state": if st.idle.load(std::sync::atomic::Ordering::Relaxed) { "idle" } else { "busy" },
+            "host": row.as_ref().map(|r| r.beat.host.clone()),
+            "pid": std::process::id(),
+            "version": env!("CARGO_PKG_VERSION"),
+            "started_at": row.as_ref().map(|r| r.beat.started_at),
+            "seen_at": row.as_ref().map(|r| r.seen_at),
+            "silent_ms": row.as_ref().map(|r| r.silent_ms),
+            "last_claim_at": last_claim,
+            "claimed": S::get(&st.claimed),
+            "delivered": S::get(&st.delivered),
+            "retried": S::get(&st.retried),
+            "failed": S::get(&st.failed),
+            "store_errors": S::get(&st.store_errors),
+        }));
+        for r in rows {
+            let state = if r.silent_ms > lost_after { "lost" } else { r.beat.state.as_str() };
+            relays.push(json!({
+                "owner": r.beat.owner,
                 "store": s.name,
-                "state": if st.idle.load(std::sync::atomic::Ordering::Relaxed) { "idle" } else { "busy" },
-                "last_claim_at": last_claim,
-                "claimed": S::get(&st.claimed),
-                "delivered": S::get(&st.delivered),
-                "retried": S::get(&st.retried),
-                "failed": S::get(&st.failed),
-                "store_errors": S::get(&st.store_errors),
-            })
-        })
-        .collect();
-    Json(json!({ "relays": relays }))
+                "local": false,
+                "state": state,
+                "host": r.beat.host,
+                "pid": r.beat.pid,
+                "version": r.beat.version,
+                "started_at": r.beat.started_at,
+                "seen_at": r.seen_at,
+                "silent_ms": r.silent_ms,
+                "last_claim_at": r.beat.last_claim_at,
+                "claimed": r.beat.claimed,
+                "delivered": r.beat.delivered,
+                "retried": null,
+                "failed": r.beat.failed,
+                "store_errors": null,
+            }));
+        }
+    }
+    Ok(Json(json!({ "relays": relays })))
 }
 
 /// The search filters of `GET /api/v1/stores/{store}/messages`, also the `filter` of a bulk

@@ -44,6 +44,7 @@ struct Mem {
     claims: u64,
     settlements: u64,
     paused: std::collections::BTreeSet<String>,
+    relays: std::collections::BTreeMap<String, outbox_store::RelayBeat>,
 }
 
 /// A store held in memory. Clones share state.
@@ -397,5 +398,24 @@ impl Wakeups for MemoryStore {
 impl Pauses for MemoryStore {
     async fn paused_destinations(&self) -> Result<Vec<String>> {
         Ok(self.mem().paused.iter().cloned().collect())
+    }
+}
+
+impl outbox_store::Presence for MemoryStore {
+    async fn beat(&self, beat: &outbox_store::RelayBeat) -> Result<()> {
+        self.mem().relays.insert(beat.owner.clone(), beat.clone());
+        Ok(())
+    }
+
+    async fn leave(&self, owner: &str) -> Result<()> {
+        self.mem().relays.remove(owner);
+        Ok(())
+    }
+}
+
+impl MemoryStore {
+    /// The relays registered now ([`outbox_store::Presence`]), by owner.
+    pub fn relays(&self) -> Vec<outbox_store::RelayBeat> {
+        self.mem().relays.values().cloned().collect()
     }
 }

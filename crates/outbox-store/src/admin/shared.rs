@@ -21,9 +21,11 @@ use super::{
     MessageDetail, MessageEdit, Progress, Resent, Selection, Stats, TopicCount, BULK_RETRY_FROM,
     MAX_FAILURE_GROUPS, RESENT_FROM,
 };
+use crate::admin::{RelayPresence, MAX_RELAYS};
 use crate::common::{get, parse_status, At, Cells};
 use crate::error::db;
 use crate::outbox::{Outbox, OutboxDatabase};
+use crate::relay::{RelayBeat, RelayState, MAX_PRESENCE_TEXT};
 
 const BY_STATUS: &str = "SELECT status, COUNT(*) AS n FROM outbox_message GROUP BY status";
 const BY_TOPIC: &str = "SELECT topic, status, COUNT(*) AS n FROM outbox_message GROUP BY topic, status";
@@ -59,6 +61,13 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
     /// Pauses a destination unless it is paused (0 rows then); binds the destination, the
     /// actor and the reason.
     const PAUSE: &'static str;
+    /// Inserts or refreshes a relay's row in `outbox_relay`, `seen_at` the database clock;
+    /// binds owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered,
+    /// failed.
+    const BEAT: &'static str;
+    /// The rows of `outbox_relay` by owner with `silent_ms` (milliseconds since `seen_at`,
+    /// database clock), at most [`MAX_RELAYS`] of them.
+    const RELAYS: &'static str;
 
     /// An instant as the tables store it.
     type Time: Send
@@ -71,6 +80,10 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
 
     /// `t` as the tables store it.
     fn time(t: DateTime<Utc>) -> Self::Time;
+
+    /// `t` as the tables store it, or NULL (`Option<Self::Time>`: sqlx implements `Encode` for
+    /// an option per database, not generically).
+    fn opt_time(t: Option<DateTime<Utc>>) -> impl for<'q> Encode<'q, Self> + Type<Self> + Send + 'static;
 
     /// Decodes a row of [`Self::MESSAGE_COLUMNS`] for people to read.
     fn read_message(row: &Self::Row) -> Result<OutboxMessage>;
@@ -660,6 +673,75 @@ where
             .collect()
     }
 
+    pub(crate) async fn beat(&self, b: &RelayBeat) -> Result<()> {
+        outbox_core::text::check_name(&b.owner, outbox_core::limits::OWNER)
+            .map_err(|reason| Error::InvalidArgument { name: "owner", reason })?;
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        sqlx::query(DB::BEAT)
+            .bind(b.owner.clone())
+            .bind(printable(&b.host, MAX_PRESENCE_TEXT).into_owned())
+            .bind(i64::from(b.pid))
+            .bind(printable(&b.version, MAX_PRESENCE_TEXT).into_owned())
+            .bind(b.state.as_str().to_owned())
+            .bind(DB::time(b.started_at))
+            .bind(DB::opt_time(b.last_claim_at))
+            .bind(count(b.claimed))
+            .bind(count(b.delivered))
+            .bind(count(b.failed))
+            .execute(self.0.pool())
+            .await
+            .map_err(db)?;
+        // Rows of relays that died without stopping, a day later (a table of a few rows).
+        let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE seen_at < ".into());
+        st.bind(DB::time(Utc::now() - chrono::Duration::days(1)))?;
+        let (sql, args) = st.into_parts();
+        sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
+        Ok(())
+    }
+
+    pub(crate) async fn leave(&self, owner: &str) -> Result<()> {
+        let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE owner = ".into());
+        st.bind(owner.to_owned())?;
+        let (sql, args) = st.into_parts();
+        sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
+        Ok(())
+    }
+
+    pub(crate) async fn relays(&self) -> Result<Vec<RelayPresence>> {
+        let rows = sqlx::query(DB::RELAYS).fetch_all(self.0.pool()).await.map_err(db)?;
+        let at = At { table: "outbox_relay", id: 0 };
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let mut out = Vec::with_capacity(rows.len().min(MAX_RELAYS));
+        for (i, r) in rows.iter().enumerate() {
+            let read = || -> Result<RelayPresence> {
+                let text = |col| -> Result<String> {
+                    Ok(printable(&r.text(col, at)?, MAX_PRESENCE_TEXT).into_owned())
+                };
+                Ok(RelayPresence {
+                    beat: RelayBeat {
+                        owner: printable(&r.text("owner", at)?, outbox_core::limits::OWNER).into_owned(),
+                        host: text("host")?,
+                        pid: u32::try_from(get::<_, i64>(r, "pid")?).unwrap_or(0),
+                        version: text("version")?,
+                        state: RelayState::parse(&r.text("state", at)?),
+                        started_at: r.time("started_at", at)?,
+                        last_claim_at: r.opt_time("last_claim_at", at)?,
+                        claimed: count(get(r, "claimed")?),
+                        delivered: count(get(r, "delivered")?),
+                        failed: count(get(r, "failed")?),
+                    },
+                    seen_at: r.time("seen_at", at)?,
+                    silent_ms: get(r, "silent_ms")?,
+                })
+            };
+            match read() {
+                Ok(p) => out.push(p),
+                Err(e) => tracing::warn!(row = i, error = %e, "Unreadable row in outbox_relay left out"),
+            }
+        }
+        Ok(out)
+    }
+
     pub(crate) async fn pause(&self, destination: &str, actor: &str, reason: Option<&str>) -> Result<bool> {
         check_actor(actor)?;
         check_pause(destination, reason)?;
@@ -827,6 +909,10 @@ macro_rules! impl_admin {
                 $crate::admin::Admin(self).resend(id, edit, actor).await
             }
 
+            async fn relays(&self) -> ::outbox_core::Result<Vec<$crate::admin::RelayPresence>> {
+                $crate::admin::Admin(self).relays().await
+            }
+
             async fn pauses(&self) -> ::outbox_core::Result<Vec<$crate::admin::DestinationPause>> {
                 $crate::admin::Admin(self).pauses().await
             }
@@ -851,6 +937,16 @@ macro_rules! impl_admin {
                 progress: $crate::admin::Progress<'_>,
             ) -> ::outbox_core::Result<u64> {
                 $crate::admin::Admin(self).purge(older_than, batch, progress).await
+            }
+        }
+
+        impl $crate::relay::Presence for $crate::outbox::Outbox<$db> {
+            async fn beat(&self, beat: &$crate::relay::RelayBeat) -> ::outbox_core::Result<()> {
+                $crate::admin::Admin(self).beat(beat).await
+            }
+
+            async fn leave(&self, owner: &str) -> ::outbox_core::Result<()> {
+                $crate::admin::Admin(self).leave(owner).await
             }
         }
 

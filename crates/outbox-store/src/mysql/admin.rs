@@ -12,7 +12,7 @@
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
 use sqlx::mysql::{MySql, MySqlConnection, MySqlRow};
-use sqlx::{QueryBuilder, Transaction};
+use sqlx::{Encode, QueryBuilder, Transaction, Type};
 
 use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
 use crate::admin::{impl_admin, AdminSql};
@@ -46,6 +46,15 @@ impl AdminSql for MySql {
     const PAUSE: &'static str = "\
         INSERT IGNORE INTO outbox_destination_pause (destination, paused_by, reason, paused_at) \
         VALUES (?, ?, ?, UTC_TIMESTAMP(6))";
+    const BEAT: &'static str = "\
+        INSERT INTO outbox_relay (owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered, failed, seen_at) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE \
+        host = VALUES(host), pid = VALUES(pid), version = VALUES(version), state = VALUES(state), started_at = VALUES(started_at), \
+        last_claim_at = VALUES(last_claim_at), claimed = VALUES(claimed), delivered = VALUES(delivered), failed = VALUES(failed), seen_at = VALUES(seen_at)";
+    const RELAYS: &'static str = "\
+        SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, \
+        CAST(TIMESTAMPDIFF(MICROSECOND, seen_at, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) AS silent_ms \
+        FROM outbox_relay ORDER BY owner LIMIT 1000";
 
     fn affected(done: &sqlx::mysql::MySqlQueryResult) -> u64 {
         done.rows_affected()
@@ -56,6 +65,10 @@ impl AdminSql for MySql {
     type Time = DateTime<Utc>;
 
     fn time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+
+    fn opt_time(t: Option<DateTime<Utc>>) -> impl for<'q> Encode<'q, Self> + Type<Self> + Send + 'static {
         t
     }
 

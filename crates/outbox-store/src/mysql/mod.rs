@@ -53,6 +53,11 @@ pub const MIGRATIONS: &[Migration] = &[
         description: "destination pause",
         sql: include_str!("../../migrations/mysql/0006_destination_pause.sql"),
     },
+    Migration {
+        version: 7,
+        description: "relay presence",
+        sql: include_str!("../../migrations/mysql/0007_relay_presence.sql"),
+    },
 ];
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \

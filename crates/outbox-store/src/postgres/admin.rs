@@ -9,7 +9,7 @@
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
 use sqlx::postgres::{PgConnection, PgRow, Postgres};
-use sqlx::Transaction;
+use sqlx::{Encode, Transaction, Type};
 
 use super::{decode_message, MESSAGE_COLUMNS};
 use crate::admin::{impl_admin, AdminSql};
@@ -56,6 +56,15 @@ impl AdminSql for Postgres {
     const PAUSE: &'static str = "\
         INSERT INTO outbox_destination_pause (destination, paused_by, reason, paused_at) \
         VALUES ($1, $2, $3, now()) ON CONFLICT (destination) DO NOTHING";
+    const BEAT: &'static str = "\
+        INSERT INTO outbox_relay (owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered, failed, seen_at) \
+        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now()) ON CONFLICT (owner) DO UPDATE SET \
+        host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version, state = EXCLUDED.state, started_at = EXCLUDED.started_at, \
+        last_claim_at = EXCLUDED.last_claim_at, claimed = EXCLUDED.claimed, delivered = EXCLUDED.delivered, failed = EXCLUDED.failed, seen_at = EXCLUDED.seen_at";
+    const RELAYS: &'static str = "\
+        SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, \
+        (EXTRACT(EPOCH FROM (now() - seen_at)) * 1000)::int8 AS silent_ms \
+        FROM outbox_relay ORDER BY owner LIMIT 1000";
 
     fn affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
         done.rows_affected()
@@ -66,6 +75,10 @@ impl AdminSql for Postgres {
     type Time = DateTime<Utc>;
 
     fn time(t: DateTime<Utc>) -> DateTime<Utc> {
+        t
+    }
+
+    fn opt_time(t: Option<DateTime<Utc>>) -> impl for<'q> Encode<'q, Self> + Type<Self> + Send + 'static {
         t
     }
 

@@ -7,7 +7,10 @@
 //!   it, and a store that cannot lock has no lock value at all ([`NoLocks`]).
 //! - [`Acks`]: ACK mode (a consumer's confirmation, overdue ACKs published again).
 //! - [`Wakeups`]: push wake-ups between relays and writers (PostgreSQL `LISTEN`/`NOTIFY`).
-//! - [`RelayStore`]: all three, which is what the relay engine runs on.
+//! - [`Pauses`]: destinations an operator paused for every relay on the store.
+//! - [`Presence`]: each relay's row in `outbox_relay` (host, process, state, last claim), so
+//!   one admin listener lists every relay process on the store.
+//! - [`RelayStore`]: all of them, which is what the relay engine runs on.
 //!
 //! Admin queries are the separate [`MessageAdmin`](crate::MessageAdmin).
 //!
@@ -17,7 +20,9 @@
 use std::future::Future;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use outbox_core::{MessageId, OutboxMessage, Result, Status};
+use serde::{Deserialize, Serialize};
 
 use crate::signal::CommitSignal;
 
@@ -304,9 +309,82 @@ pub trait Pauses: Clone + Send + Sync + 'static {
     fn paused_destinations(&self) -> impl Future<Output = Result<Vec<String>>> + Send;
 }
 
-/// Everything the relay engine runs on: [`Claims`], [`Acks`], [`Wakeups`] and [`Pauses`].
-/// Implemented for every store that has the four (`Outbox<Postgres | MySql | Sqlite>`,
-/// `AnyOutbox`).
-pub trait RelayStore: Claims + Acks + Wakeups + Pauses {}
+/// What a relay is doing, as it reports it in `outbox_relay`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RelayState {
+    /// Its last claim found nothing due: it waits for a wake-up or the scan.
+    Idle,
+    /// It is claiming and publishing.
+    Busy,
+    /// A value this build does not know (a newer relay, or a row written by hand).
+    Unknown,
+}
 
-impl<S: Claims + Acks + Wakeups + Pauses> RelayStore for S {}
+impl RelayState {
+    /// The stored value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RelayState::Idle => "idle",
+            RelayState::Busy => "busy",
+            RelayState::Unknown => "unknown",
+        }
+    }
+
+    /// Reads a stored value; anything unknown is [`RelayState::Unknown`].
+    pub fn parse(value: &str) -> Self {
+        match value {
+            "idle" => RelayState::Idle,
+            "busy" => RelayState::Busy,
+            _ => RelayState::Unknown,
+        }
+    }
+}
+
+/// Longest host name and version a relay records (longer ones are cut).
+pub const MAX_PRESENCE_TEXT: usize = 64;
+
+/// What a relay writes about itself ([`Presence::beat`]). The counters are its own since it
+/// started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RelayBeat {
+    /// Its lease owner name (unique among the relays of a store).
+    pub owner: String,
+    /// The machine (or pod) it runs on.
+    pub host: String,
+    /// Its process id there.
+    pub pid: u32,
+    /// The `outbox` version it runs.
+    pub version: String,
+    /// Idle or busy.
+    pub state: RelayState,
+    /// When it started.
+    pub started_at: DateTime<Utc>,
+    /// When it last claimed a non-empty batch.
+    pub last_claim_at: Option<DateTime<Utc>>,
+    /// Messages it claimed.
+    pub claimed: u64,
+    /// Deliveries it settled as delivered.
+    pub delivered: u64,
+    /// Messages it marked failed for good.
+    pub failed: u64,
+}
+
+/// Each relay's row in `outbox_relay`, refreshed while it runs and removed when it stops, so
+/// the admin API lists every relay process on the store
+/// ([`MessageAdmin::relays`](crate::MessageAdmin::relays)).
+pub trait Presence: Clone + Send + Sync + 'static {
+    /// Writes (inserts or refreshes) the relay's row, stamped with the database clock, and
+    /// prunes rows not refreshed for a day (relays that died without stopping).
+    fn beat(&self, beat: &RelayBeat) -> impl Future<Output = Result<()>> + Send;
+
+    /// Removes the relay's row (it stops).
+    fn leave(&self, owner: &str) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// Everything the relay engine runs on: [`Claims`], [`Acks`], [`Wakeups`], [`Pauses`] and
+/// [`Presence`]. Implemented for every store that has them all (`Outbox<Postgres | MySql |
+/// Sqlite>`, `AnyOutbox`).
+pub trait RelayStore: Claims + Acks + Wakeups + Pauses + Presence {}
+
+impl<S: Claims + Acks + Wakeups + Pauses + Presence> RelayStore for S {}

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
 use sqlx::sqlite::{Sqlite, SqliteConnection, SqliteRow};
-use sqlx::{QueryBuilder, Transaction};
+use sqlx::{Encode, QueryBuilder, Transaction, Type};
 
 use super::{read_message, MESSAGE_COLUMNS};
 use crate::admin::{impl_admin, AdminSql};
@@ -66,6 +66,19 @@ impl AdminSql for Sqlite {
         now_ms!(),
         ") ON CONFLICT (destination) DO NOTHING"
     );
+    const BEAT: &'static str = concat!(
+        "INSERT INTO outbox_relay (owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered, failed, seen_at) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ",
+        now_ms!(),
+        ") ON CONFLICT (owner) DO UPDATE SET \
+         host = excluded.host, pid = excluded.pid, version = excluded.version, state = excluded.state, started_at = excluded.started_at, \
+         last_claim_at = excluded.last_claim_at, claimed = excluded.claimed, delivered = excluded.delivered, failed = excluded.failed, seen_at = excluded.seen_at"
+    );
+    const RELAYS: &'static str = concat!(
+        "SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, ",
+        now_ms!(),
+        " - seen_at AS silent_ms FROM outbox_relay ORDER BY owner LIMIT 1000"
+    );
 
     fn affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
         done.rows_affected()
@@ -78,6 +91,10 @@ impl AdminSql for Sqlite {
 
     fn time(t: DateTime<Utc>) -> i64 {
         t.timestamp_millis()
+    }
+
+    fn opt_time(t: Option<DateTime<Utc>>) -> impl for<'q> Encode<'q, Self> + Type<Self> + Send + 'static {
+        t.map(|t| t.timestamp_millis())
     }
 
     fn read_message(row: &SqliteRow) -> Result<OutboxMessage> {

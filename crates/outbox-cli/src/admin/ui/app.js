@@ -190,7 +190,9 @@ async function single(action) {
 
 async function loadRelays() {
   const r = await api("GET", "/api/v1/relays");
-  fill("relays", r.relays.map((x) => row([x.owner, x.store, x.claimed, x.delivered, x.retried, x.failed, x.store_errors])));
+  const where = (x) => (x.host || "?") + " pid " + x.pid + (x.local ? " (this process)" : "");
+  fill("relays", r.relays.map((x) => row([x.owner, x.store, where(x), el("span", x.state, "st-" + x.state),
+    when(x.last_claim_at), x.claimed, x.delivered, x.failed])));
 }
 
 async function refresh() {
