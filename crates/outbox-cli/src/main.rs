@@ -20,7 +20,13 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The demo prints its own story; only warnings and errors go to the log unless -v.
     let quiet = matches!(cli.command, cli::Command::Demo(_));
-    telemetry::init(cli.log_format, cli.verbose, quiet);
+    // The relay exports its spans when its configuration names a collector; a configuration
+    // that does not load is reported by the command itself.
+    let telemetry = match &cli.command {
+        cli::Command::Relay(args) => config::Config::load(&args.config).ok().map(|c| c.telemetry),
+        _ => None,
+    };
+    let otel = telemetry::init(cli.log_format, cli.verbose, quiet, telemetry.as_ref());
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -28,7 +34,13 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(commands::run(cli)) {
+    let result = runtime.block_on(commands::run(cli));
+    drop(runtime);
+    // Flushes the spans still buffered (the exporter's own thread, outside the runtime).
+    if let Some(guard) = otel {
+        guard.shutdown();
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // The chain may quote a URL or a connection string (a driver's, a broker client's

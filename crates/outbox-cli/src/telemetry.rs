@@ -16,6 +16,15 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::LogFormat;
+use crate::config::TelemetrySection;
+
+#[cfg(feature = "otel")]
+#[path = "telemetry/otel.rs"]
+mod otel;
+#[cfg(not(feature = "otel"))]
+#[path = "telemetry/no_otel.rs"]
+mod otel;
+pub(crate) use otel::OtelGuard;
 
 /// Crates (target prefixes) whose verbose logs may print credentials or whole protocol frames.
 const CLIENT_LIBRARIES: &[&str] = &[
@@ -48,8 +57,19 @@ const CLIENT_LIBRARIES: &[&str] = &[
 /// parameter is logged with its value, a malformed `.pgpass` line whole).
 const SECRET_WARNINGS: &[&str] = &["sqlx_postgres::options", "sqlx_mysql::options", "sqlx_sqlite::options"];
 
-/// Installs the global subscriber: human or JSON lines on stderr, level from `-v` or `RUST_LOG`.
-pub(crate) fn init(format: LogFormat, verbose: u8, quiet: bool) {
+/// Installs the global subscriber: human or JSON lines on stderr, level from `-v` or `RUST_LOG`;
+/// with `otel`, also the relay's spans exported over OTLP. The returned guard flushes the
+/// spans still buffered on `shutdown` (call it when the process ends, outside the runtime).
+pub(crate) fn init(
+    format: LogFormat,
+    verbose: u8,
+    quiet: bool,
+    otel: Option<&TelemetrySection>,
+) -> Option<OtelGuard> {
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+    use tracing_subscriber::Layer as _;
+
     let default = match verbose {
         0 if quiet => "warn",
         0 => "info",
@@ -61,11 +81,22 @@ pub(crate) fn init(format: LogFormat, verbose: u8, quiet: bool) {
         .as_deref()
         .and_then(|spec| EnvFilter::try_new(directives(spec)).ok())
         .unwrap_or_else(|| EnvFilter::new(directives(default)));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(RedactingStderr);
-    let _ = match format {
-        LogFormat::Human => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
+    let fmt = tracing_subscriber::fmt::layer().with_writer(RedactingStderr);
+    let fmt = match format {
+        LogFormat::Human => fmt.boxed(),
+        LogFormat::Json => fmt.json().boxed(),
     };
+    let (export, guard) = match otel.map(otel::exporter).transpose().map(Option::flatten) {
+        Ok(Some((layer, guard))) => (Some(layer), Some(guard)),
+        Ok(None) => (None, None),
+        Err(e) => {
+            // The subscriber is not there yet: say it on stderr, and go on without export.
+            eprintln!("warning: trace export disabled: {}", redact_text(&format!("{e:#}")));
+            (None, None)
+        }
+    };
+    let _ = tracing_subscriber::registry().with(fmt.with_filter(filter)).with(export).try_init();
+    guard
 }
 
 /// `spec` (a `RUST_LOG` value) with the client libraries capped: at `info` when the global

@@ -24,6 +24,8 @@ mod redact;
 mod retry;
 mod status;
 pub mod text;
+#[cfg(feature = "otel")]
+pub mod trace;
 mod transport;
 pub mod url;
 pub mod webhook;

@@ -270,6 +270,7 @@ async fn write_back<S: RelayStore>(
     settlement: &Settlement,
     hold: Hold<S::Lock>,
 ) -> Option<outbox_store::SettleReport> {
+    let _spans = crate::trace::settle_spans(batch, settlement);
     if let Hold::Lock(lock) = hold {
         let started = Instant::now();
         let settled = inner.store.settle_held(Hold::Lock(lock), &inner.cfg.owner, settlement).await;

@@ -92,7 +92,26 @@ impl DestRuntime {
             .iter()
             .map(|(mi, _, attempts)| self.envelope(&batch[*mi], u32::try_from(*attempts).unwrap_or(0) + 1))
             .collect();
-        match tokio::time::timeout(timeout, self.d.transport.publish(&envelopes)).await {
+        // One span per message, open for the destination's publish call.
+        let spans: Vec<tracing::Span> = if crate::trace::enabled() {
+            items
+                .iter()
+                .zip(&envelopes)
+                .map(|((mi, _, _), e)| crate::trace::publish(&batch[*mi], &self.d.name, e.attempt))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let outcomes = self.publish_envelopes(&envelopes, timeout).await;
+        for (span, o) in spans.iter().zip(&outcomes) {
+            crate::trace::outcome(span, o);
+        }
+        outcomes
+    }
+
+    /// One publish call bounded by `timeout`: one outcome per envelope, in order.
+    async fn publish_envelopes(&self, envelopes: &[Envelope], timeout: Duration) -> Vec<Outcome> {
+        match tokio::time::timeout(timeout, self.d.transport.publish(envelopes)).await {
             Ok(mut outcomes) => {
                 if outcomes.len() != envelopes.len() {
                     tracing::error!(

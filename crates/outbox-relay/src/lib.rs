@@ -45,6 +45,7 @@ mod router;
 mod settle;
 mod stats;
 pub mod testing;
+mod trace;
 
 pub use ack::{acknowledge, AckError};
 pub use alert::{AlertHook, LogAlert, TransportAlert, ALERT_TOPIC};

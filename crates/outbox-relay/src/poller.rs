@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument as _;
 
 use outbox_store::{ClaimMode, Hold, RelayStore};
 use tokio::sync::Semaphore;
@@ -45,7 +46,8 @@ impl<S: RelayStore> Relay<S> {
         let mut pauses_checked: Option<Instant> = None;
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
-        let mode = if cfg.lock_claims { ClaimMode::Lock } else { ClaimMode::Lease };
+        let (mode, mode_name) =
+            if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
 
         loop {
             while tasks.try_join_next().is_some() {}
@@ -79,11 +81,16 @@ impl<S: RelayStore> Relay<S> {
                 }
             }
             let claim_started = Instant::now();
+            let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = inner.store.claim_with(mode, &cfg.owner, cfg.batch_size, cfg.lease) => r,
+                r = inner.store.claim_with(mode, &cfg.owner, cfg.batch_size, cfg.lease).instrument(span.clone()) => r,
             };
             inner.stats.claim_duration.record(claim_started.elapsed());
+            if let Ok(c) = &claimed {
+                span.record("claimed", c.messages.len());
+            }
+            drop(span);
             RelayStats::add(&inner.stats.claims, 1);
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a

@@ -77,6 +77,34 @@ pub trait OutboxConnection: Send {
     ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
 }
 
+/// `msg` with the current W3C trace context as its `traceparent` header (feature `otel`, when
+/// there is a current context and the message has no `traceparent`); borrowed otherwise.
+/// Taken when the enqueue is called, in the caller's span.
+#[allow(dead_code)]
+pub(crate) fn traced(msg: &NewMessage) -> std::borrow::Cow<'_, NewMessage> {
+    #[cfg(feature = "otel")]
+    if outbox_core::trace::would_inject(&msg.headers) {
+        let mut m = msg.clone();
+        outbox_core::trace::inject_current(&mut m.headers);
+        return std::borrow::Cow::Owned(m);
+    }
+    std::borrow::Cow::Borrowed(msg)
+}
+
+/// [`traced`] for a batch: one copy of the batch when any message takes the context.
+#[allow(dead_code)]
+pub(crate) fn traced_batch(msgs: &[NewMessage]) -> std::borrow::Cow<'_, [NewMessage]> {
+    #[cfg(feature = "otel")]
+    if msgs.iter().any(|m| outbox_core::trace::would_inject(&m.headers)) {
+        let mut copy = msgs.to_vec();
+        for m in &mut copy {
+            outbox_core::trace::inject_current(&mut m.headers);
+        }
+        return std::borrow::Cow::Owned(copy);
+    }
+    std::borrow::Cow::Borrowed(msgs)
+}
+
 /// Implements [`OutboxDatabase`] for a dialect with the functions of its module (`MIGRATIONS`,
 /// `enqueue`, `enqueue_batch`, `get`), and [`OutboxConnection`] for its connection.
 #[allow(unused_macros)]
@@ -89,14 +117,16 @@ macro_rules! impl_dialect {
                 conn: &'a mut $conn,
                 msg: &'a ::outbox_core::NewMessage,
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<::outbox_core::Enqueued>> + Send + 'a {
-                enqueue(conn, msg)
+                let msg = $crate::outbox::traced(msg);
+                async move { enqueue(conn, &msg).await }
             }
 
             fn enqueue_batch<'a>(
                 conn: &'a mut $conn,
                 msgs: &'a [::outbox_core::NewMessage],
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
-                enqueue_batch(conn, msgs)
+                let msgs = $crate::outbox::traced_batch(msgs);
+                async move { enqueue_batch(conn, &msgs).await }
             }
 
             fn get<'a>(

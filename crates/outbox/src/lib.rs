@@ -89,6 +89,12 @@ pub use outbox_relay::{
     RelayStats, Retention, Route,
 };
 
+/// W3C trace context between the enqueue and the relay's publish span (the enqueue records
+/// the current span's context as `traceparent` by itself with this feature).
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use outbox_core::trace;
+
 /// Stops a running [`Relay`] (`tokio_util`'s token, re-exported so a service needs no direct
 /// dependency for it).
 #[cfg(feature = "relay")]

@@ -53,6 +53,57 @@ pub(crate) struct Config {
     /// Where alerts of messages failed for good go besides the log.
     #[serde(default)]
     pub(crate) alerts: AlertsSection,
+    /// Trace export over OTLP.
+    #[serde(default)]
+    pub(crate) telemetry: TelemetrySection,
+}
+
+/// `[telemetry]`: the relay's spans (claim, publish per message and destination, settle)
+/// exported over OTLP/HTTP (protobuf) when `otlp_endpoint` is set, or when the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is (docs/admin-api.md
+/// "Traces"). Authentication headers go in `OTEL_EXPORTER_OTLP_HEADERS`, never in this file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct TelemetrySection {
+    /// The collector's traces URL, e.g. `http://otel-collector:4318/v1/traces`. Defaults to
+    /// none.
+    pub(crate) otlp_endpoint: Option<String>,
+    /// `service.name` of the exported spans. Defaults to `outbox-relay`.
+    pub(crate) service_name: String,
+    /// Share of the relay's traces exported, 0.0 to 1.0. Defaults to 1.0.
+    pub(crate) sample_ratio: f64,
+}
+
+impl Default for TelemetrySection {
+    fn default() -> Self {
+        TelemetrySection { otlp_endpoint: None, service_name: "outbox-relay".into(), sample_ratio: 1.0 }
+    }
+}
+
+impl TelemetrySection {
+    /// Checks the section: (key, problem) on error.
+    pub(crate) fn check(&self) -> Result<(), (&'static str, String)> {
+        if let Some(url) = &self.otlp_endpoint {
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            if !scheme_ok || url.len() > 2048 || url.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                return Err((
+                    "telemetry.otlp_endpoint",
+                    "must be an http:// or https:// URL of at most 2048 characters without spaces".into(),
+                ));
+            }
+            if url.contains('@') {
+                return Err((
+                    "telemetry.otlp_endpoint",
+                    "must not hold credentials: put them in OTEL_EXPORTER_OTLP_HEADERS".into(),
+                ));
+            }
+        }
+        outbox_core::text::check_name(&self.service_name, 128).map_err(|e| ("telemetry.service_name", e))?;
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            return Err(("telemetry.sample_ratio", "must be between 0.0 and 1.0".into()));
+        }
+        Ok(())
+    }
 }
 
 /// `[alerts]`: every message failed for good is logged; with a `destination`, an alert also

@@ -126,6 +126,7 @@ impl AdminSection {
 impl Config {
     pub(super) fn validate(&self, origin: &Origin<'_>) -> anyhow::Result<()> {
         let err = |key: &str, msg: String| origin.error(key, msg);
+        self.telemetry.check().map_err(|(key, msg)| err(key, msg))?;
         if let Some(admin) = &self.admin {
             admin.check().map_err(|(key, msg)| err(key, msg))?;
         }
