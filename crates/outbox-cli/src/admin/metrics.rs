@@ -54,7 +54,14 @@ impl Metrics {
                     continue;
                 }
             };
-            self.history.record(&s.name, &s.stats, &stats, chrono::Utc::now());
+            // The other relays on the store (their rows in outbox_relay); without them the
+            // throughput is this process's alone.
+            let others = s.outbox.relays().await.unwrap_or_else(|e| {
+                tracing::debug!(store = %s.name, error = %printable(&e.to_string(), 300), "Could not read the relays");
+                Vec::new()
+            });
+            let counters = super::history::counters(&s.owner, &s.stats, &others);
+            self.history.record(&s.name, counters, &stats, chrono::Utc::now());
             metrics::with_local_recorder(&self.recorder, || {
                 for c in &stats.by_status {
                     metrics::gauge!("outbox_messages", "store" => s.name.clone(), "status" => c.status.as_str())
