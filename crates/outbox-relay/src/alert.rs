@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::Utc;
 use outbox_core::failure::{cause_of, group_id};
 use outbox_core::text::printable;
-use outbox_core::{Envelope, Headers, OutboxMessage, Outcome, Transport};
+use outbox_core::{Envelope, Headers, MessageId, OutboxMessage, Outcome, Transport};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
@@ -20,6 +20,21 @@ use tokio::time::Instant;
 pub trait AlertHook: Send + Sync + std::fmt::Debug {
     /// `reason` is the last error, prefixed with the destination.
     async fn message_failed(&self, message: &OutboxMessage, reason: &str);
+
+    /// A destination's circuit has stayed open for `open_for` (it keeps being unavailable; its
+    /// messages wait, no attempt spent). Raised once per outage, when it passes
+    /// [`RelayConfig::alert_circuit_open_after`](crate::RelayConfig::alert_circuit_open_after).
+    /// Logs by default.
+    async fn destination_down(&self, destination: &str, open_for: Duration) {
+        tracing::error!(destination, open_for = ?open_for, "Destination unavailable for too long; its messages wait");
+    }
+
+    /// A due message has waited `overdue` past its due time. Raised once until the backlog
+    /// is back under [`RelayConfig::alert_overdue_after`](crate::RelayConfig::alert_overdue_after).
+    /// Every relay on the store watches it, so each may raise it. Logs by default.
+    async fn backlog_overdue(&self, overdue: Duration) {
+        tracing::error!(overdue = ?overdue, "Messages wait past their due time; the relays fall behind");
+    }
 }
 
 /// Logs every failed message at error level, with its id, topic and business key.
@@ -49,8 +64,10 @@ pub const ALERT_TOPIC: &str = "outbox.alert";
 const QUEUE: usize = 256;
 /// Failure causes remembered at most for throttling.
 const MAX_CAUSES: usize = 10_000;
-/// How long one alert may take to send.
+/// How long one attempt to send an alert may take.
 const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts to send one alert.
+const SEND_ATTEMPTS: u32 = 4;
 
 /// Logs every failed message ([`LogAlert`]) and sends an alert through a transport: the first
 /// failure of each cause (topic, destination, error with numbers normalised:
@@ -81,18 +98,32 @@ impl TransportAlert {
         let (queue, mut rx) = mpsc::channel::<Envelope>(QUEUE);
         let destination = destination.into();
         tokio::spawn(async move {
-            while let Some(env) = rx.recv().await {
+            while let Some(mut env) = rx.recv().await {
                 let id = env.id;
-                match tokio::time::timeout(SEND_TIMEOUT, transport.publish(std::slice::from_ref(&env))).await
-                {
-                    Ok(outcomes) => {
-                        if let Some(Outcome::Failed { reason, .. }) = outcomes.into_iter().next() {
-                            tracing::warn!(destination = %destination, message_id = %id, reason = %printable(&reason, 300), "Could not send an alert");
-                        }
+                // Sent again after 1 s, 4 s and 16 s while the endpoint fails (a refusal that
+                // will not change is not retried); the relay is never waited for.
+                let mut delay = Duration::from_secs(1);
+                for attempt in 1..=SEND_ATTEMPTS {
+                    env.attempt = attempt;
+                    let answer =
+                        tokio::time::timeout(SEND_TIMEOUT, transport.publish(std::slice::from_ref(&env)))
+                            .await;
+                    let (reason, again) = match answer {
+                        Ok(outcomes) => match outcomes.into_iter().next() {
+                            Some(Outcome::Failed { reason, kind, .. }) => {
+                                (reason, !matches!(kind, outbox_core::FailureKind::Permanent))
+                            }
+                            _ => break,
+                        },
+                        Err(_) => (format!("no answer in {SEND_TIMEOUT:?}"), true),
+                    };
+                    if !again || attempt == SEND_ATTEMPTS {
+                        tracing::warn!(destination = %destination, alert_id = %id, attempt, reason = %printable(&reason, 300), "Could not send an alert");
+                        break;
                     }
-                    Err(_) => {
-                        tracing::warn!(destination = %destination, message_id = %id, "Could not send an alert in {SEND_TIMEOUT:?}")
-                    }
+                    tracing::debug!(destination = %destination, alert_id = %id, attempt, retry_in = ?delay, "Alert not sent; trying again");
+                    tokio::time::sleep(delay).await;
+                    delay *= 4;
                 }
             }
         });
@@ -144,8 +175,50 @@ impl AlertHook for TransportAlert {
             "failed_at": Utc::now(),
             "held_back": held_back,
         });
+        self.send(m.id, payload);
+    }
+
+    async fn destination_down(&self, destination: &str, open_for: Duration) {
+        LogAlert.destination_down(destination, open_for).await;
+        let Some(held_back) = self.admit(&format!("destination_down:{destination}"), Instant::now()) else {
+            return;
+        };
+        let payload = serde_json::json!({
+            "event": "destination_down",
+            "store": self.store,
+            "destination": destination,
+            "open_for_secs": open_for.as_secs(),
+            "at": Utc::now(),
+            "held_back": held_back,
+        });
+        self.send(event_id(), payload);
+    }
+
+    async fn backlog_overdue(&self, overdue: Duration) {
+        LogAlert.backlog_overdue(overdue).await;
+        let Some(held_back) = self.admit("backlog_overdue", Instant::now()) else { return };
+        let payload = serde_json::json!({
+            "event": "backlog_overdue",
+            "store": self.store,
+            "overdue_secs": overdue.as_secs(),
+            "at": Utc::now(),
+            "held_back": held_back,
+        });
+        self.send(event_id(), payload);
+    }
+}
+
+/// The id of an alert that is not about one message: the time in milliseconds, so each alert
+/// has its own and a receiver that deduplicates by id keeps them all.
+fn event_id() -> MessageId {
+    MessageId(Utc::now().timestamp_millis())
+}
+
+impl TransportAlert {
+    /// Queues an alert envelope; a full queue drops it (it was logged).
+    fn send(&self, id: MessageId, payload: serde_json::Value) {
         let env = Envelope {
-            id: m.id,
+            id,
             topic: ALERT_TOPIC.into(),
             key: None,
             tag: None,
@@ -155,7 +228,7 @@ impl AlertHook for TransportAlert {
             created_at: Utc::now(),
         };
         if self.queue.try_send(env).is_err() {
-            tracing::warn!(message_id = %m.id, "Alert queue full; the alert was only logged");
+            tracing::warn!(alert_id = %id, "Alert queue full; the alert was only logged");
         }
     }
 }
@@ -200,5 +273,38 @@ mod tests {
         assert_eq!(bodies[1]["message_id"], 6, "another cause alerts at once");
         assert_eq!((bodies[2]["message_id"].as_i64(), bodies[2]["held_back"].as_u64()), (Some(7), Some(4)));
         assert!(sent.iter().all(|r| r.envelope.topic == ALERT_TOPIC));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_alert_is_sent_again_with_backoff_and_the_new_events_are_throttled() {
+        let t = TestTransport::new();
+        let alert = TransportAlert::spawn("main", "ops", Arc::new(t.clone()), Duration::from_secs(300));
+        // The endpoint refuses twice (unavailable), then takes it: sent at 0 s, 1 s and 5 s.
+        t.fail_next([Outcome::unavailable("503"), Outcome::unavailable("503")]);
+        alert.destination_down("kafka", Duration::from_secs(301)).await;
+        alert.destination_down("kafka", Duration::from_secs(400)).await;
+        alert.backlog_overdue(Duration::from_secs(900)).await;
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let sent = t.received();
+        let attempts: Vec<u32> = sent.iter().map(|r| r.envelope.attempt).collect();
+        assert_eq!(attempts, [1, 2, 3, 1], "three tries of the first, one of the next: {sent:?}");
+        let bodies: Vec<serde_json::Value> =
+            sent.iter().map(|r| serde_json::from_str(&r.envelope.payload).unwrap()).collect();
+        assert_eq!(
+            (bodies[2]["event"].as_str(), bodies[2]["destination"].as_str()),
+            (Some("destination_down"), Some("kafka"))
+        );
+        assert_eq!(bodies[2]["open_for_secs"], 301);
+        assert_eq!(
+            (bodies[3]["event"].as_str(), bodies[3]["overdue_secs"].as_u64()),
+            (Some("backlog_overdue"), Some(900))
+        );
+        assert_eq!(t.delivered().len(), 2, "the second outage alert of kafka is held back in the window");
+        // A refusal that cannot change is not retried.
+        t.fail_next([Outcome::permanent("400")]);
+        alert.backlog_overdue(Duration::from_secs(900)).await; // throttled: nothing sent
+        alert.destination_down("nats", Duration::from_secs(301)).await;
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(t.received().len(), 5, "one try of the refused alert: {:?}", t.received());
     }
 }

@@ -37,6 +37,13 @@ pub struct RelayConfig {
     /// growing delay (at most 5 s). Measured from the message's `created_at`. Defaults to
     /// 10 minutes; zero fails at once.
     pub unrouted_grace: Duration,
+    /// Alert ([`crate::AlertHook::destination_down`]) when a destination's circuit has stayed
+    /// open this long. Defaults to 5 minutes; `None` never.
+    pub alert_circuit_open_after: Option<Duration>,
+    /// Alert ([`crate::AlertHook::backlog_overdue`]) when a due message has waited this long
+    /// past its due time (the relays fall behind, or cannot claim). Defaults to 15 minutes;
+    /// `None` never.
+    pub alert_overdue_after: Option<Duration>,
 }
 
 impl Default for RelayConfig {
@@ -51,6 +58,8 @@ impl Default for RelayConfig {
             shutdown_timeout: Duration::from_secs(10),
             lock_claims: true,
             unrouted_grace: Duration::from_secs(600),
+            alert_circuit_open_after: Some(Duration::from_secs(300)),
+            alert_overdue_after: Some(Duration::from_secs(900)),
         }
     }
 }

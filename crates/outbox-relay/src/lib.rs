@@ -46,6 +46,7 @@ mod settle;
 mod stats;
 pub mod testing;
 mod trace;
+mod watch;
 
 pub use ack::{acknowledge, AckError};
 pub use alert::{AlertHook, LogAlert, TransportAlert, ALERT_TOPIC};

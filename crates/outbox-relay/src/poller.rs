@@ -35,6 +35,7 @@ impl<S: RelayStore> Relay<S> {
         tracing::info!(owner = %cfg.owner, batch_size = cfg.batch_size, push = listener.is_some(), "Relay started");
         let presence_stop = CancellationToken::new();
         let presence = tokio::spawn(crate::presence::run(inner.clone(), presence_stop.clone()));
+        let watch = tokio::spawn(crate::watch::run(inner.clone(), presence_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
@@ -187,6 +188,7 @@ impl<S: RelayStore> Relay<S> {
         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
         presence_stop.cancel();
         let _ = presence.await;
+        let _ = watch.await;
         crate::presence::leave(&inner).await;
     }
 }

@@ -35,12 +35,26 @@ fn policy(max_attempts: u32, initial: Duration) -> RetryPolicy {
 }
 
 #[derive(Debug, Default)]
-struct Alerts(Mutex<Vec<(i64, String)>>);
+struct Alerts(Mutex<Vec<(i64, String)>>, Mutex<Vec<(String, Duration)>>);
 
 #[async_trait::async_trait]
 impl AlertHook for Alerts {
     async fn message_failed(&self, m: &OutboxMessage, reason: &str) {
         self.0.lock().unwrap().push((m.id.0, reason.to_owned()));
+    }
+
+    async fn destination_down(&self, destination: &str, open_for: Duration) {
+        self.1.lock().unwrap().push((format!("down:{destination}"), open_for));
+    }
+
+    async fn backlog_overdue(&self, overdue: Duration) {
+        self.1.lock().unwrap().push(("overdue".into(), overdue));
+    }
+}
+
+impl Alerts {
+    fn events(&self) -> Vec<(String, Duration)> {
+        self.1.lock().unwrap().clone()
     }
 }
 
@@ -338,4 +352,69 @@ async fn a_relay_registers_refreshes_and_removes_its_presence() {
 
     running.stop().await;
     assert!(store.relays().is_empty(), "a relay that stops removes its row");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_destination_down_too_long_alerts_once_per_outage() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let alerts = Arc::new(Alerts::default());
+    let running = start(&store, &t, policy(3, Duration::from_millis(100)), alerts.clone());
+    t.set_down(true);
+    store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    // The default threshold is 5 minutes, checked every 10 s (so seen open up to 10 s late):
+    // one alert, not one per check.
+    tokio::time::sleep(Duration::from_secs(295)).await;
+    assert!(alerts.events().is_empty(), "not before the threshold: {:?}", alerts.events());
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let events = alerts.events();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "down:broker");
+    assert!(events[0].1 >= Duration::from_secs(300), "{events:?}");
+    tokio::time::sleep(Duration::from_secs(600)).await;
+    assert_eq!(alerts.events().len(), 1, "the same outage alerts once");
+
+    // Back up (the circuit closes), then down again: a new outage, a new alert.
+    t.set_down(false);
+    until("delivered", || store.with_status(Status::Sent).len() == 1).await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    t.set_down(true);
+    store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    until("a second alert", || alerts.events().len() == 2).await;
+    running.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn messages_overdue_too_long_alert_once_until_the_backlog_recovers() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let alerts = Arc::new(Alerts::default());
+    let relay = Relay::builder(&store)
+        .config(RelayConfig { alert_overdue_after: Some(Duration::from_secs(60)), ..config("r1") })
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]))
+        .alert(alerts.clone())
+        .build()
+        .unwrap();
+    // The store refuses every claim for a while: the message stays due, unpublished.
+    store.refuse_claims(u32::MAX);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(relay.run(stop.clone()));
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    tokio::time::sleep(Duration::from_secs(50)).await;
+    assert!(alerts.events().is_empty(), "{:?}", alerts.events());
+    until("the overdue alert", || !alerts.events().is_empty()).await;
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let events = alerts.events();
+    assert_eq!(events.len(), 1, "once while it lasts: {events:?}");
+    assert_eq!(events[0].0, "overdue");
+    assert!(events[0].1 >= Duration::from_secs(60), "{events:?}");
+
+    // Claims work again: delivered, and the watch re-arms.
+    store.refuse_claims(0);
+    until("delivered", || status(&store, id) == Status::Sent).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(alerts.events().len(), 1);
+    stop.cancel();
+    task.await.unwrap();
 }

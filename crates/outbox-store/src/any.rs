@@ -287,6 +287,12 @@ impl Wakeups for AnyOutbox {
     }
 }
 
+impl crate::relay::Backlog for AnyOutbox {
+    async fn overdue(&self) -> Result<Option<Duration>> {
+        each!(self, o => crate::relay::Backlog::overdue(o).await)
+    }
+}
+
 impl Presence for AnyOutbox {
     async fn beat(&self, beat: &crate::relay::RelayBeat) -> Result<()> {
         each!(self, o => o.beat(beat).await)

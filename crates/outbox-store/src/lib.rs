@@ -48,8 +48,8 @@ pub use migrate::{Migration, MigrationReport, Migrator, Schema};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite, NoLocks,
-    Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
+    AckOutcome, Acks, Backlog, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite,
+    NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
     MAX_PRESENCE_TEXT,
 };
 pub use signal::{CommitSignal, Signalled};

@@ -350,6 +350,27 @@ macro_rules! suite {
                 db.drop_db().await;
             }
 
+            /// How late the most overdue message is: none when nothing is due (empty, only
+            /// scheduled for later, only being sent), else since its due time.
+            #[tokio::test]
+            async fn overdue_is_measured_from_the_due_time_of_pending_messages() {
+                use outbox_store::Backlog;
+                let (db, outbox) = setup().await;
+                assert_eq!(outbox.overdue().await.unwrap(), None, "empty");
+                let later = NewMessage::new("t", "{}").delay(Duration::from_secs(3600));
+                outbox.enqueue(&later).await.unwrap();
+                assert_eq!(outbox.overdue().await.unwrap(), None, "scheduled for later is not overdue");
+                let ids = enqueue(&outbox, "t", 2).await;
+                let sql = format!("UPDATE outbox_message SET next_attempt_at = {} WHERE id = {}", ago(120), ids[0]);
+                assert_eq!(exec(&db.pool, &sql).await, 1);
+                let late = outbox.overdue().await.unwrap().unwrap();
+                assert!((119..200).contains(&late.as_secs()), "{late:?}");
+                mark_sending(&db.pool, ids[0]).await;
+                let late = outbox.overdue().await.unwrap().unwrap();
+                assert!(late < Duration::from_secs(60), "a message being sent is not overdue: {late:?}");
+                db.drop_db().await;
+            }
+
             /// Each relay's row in `outbox_relay`: written, refreshed (same start, new
             /// counters), listed with how long it has been silent, removed; a hand-written row
             /// with an unknown state and control characters is listed, escaped, not fatal.

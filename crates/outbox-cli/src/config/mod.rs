@@ -117,11 +117,24 @@ pub(crate) struct AlertsSection {
     /// At most one alert per failure cause per window. Defaults to 5 min; 1 s to 1 day.
     #[serde(with = "outbox_core::duration")]
     pub(crate) window: Duration,
+    /// Alert when a destination's circuit stays open this long. Defaults to 5 min; "0s" never,
+    /// else 10 s to 7 days.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) circuit_open_after: Duration,
+    /// Alert when a due message has waited this long past its due time. Defaults to 15 min;
+    /// "0s" never, else 10 s to 7 days.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) overdue_after: Duration,
 }
 
 impl Default for AlertsSection {
     fn default() -> Self {
-        AlertsSection { destination: None, window: Duration::from_secs(300) }
+        AlertsSection {
+            destination: None,
+            window: Duration::from_secs(300),
+            circuit_open_after: Duration::from_secs(300),
+            overdue_after: Duration::from_secs(900),
+        }
     }
 }
 
@@ -443,6 +456,8 @@ impl Config {
             shutdown_timeout: self.relay.shutdown_timeout,
             lock_claims: self.relay.lock_claims,
             unrouted_grace: self.relay.unrouted_grace,
+            alert_circuit_open_after: Some(self.alerts.circuit_open_after).filter(|d| !d.is_zero()),
+            alert_overdue_after: Some(self.alerts.overdue_after).filter(|d| !d.is_zero()),
         }
     }
 }

@@ -422,3 +422,38 @@ fn alerts_name_a_destination_and_a_bounded_window() {
     let e = err(&format!("{GOOD}\n[alerts]\ndestination = \"hook\"\nwindow = \"0s\"\n"));
     assert!(e.contains("alerts.window"), "{e}");
 }
+
+#[test]
+fn alert_thresholds_default_turn_off_and_are_bounded() {
+    let c = parse(GOOD).unwrap();
+    let r = c.relay_config("shop");
+    assert_eq!(
+        (r.alert_circuit_open_after, r.alert_overdue_after),
+        (Some(Duration::from_secs(300)), Some(Duration::from_secs(900)))
+    );
+    let c =
+        parse(&format!("{GOOD}\n[alerts]\ncircuit_open_after = \"0s\"\noverdue_after = \"1h\"\n")).unwrap();
+    let r = c.relay_config("shop");
+    assert_eq!((r.alert_circuit_open_after, r.alert_overdue_after), (None, Some(Duration::from_secs(3600))));
+    let e = err(&format!("{GOOD}\n[alerts]\noverdue_after = \"5s\"\n"));
+    assert!(e.contains("alerts.overdue_after") && e.contains("between 10s and 7d"), "{e}");
+    let e = err(&format!("{GOOD}\n[alerts]\ncircuit_open_after = \"30d\"\n"));
+    assert!(e.contains("alerts.circuit_open_after"), "{e}");
+}
+
+#[test]
+fn telemetry_is_checked() {
+    let c = parse(&format!("{GOOD}\n[telemetry]\notlp_endpoint = \"https://collector:4318/v1/traces\"\n"))
+        .unwrap();
+    assert_eq!(c.telemetry.service_name, "outbox-relay");
+    for (bad, key) in [
+        ("otlp_endpoint = \"ftp://x\"", "telemetry.otlp_endpoint"),
+        ("otlp_endpoint = \"http://user:pw@collector:4318\"", "telemetry.otlp_endpoint"),
+        ("sample_ratio = 1.5", "telemetry.sample_ratio"),
+        ("service_name = \"\"", "telemetry.service_name"),
+    ] {
+        let e = err(&format!("{GOOD}\n[telemetry]\n{bad}\n"));
+        assert!(e.contains(key), "{bad}: {e}");
+        assert!(!e.contains("pw@"), "no credential echoed: {e}");
+    }
+}

@@ -141,6 +141,14 @@ impl Config {
         if self.alerts.window < Duration::from_secs(1) || self.alerts.window > Duration::from_secs(86_400) {
             return Err(err("alerts.window", "must be between 1s and 1d".into()));
         }
+        for (key, d) in [
+            ("alerts.circuit_open_after", self.alerts.circuit_open_after),
+            ("alerts.overdue_after", self.alerts.overdue_after),
+        ] {
+            if !d.is_zero() && (d < Duration::from_secs(10) || d > Duration::from_secs(7 * 86_400)) {
+                return Err(err(key, "must be 0s (never) or between 10s and 7d".into()));
+            }
+        }
         if self.stores.is_empty() {
             return Err(err("stores", "is empty: add at least one [[stores]] with a name and url".into()));
         }

@@ -419,3 +419,17 @@ impl MemoryStore {
         self.mem().relays.values().cloned().collect()
     }
 }
+
+impl outbox_store::Backlog for MemoryStore {
+    async fn overdue(&self) -> Result<Option<Duration>> {
+        let now = Instant::now();
+        let mem = self.mem();
+        let earliest = mem
+            .rows
+            .values()
+            .filter(|r| r.msg.status == Status::Pending && r.due <= now)
+            .map(|r| r.due)
+            .min();
+        Ok(earliest.map(|due| now - due))
+    }
+}

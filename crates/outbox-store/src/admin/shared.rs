@@ -65,6 +65,9 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
     /// binds owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered,
     /// failed.
     const BEAT: &'static str;
+    /// Milliseconds since the earliest due `pending` message became due (NULL when none is):
+    /// `MIN(next_attempt_at)` over due pending rows, through the due index.
+    const OVERDUE_MS: &'static str;
     /// The rows of `outbox_relay` by owner with `silent_ms` (milliseconds since `seen_at`,
     /// database clock), at most [`MAX_RELAYS`] of them.
     const RELAYS: &'static str;
@@ -699,6 +702,12 @@ where
         Ok(())
     }
 
+    pub(crate) async fn overdue(&self) -> Result<Option<Duration>> {
+        let ms: Option<i64> =
+            sqlx::query_scalar(DB::OVERDUE_MS).fetch_one(self.0.pool()).await.map_err(db)?;
+        Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+    }
+
     pub(crate) async fn leave(&self, owner: &str) -> Result<()> {
         let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE owner = ".into());
         st.bind(owner.to_owned())?;
@@ -937,6 +946,12 @@ macro_rules! impl_admin {
                 progress: $crate::admin::Progress<'_>,
             ) -> ::outbox_core::Result<u64> {
                 $crate::admin::Admin(self).purge(older_than, batch, progress).await
+            }
+        }
+
+        impl $crate::relay::Backlog for $crate::outbox::Outbox<$db> {
+            async fn overdue(&self) -> ::outbox_core::Result<Option<::std::time::Duration>> {
+                $crate::admin::Admin(self).overdue().await
             }
         }
 

@@ -51,6 +51,9 @@ impl AdminSql for MySql {
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE \
         host = VALUES(host), pid = VALUES(pid), version = VALUES(version), state = VALUES(state), started_at = VALUES(started_at), \
         last_claim_at = VALUES(last_claim_at), claimed = VALUES(claimed), delivered = VALUES(delivered), failed = VALUES(failed), seen_at = VALUES(seen_at)";
+    const OVERDUE_MS: &'static str = "\
+        SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(next_attempt_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
+        FROM outbox_message WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6)";
     const RELAYS: &'static str = "\
         SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, \
         CAST(TIMESTAMPDIFF(MICROSECOND, seen_at, UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) AS silent_ms \

@@ -61,6 +61,9 @@ impl AdminSql for Postgres {
         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now()) ON CONFLICT (owner) DO UPDATE SET \
         host = EXCLUDED.host, pid = EXCLUDED.pid, version = EXCLUDED.version, state = EXCLUDED.state, started_at = EXCLUDED.started_at, \
         last_claim_at = EXCLUDED.last_claim_at, claimed = EXCLUDED.claimed, delivered = EXCLUDED.delivered, failed = EXCLUDED.failed, seen_at = EXCLUDED.seen_at";
+    const OVERDUE_MS: &'static str = "\
+        SELECT (EXTRACT(EPOCH FROM (now() - MIN(next_attempt_at))) * 1000)::int8 \
+        FROM outbox_message WHERE status = 'pending' AND next_attempt_at <= now()";
     const RELAYS: &'static str = "\
         SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, \
         (EXTRACT(EPOCH FROM (now() - seen_at)) * 1000)::int8 AS silent_ms \

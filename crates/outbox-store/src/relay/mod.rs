@@ -10,6 +10,7 @@
 //! - [`Pauses`]: destinations an operator paused for every relay on the store.
 //! - [`Presence`]: each relay's row in `outbox_relay` (host, process, state, last claim), so
 //!   one admin listener lists every relay process on the store.
+//! - [`Backlog`]: how late the most overdue message is (the backlog alert).
 //! - [`RelayStore`]: all of them, which is what the relay engine runs on.
 //!
 //! Admin queries are the separate [`MessageAdmin`](crate::MessageAdmin).
@@ -382,9 +383,18 @@ pub trait Presence: Clone + Send + Sync + 'static {
     fn leave(&self, owner: &str) -> impl Future<Output = Result<()>> + Send;
 }
 
-/// Everything the relay engine runs on: [`Claims`], [`Acks`], [`Wakeups`], [`Pauses`] and
-/// [`Presence`]. Implemented for every store that has them all (`Outbox<Postgres | MySql |
-/// Sqlite>`, `AnyOutbox`).
-pub trait RelayStore: Claims + Acks + Wakeups + Pauses + Presence {}
+/// How late the store's most overdue message is, for the relay's backlog alert.
+pub trait Backlog: Clone + Send + Sync + 'static {
+    /// How long ago the earliest due `pending` message became due (its `next_attempt_at`,
+    /// database clock), or `None` when no message is due. A message scheduled for later, one
+    /// waiting for its retry, or one held by a paused or unreachable destination (deferred)
+    /// is not overdue. One read of the due index.
+    fn overdue(&self) -> impl Future<Output = Result<Option<Duration>>> + Send;
+}
 
-impl<S: Claims + Acks + Wakeups + Pauses + Presence> RelayStore for S {}
+/// Everything the relay engine runs on: [`Claims`], [`Acks`], [`Wakeups`], [`Pauses`],
+/// [`Presence`] and [`Backlog`]. Implemented for every store that has them all
+/// (`Outbox<Postgres | MySql | Sqlite>`, `AnyOutbox`).
+pub trait RelayStore: Claims + Acks + Wakeups + Pauses + Presence + Backlog {}
+
+impl<S: Claims + Acks + Wakeups + Pauses + Presence + Backlog> RelayStore for S {}

@@ -74,6 +74,12 @@ impl AdminSql for Sqlite {
          host = excluded.host, pid = excluded.pid, version = excluded.version, state = excluded.state, started_at = excluded.started_at, \
          last_claim_at = excluded.last_claim_at, claimed = excluded.claimed, delivered = excluded.delivered, failed = excluded.failed, seen_at = excluded.seen_at"
     );
+    const OVERDUE_MS: &'static str = concat!(
+        "SELECT ",
+        now_ms!(),
+        " - MIN(next_attempt_at) FROM outbox_message WHERE status = 'pending' AND next_attempt_at <= ",
+        now_ms!()
+    );
     const RELAYS: &'static str = concat!(
         "SELECT owner, host, pid, version, state, started_at, seen_at, last_claim_at, claimed, delivered, failed, ",
         now_ms!(),
