@@ -206,3 +206,59 @@ async fn mysql_open_key_follows_the_status_whoever_writes_it() {
     assert_eq!(next, vec![second]);
     db.drop_db().await;
 }
+
+/// MySQL/MariaDB: schema 4 can run again after an attempt that stopped part-way. With binary
+/// logging on (MySQL's default) a user without SUPER is refused the second `CREATE TRIGGER`
+/// unless `log_bin_trust_function_creators` is set (error 1419); MySQL commits each DDL
+/// statement, so the column and the first trigger stay. Once that is fixed, migrating again
+/// finishes the version, and the keyed message written before it takes part in per-key order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_open_key_migration_finishes_after_an_interrupted_attempt() {
+    let db = outbox_testkit::fresh_mysql().await;
+    for sql in [
+        include_str!("../migrations/mysql/0001_outbox.sql"),
+        include_str!("../migrations/mysql/0002_relay_wakeup.sql"),
+        include_str!("../migrations/mysql/0003_claim_heads.sql"),
+    ] {
+        sqlx::raw_sql(sql).execute(&db.pool).await.unwrap();
+    }
+    let before = sqlx::query("INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('t', '{}', 'k')")
+        .execute(&db.pool)
+        .await
+        .unwrap()
+        .last_insert_id() as i64;
+    // What the refused attempt left: the column and its index, and the first trigger.
+    sqlx::raw_sql(
+        "ALTER TABLE outbox_message ADD COLUMN open_key VARCHAR(255) NULL, \
+             ADD KEY outbox_message_open_head_idx (open_key, id); \
+         CREATE TRIGGER outbox_message_open_key_insert BEFORE INSERT ON outbox_message FOR EACH ROW \
+             SET NEW.open_key = CASE WHEN NEW.status IN ('pending', 'sending', 'failed') THEN NEW.msg_key END;",
+    )
+    .execute(&db.pool)
+    .await
+    .unwrap();
+
+    let outbox: Outbox<sqlx::MySql> = Outbox::new(db.pool.clone());
+    let report = outbox.migrate().await.expect("migrating again finishes version 4");
+    assert_eq!((report.from, report.applied.first()), (3, Some(&4)), "{report:?}");
+    let triggers: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.triggers WHERE trigger_schema = DATABASE() \
+         AND trigger_name LIKE 'outbox\\_message\\_open\\_key\\_%'",
+    )
+    .fetch_one(&db.pool)
+    .await
+    .unwrap();
+    assert_eq!(triggers, 2);
+    let open_key: Option<Vec<u8>> = sqlx::query_scalar("SELECT open_key FROM outbox_message WHERE id = ?")
+        .bind(before)
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+    assert_eq!(open_key.as_deref(), Some(&b"k"[..]), "the backfill covers the row written before");
+    // The older message heads key k: a younger one waits behind it.
+    let younger = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+    let claimed: Vec<MessageId> = outbox.claim("r", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(claimed, vec![MessageId(before)]);
+    assert!(!claimed.contains(&younger));
+    db.drop_db().await;
+}
