@@ -145,6 +145,39 @@ macro_rules! locked_suite {
                 drop(claim);
                 db.drop_db().await;
             }
+
+            /// A claimer that freezes with its connection open (its host stopped, the network
+            /// cut without a reset) holds its rows for `lease`, not for as long as the server
+            /// keeps an idle connection (8 hours by MySQL's default `wait_timeout`): the
+            /// database ends its transaction, another relay takes the rows, and the frozen
+            /// claimer's late settlement writes nothing.
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn a_frozen_claimer_loses_its_rows_after_the_lease() {
+                let db = $fresh().await;
+                let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
+                outbox.migrate().await.unwrap();
+                let id = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+                let frozen =
+                    outbox.claim_with(ClaimMode::Lock, "frozen", 10, Duration::from_secs(1)).await.unwrap();
+                assert_eq!(frozen.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+                let since = std::time::Instant::now();
+                let (taken, hold) = loop {
+                    if let Some(c) = lock(&outbox, "heir", 10).await {
+                        break c;
+                    }
+                    assert!(since.elapsed() < Duration::from_secs(30), "still held after 30 s (lease 1 s)");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                };
+                assert_eq!(taken.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+                let settlement =
+                    |sent| Settlement { sent: vec![sent], messages: Vec::new(), deliveries: Vec::new() };
+                let late = outbox.settle_held(frozen.hold, "frozen", &settlement(id)).await;
+                assert!(late.is_err(), "the frozen claimer's transaction is gone: {late:?}");
+                outbox.settle_held(hold, "heir", &settlement(id)).await.unwrap();
+                let m = outbox.get(id).await.unwrap().unwrap();
+                assert_eq!((m.status, m.updated_by.as_deref()), (Status::Sent, Some("heir")));
+                db.drop_db().await;
+            }
         }
     };
 }

@@ -46,11 +46,11 @@ impl AdminSql for MySql {
     const PAUSE: &'static str = "\
         INSERT IGNORE INTO outbox_destination_pause (destination, paused_by, reason, paused_at) \
         VALUES (?, ?, ?, UTC_TIMESTAMP(6))";
+    /// The whole row is written, so `REPLACE` is the upsert (`ON DUPLICATE KEY UPDATE
+    /// col = VALUES(col)` is deprecated since MySQL 8.0.20, and its replacement is MySQL-only).
     const BEAT: &'static str = "\
-        INSERT INTO outbox_relay (owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered, failed, seen_at) \
-        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE \
-        host = VALUES(host), pid = VALUES(pid), version = VALUES(version), state = VALUES(state), started_at = VALUES(started_at), \
-        last_claim_at = VALUES(last_claim_at), claimed = VALUES(claimed), delivered = VALUES(delivered), failed = VALUES(failed), seen_at = VALUES(seen_at)";
+        REPLACE INTO outbox_relay (owner, host, pid, version, state, started_at, last_claim_at, claimed, delivered, failed, seen_at) \
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(6))";
     const OVERDUE_MS: &'static str = "\
         SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(next_attempt_at), UTC_TIMESTAMP(6)) DIV 1000 AS SIGNED) \
         FROM outbox_message WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6)";

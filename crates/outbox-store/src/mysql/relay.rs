@@ -195,27 +195,38 @@ async fn write_settlement(
 ) -> Result<SettleReport> {
     let all = s.ids();
     for d in s.deliveries.iter().filter(|d| owned.contains(&d.message_id.0)) {
+        let retry_us = ms(d.retry_in) * 1000;
+        // NULL when the destination needs no ACK: the deadline is NULL too.
+        let ack_us = d.ack_timeout.map(|t| ms(t) * 1000);
         sqlx::query(
             "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
              last_attempt_at, last_error, ack_deadline, updated_at) \
              VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                      IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                      UTC_TIMESTAMP(6)) \
-             ON DUPLICATE KEY UPDATE ack_deadline = IF(status = 'acked', NULL, VALUES(ack_deadline)), \
-             status = IF(status = 'acked', status, VALUES(status)), attempts = VALUES(attempts), \
-             next_attempt_at = VALUES(next_attempt_at), \
-             last_attempt_at = COALESCE(VALUES(last_attempt_at), last_attempt_at), \
-             last_error = COALESCE(VALUES(last_error), last_error), updated_at = UTC_TIMESTAMP(6)",
+             ON DUPLICATE KEY UPDATE ack_deadline = IF(status = 'acked', NULL, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND), \
+             status = IF(status = 'acked', status, ?), attempts = ?, \
+             next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
+             last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
+             last_error = COALESCE(?, last_error), updated_at = UTC_TIMESTAMP(6)",
         )
         .bind(d.message_id.0)
         .bind(&d.destination)
         .bind(d.status.as_str())
         .bind(d.attempts)
-        .bind(ms(d.retry_in) * 1000)
+        .bind(retry_us)
         .bind(d.attempted)
         .bind(d.last_error.as_deref())
-        // NULL when the destination needs no ACK: the deadline is NULL too.
-        .bind(d.ack_timeout.map(|t| ms(t) * 1000))
+        .bind(ack_us)
+        // The same values again for the update: `VALUES(col)` there is deprecated since
+        // MySQL 8.0.20, and the row alias that replaces it is MySQL-only (not MariaDB).
+        // The assignments run in order: `ack_deadline` reads `status` before it changes.
+        .bind(ack_us)
+        .bind(d.status.as_str())
+        .bind(d.attempts)
+        .bind(retry_us)
+        .bind(d.attempted)
+        .bind(d.last_error.as_deref())
         .execute(&mut *conn)
         .await
         .map_err(db)?;
@@ -325,8 +336,7 @@ impl Wakeups for Outbox<MySql> {
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         if idle {
             sqlx::query(
-                "INSERT INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND) \
-                 ON DUPLICATE KEY UPDATE until = VALUES(until)",
+                "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
             )
             .bind(owner)
             .bind(ms(ttl) * 1000)
@@ -389,14 +399,22 @@ impl Outbox<MySql> {
         }
         let (mut tx, kept, poison) = lock_candidates(self, limit, true).await?;
         if !kept.is_empty() {
-            // MariaDB ends a transaction left idle longer than this, so a relay that vanishes
-            // without closing its connection loses the claim after `lease`. MySQL 8 has no such
-            // variable (its `wait_timeout` applies instead): the error is ignored there.
+            // A relay that vanishes without closing its connection (its host frozen, the network
+            // cut without a reset) loses the claim after `lease`: MariaDB ends a transaction
+            // left idle that long. MySQL has no such variable; its `wait_timeout`, which closes
+            // a connection idle that long (in a transaction or not), does the same here, and is
+            // set back at the settlement. (A claim dropped without settling leaves it on the
+            // pooled connection, which the server then closes once idle that long; the pool
+            // replaces it.)
             let secs = lease.as_secs().max(1);
             if let Err(e) =
                 sqlx::query(&format!("SET SESSION idle_transaction_timeout = {secs}")).execute(&mut *tx).await
             {
-                tracing::debug!(error = %e, "idle_transaction_timeout is not available");
+                tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
+                sqlx::query(&format!("SET SESSION wait_timeout = {secs}"))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
             }
         }
         if kept.is_empty() {
@@ -416,8 +434,10 @@ impl Outbox<MySql> {
         let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
         let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
-        // application's own transactions may use it.
-        let _ = sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await;
+        // application's own transactions may use it (MySQL: see `claim_locked`).
+        if sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await.is_err() {
+            let _ = sqlx::query("SET SESSION wait_timeout = DEFAULT").execute(&mut *tx).await;
+        }
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
