@@ -7,6 +7,10 @@
 #                              its data directory the first time; prints the test URL
 #   scripts/mysql.sh stop      stops the server `start` started (by its pid file)
 #   scripts/mysql.sh url       prints the test URL (mysql://outbox:outbox@127.0.0.1:33061/test)
+#   scripts/mysql.sh test      runs the MySQL/MariaDB tests of outbox-store, outbox-relay and
+#                              outbox-inbox against this server (started if needed), from the
+#                              test binaries `cargo test --workspace --no-run` built: nothing is
+#                              compiled (a `cargo test -p ...` could rebuild with other features)
 #
 # Where it comes from: the only MySQL server any registry reachable here ships is Debian's
 # `mysql-server-core` in unstable (sid), 9.7.4 when this was written; stable (bookworm, trixie),
@@ -215,10 +219,46 @@ cmd_stop() {
   die "mysqld (pid $pid) did not stop within 60 s"
 }
 
+# The MySQL tests are the ones whose name contains `mysql` or `mariadb` (each suite's module
+# per dialect); the binaries and their package directories come from cargo's own build plan.
+cmd_test() {
+  local url
+  url=$(cmd_start)
+  local list
+  list=$(mktemp)
+  cargo test --workspace --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m.get("profile", {}).get("test"):
+        continue
+    pkg = m["package_id"]
+    for crate in ("outbox-store", "outbox-relay", "outbox-inbox"):
+        if ("/" + crate + "#") in pkg or pkg.startswith(crate + " "):  # cargo >= 1.77, older
+            print(crate, os.path.dirname(m["manifest_path"]), m["executable"])
+' >"$list"
+  [ -s "$list" ] || { rm -f "$list"; die "cargo test --workspace --no-run listed no test binary of outbox-store, outbox-relay or outbox-inbox"; }
+  local crate dir exe failed=0 out
+  out=$(mktemp)
+  while read -r crate dir exe; do
+    echo "== MySQL $(basename "$(installed_root)"): $crate $(basename "$exe")"
+    (cd "$dir" && CARGO_MANIFEST_DIR="$dir" OUTBOX_TEST_MYSQL_URL="$url" "$exe" mysql mariadb) </dev/null |
+      tee -a "$out" || failed=1
+  done <"$list"
+  local passed failures
+  passed=$(awk '/^test result:/ { n += $4 } END { print n + 0 }' "$out")
+  failures=$(awk '/^test result:/ { n += $6 } END { print n + 0 }' "$out")
+  rm -f "$list" "$out"
+  echo "MySQL: $passed passed, $failures failed"
+  [ "$passed" -gt 0 ] || die "no MySQL test ran (were the suites' mysql modules renamed?)"
+  return "$failed"
+}
+
 case "${1:-}" in
   install) cmd_install ;;
   start) cmd_start ;;
   stop) cmd_stop ;;
   url) url ;;
-  *) echo "usage: $0 install|start|stop|url" >&2; exit 2 ;;
+  test) cmd_test ;;
+  *) echo "usage: $0 install|start|stop|url|test" >&2; exit 2 ;;
 esac
