@@ -2,15 +2,16 @@
 # A real MySQL server (not MariaDB) for the MySQL test run of scripts/test.sh, beside the shared
 # MariaDB on 3306, which it never touches.
 #
-#   scripts/mysql.sh install   downloads and unpacks MySQL (idempotent; ~1 s when cached)
+#   scripts/mysql.sh install   downloads and unpacks MySQL (idempotent; instant when cached)
 #   scripts/mysql.sh start     starts it on 127.0.0.1:$OUTBOX_MYSQL_PORT (33061), initializing
 #                              its data directory the first time; prints the test URL
 #   scripts/mysql.sh stop      stops the server `start` started (by its pid file)
 #   scripts/mysql.sh url       prints the test URL (mysql://outbox:outbox@127.0.0.1:33061/test)
-#   scripts/mysql.sh test      runs the MySQL/MariaDB tests of outbox-store, outbox-relay and
-#                              outbox-inbox against this server (started if needed), from the
-#                              test binaries `cargo test --workspace --no-run` built: nothing is
-#                              compiled (a `cargo test -p ...` could rebuild with other features)
+#   scripts/mysql.sh test      runs the MySQL/MariaDB tests of outbox-store, outbox-relay,
+#                              outbox-inbox and outbox-cli (its admin API's) against this
+#                              server (started if needed), from the test binaries
+#                              `cargo test --workspace --no-run` built: nothing is compiled
+#                              (a `cargo test -p ...` could rebuild with other features)
 #
 # Where it comes from: the only MySQL server any registry reachable here ships is Debian's
 # `mysql-server-core` in unstable (sid), 9.7.4 when this was written; stable (bookworm, trixie),
@@ -233,11 +234,11 @@ for line in sys.stdin:
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m.get("profile", {}).get("test"):
         continue
     pkg = m["package_id"]
-    for crate in ("outbox-store", "outbox-relay", "outbox-inbox"):
+    for crate in ("outbox-store", "outbox-relay", "outbox-inbox", "outbox-cli"):
         if ("/" + crate + "#") in pkg or pkg.startswith(crate + " "):  # cargo >= 1.77, older
             print(crate, os.path.dirname(m["manifest_path"]), m["executable"])
 ' >"$list"
-  [ -s "$list" ] || { rm -f "$list"; die "cargo test --workspace --no-run listed no test binary of outbox-store, outbox-relay or outbox-inbox"; }
+  [ -s "$list" ] || { rm -f "$list"; die "cargo test --workspace --no-run listed no test binary of outbox-store, outbox-relay, outbox-inbox or outbox-cli"; }
   local crate dir exe failed=0 out
   out=$(mktemp)
   while read -r crate dir exe; do
