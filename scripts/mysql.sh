@@ -124,10 +124,14 @@ EOF
     "$dest/usr/sbin/mysqld" --version >&2 || die "the unpacked mysqld does not run"
   touch "$dest/.installed"
   ln -sfn "$version" "$CACHE/current"
-  # Older versions (sid moved on) are not kept.
+  # Older versions (sid moved on) are not kept, nor their data directories (unless running).
   local old
   for old in "$CACHE"/*; do
     case "$old" in "$dest" | "$CACHE/current") ;; *) rm -rf "$old" ;; esac
+  done
+  for old in "$DATA_ROOT"/*; do
+    [ -d "$old" ] && [ "$old" != "$DATA_ROOT/$version" ] || continue
+    kill -0 "$(cat "$old/run/mysqld.pid" 2>/dev/null || echo none)" 2>/dev/null || rm -rf "$old"
   done
   log "installed MySQL $version from $n packages in $((SECONDS - start)) s: $dest ($(du -sh "$dest" | cut -f1))"
 }
