@@ -114,7 +114,7 @@ async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
                          VALUES ('t', 'p', 'failed', repeat('e', 70000)) RETURNING id")
     .await;
     let report = outbox.migrate().await.unwrap();
-    assert_eq!(report.applied, vec![5, 6]);
+    assert_eq!(report.applied, (5..=report.to).collect::<Vec<_>>(), "5 and every later version");
     let m = outbox.get(outbox_store::MessageId(infinite)).await.unwrap().unwrap();
     assert_eq!(m.status, Status::Pending, "times repaired, still deliverable");
     assert!(m.created_at.timestamp() > 1_600_000_000 && m.created_at.timestamp() < 4_000_000_000);
