@@ -27,7 +27,7 @@
 # The server: data in ~/.cache/outbox/mysql-data/<version>; binary logging on (MySQL's
 # default), with log_bin_trust_function_creators = 1, the setting a user without SUPER needs to
 # create the outbox's triggers (docs/schema.md); performance schema and X protocol off; small
-# redo log and buffer pool: about 300 MB of memory, 200 MB of disk for the data directory and
+# redo log and buffer pool: 300 to 450 MB of memory, 250 MB of disk for the data directory and
 # 180 MB for the binaries. The tests connect as `outbox` (password `outbox`, test only), not as
 # root: a user with privileges on the test databases only (`outbox\_t\_%` and `test`), whose
 # password check is MySQL's caching_sha2_password (the only password plugin MySQL 9 has) over
