@@ -20,13 +20,14 @@ fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     // The demo prints its own story; only warnings and errors go to the log unless -v.
     let quiet = matches!(cli.command, cli::Command::Demo(_));
-    // The relay exports its spans when its configuration names a collector; a configuration
-    // that does not load is reported by the command itself.
-    let telemetry = match &cli.command {
-        cli::Command::Relay(args) => config::Config::load(&args.config).ok().map(|c| c.telemetry),
+    // The relay's configuration is read once, before the log is set up: its spans are
+    // exported when it names a collector; one that does not load is reported by the command.
+    let relay_config = match &cli.command {
+        cli::Command::Relay(args) => Some(config::Config::load(&args.config)),
         _ => None,
     };
-    let otel = telemetry::init(cli.log_format, cli.verbose, quiet, telemetry.as_ref());
+    let telemetry = relay_config.as_ref().and_then(|c| c.as_ref().ok()).map(|c| &c.telemetry);
+    let otel = telemetry::init(cli.log_format, cli.verbose, quiet, telemetry);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -34,7 +35,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let result = runtime.block_on(commands::run(cli));
+    let result = runtime.block_on(commands::run(cli, relay_config));
     drop(runtime);
     // Flushes the spans still buffered (the exporter's own thread, outside the runtime).
     if let Some(guard) = otel {

@@ -160,14 +160,19 @@ macro_rules! locked_suite {
                 let frozen =
                     outbox.claim_with(ClaimMode::Lock, "frozen", 10, Duration::from_secs(1)).await.unwrap();
                 assert_eq!(frozen.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
-                let since = std::time::Instant::now();
-                let (taken, hold) = loop {
-                    if let Some(c) = lock(&outbox, "heir", 10).await {
-                        break c;
-                    }
-                    assert!(since.elapsed() < Duration::from_secs(30), "still held after 30 s (lease 1 s)");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                };
+                let slot = std::sync::Mutex::new(None);
+                outbox_testkit::eventually_within(
+                    Duration::from_secs(30),
+                    "another relay's claim of the rows (still held after 30 s, lease 1 s)",
+                    || async {
+                        let claimed = lock(&outbox, "heir", 10).await;
+                        let got = claimed.is_some();
+                        *slot.lock().unwrap() = claimed;
+                        got
+                    },
+                )
+                .await;
+                let (taken, hold) = slot.into_inner().unwrap().unwrap();
                 assert_eq!(taken.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
                 let settlement =
                     |sent| Settlement { sent: vec![sent], messages: Vec::new(), deliveries: Vec::new() };

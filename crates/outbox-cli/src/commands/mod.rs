@@ -15,11 +15,13 @@ mod show;
 mod status;
 
 use crate::cli::{Cli, Command};
+use crate::config::Config;
 
-/// Runs the chosen subcommand.
-pub(crate) async fn run(cli: Cli) -> anyhow::Result<()> {
+/// Runs the chosen subcommand; `relay_config` is the relay's configuration when `main` has
+/// read it already.
+pub(crate) async fn run(cli: Cli, relay_config: Option<anyhow::Result<Config>>) -> anyhow::Result<()> {
     match cli.command {
-        Command::Relay(args) => relay::run(&args.config).await,
+        Command::Relay(args) => relay::run(relay_config.unwrap_or_else(|| Config::load(&args.config))?).await,
         Command::Check(args) => check::run(&args.config, args.json).await,
         Command::Migrate(args) => migrate::run(args).await,
         Command::Demo(args) => demo::run(args).await,

@@ -1,7 +1,5 @@
 //! `outbox relay`: the daemon. One relay engine per configured store, sharing the destinations.
 
-use std::path::Path;
-
 use anyhow::Context;
 use outbox_relay::{Destination, Relay, Route};
 use outbox_store::{redact_url, AnyOutbox};
@@ -11,8 +9,7 @@ use crate::config::Config;
 
 /// Connects every store and destination (failing fast with a clear message when one is
 /// unreachable), then runs until SIGTERM or SIGINT.
-pub(crate) async fn run(config_path: &Path) -> anyhow::Result<()> {
-    let config = Config::load(config_path)?;
+pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
     spawn_signal_handler(stop.clone());
 
