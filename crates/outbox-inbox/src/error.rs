@@ -15,6 +15,13 @@ pub(crate) fn db(err: sqlx::Error) -> Error {
 fn constraint_in(message: &str) -> Option<String> {
     outbox_store::name_in(message, "outbox_inbox_")
         .filter(|name| !name.starts_with("outbox_inbox_schema_migrations"))
+        .or_else(|| {
+            // Tables with another prefix (`outbox_store::Tables`): the name ends the same way.
+            message
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                .find(|w| w.ends_with("_inbox_group_not_blank") || w.ends_with("_inbox_message_id_not_blank"))
+                .map(str::to_owned)
+        })
 }
 
 #[cfg(test)]

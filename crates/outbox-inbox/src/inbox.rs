@@ -10,6 +10,7 @@ use sqlx::Pool;
 
 use crate::message::InboxMessage;
 use crate::migrate::{Migration, MigrationReport, Migrator, SCHEMA};
+use outbox_store::{Dialect, Tables};
 
 /// Longest consumer group name the table holds.
 pub const MAX_GROUP_LEN: usize = 128;
@@ -25,14 +26,30 @@ pub trait InboxDatabase: Migrator {
     /// This dialect's shipped inbox migrations.
     const MIGRATIONS: &'static [Migration];
 
+    /// Which dialect this is (what [`Tables::render`] renders for).
+    const DIALECT: Dialect;
+
     /// Applies the missing inbox migrations (see the `migrate` module docs).
     fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
-        Self::migrate_schema(pool, &SCHEMA, Self::MIGRATIONS)
+        Self::migrate_in(pool, Tables::canonical())
+    }
+
+    /// [`migrate`](Self::migrate) for the object names `tables`.
+    fn migrate_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<MigrationReport>> + Send {
+        async move {
+            tables.check_for(Self::DIALECT)?;
+            Self::migrate_schema(pool, &SCHEMA, tables, Self::MIGRATIONS).await
+        }
     }
 
     /// The inbox schema version recorded in the database (0 when the table does not exist).
     fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_of(pool, &SCHEMA)
+        Self::schema_version_in(pool, Tables::canonical())
+    }
+
+    /// [`schema_version`](Self::schema_version) for the object names `tables`.
+    fn schema_version_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<i64>> + Send {
+        Self::schema_version_of(pool, &SCHEMA, tables)
     }
 
     /// Inserts `(group, message_id)` on `conn`, inside the caller's transaction: `true` when
@@ -40,6 +57,7 @@ pub trait InboxDatabase: Migrator {
     /// this call waits for when it is still in flight). Any other failure is an error.
     fn claim<'a>(
         conn: &'a mut Self::Connection,
+        tables: &'a Tables,
         group: &'a str,
         message_id: &'a str,
         topic: Option<&'a str>,
@@ -49,6 +67,7 @@ pub trait InboxDatabase: Migrator {
     /// clock), in its own short transaction; returns how many it deleted.
     fn prune_batch<'a>(
         pool: &'a Pool<Self>,
+        tables: &'a Tables,
         older_than: Duration,
         batch: u32,
     ) -> impl Future<Output = Result<u64>> + Send + 'a;
@@ -59,17 +78,20 @@ pub trait InboxDatabase: Migrator {
 /// retention becomes that age, and which insert error means "already there" (dialects with
 /// `ON CONFLICT DO NOTHING` never see one and pass `|_| false`).
 macro_rules! inbox_database {
-    ($db:ty, $conn:ty, claim: $claim:expr, prune: $prune:expr, age: $age:expr, duplicate: $dup:expr $(,)?) => {
+    ($db:ty, $conn:ty, $dialect:expr, claim: $claim:expr, prune: $prune:expr, age: $age:expr, duplicate: $dup:expr $(,)?) => {
         impl $crate::inbox::InboxDatabase for $db {
             const MIGRATIONS: &'static [$crate::migrate::Migration] = MIGRATIONS;
+            const DIALECT: outbox_store::Dialect = $dialect;
 
             async fn claim<'a>(
                 conn: &'a mut $conn,
+                tables: &'a outbox_store::Tables,
                 group: &'a str,
                 message_id: &'a str,
                 topic: Option<&'a str>,
             ) -> outbox_core::Result<bool> {
-                let insert = sqlx::query($claim).bind(group).bind(message_id).bind(topic);
+                let sql = tables.render($dialect, $claim);
+                let insert = sqlx::query(&sql).bind(group).bind(message_id).bind(topic);
                 match insert.execute(&mut *conn).await {
                     Ok(done) => Ok(done.rows_affected() == 1),
                     Err(e) if ($dup)(&e) => Ok(false),
@@ -79,10 +101,12 @@ macro_rules! inbox_database {
 
             async fn prune_batch(
                 pool: &sqlx::Pool<$db>,
+                tables: &outbox_store::Tables,
                 older_than: std::time::Duration,
                 batch: u32,
             ) -> outbox_core::Result<u64> {
-                let delete = sqlx::query($prune).bind(($age)(older_than)?).bind(i64::from(batch));
+                let sql = tables.render($dialect, $prune);
+                let delete = sqlx::query(&sql).bind(($age)(older_than)?).bind(i64::from(batch));
                 Ok(delete.execute(pool).await.map_err($crate::error::db)?.rows_affected())
             }
         }
@@ -197,11 +221,12 @@ impl<K: InboxKey + ?Sized> InboxKey for &K {
 #[derive(Debug)]
 pub struct Inbox<DB: InboxDatabase> {
     pool: Pool<DB>,
+    tables: Tables,
 }
 
 impl<DB: InboxDatabase> Clone for Inbox<DB> {
     fn clone(&self) -> Self {
-        Inbox { pool: self.pool.clone() }
+        Inbox { pool: self.pool.clone(), tables: self.tables.clone() }
     }
 }
 
@@ -209,7 +234,21 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// Wraps a pool (used by [`migrate`](Self::migrate) and [`prune`](Self::prune); messages are
     /// processed on the connections you pass in).
     pub fn new(pool: Pool<DB>) -> Self {
-        Inbox { pool }
+        Inbox { pool, tables: Tables::default() }
+    }
+
+    /// This inbox with its tables in another schema and/or with another prefix (the same
+    /// [`Tables`] as the outbox's: `outbox_inbox` becomes `<prefix>inbox`, in the schema when
+    /// one is set). Fails for a schema on SQLite.
+    pub fn with_tables(mut self, tables: Tables) -> Result<Self> {
+        tables.check_for(DB::DIALECT)?;
+        self.tables = tables;
+        Ok(self)
+    }
+
+    /// The names of this inbox's tables.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
     }
 
     /// The pool.
@@ -221,12 +260,12 @@ impl<DB: InboxDatabase> Inbox<DB> {
     /// processes at once. A database migrated by a newer build is refused with
     /// [`Error::SchemaTooNew`].
     pub async fn migrate(&self) -> Result<MigrationReport> {
-        DB::migrate(&self.pool).await
+        DB::migrate_in(&self.pool, &self.tables).await
     }
 
     /// The inbox schema version recorded in the database (0 before [`migrate`](Self::migrate)).
     pub async fn schema_version(&self) -> Result<i64> {
-        DB::schema_version(&self.pool).await
+        DB::schema_version_in(&self.pool, &self.tables).await
     }
 
     /// Processes `message` for consumer `group` exactly once, on `conn`, which must be inside
@@ -288,7 +327,7 @@ impl<DB: InboxDatabase> Inbox<DB> {
                 Some((end, _)) => &t[..end],
                 None => t,
             });
-        if DB::claim(conn, group, &id, topic).await? {
+        if DB::claim(conn, &self.tables, group, &id, topic).await? {
             Ok(Claim::New)
         } else {
             Ok(Claim::Duplicate)
@@ -304,7 +343,7 @@ impl<DB: InboxDatabase> Inbox<DB> {
         let batch = batch.clamp(1, MAX_PRUNE_BATCH);
         let mut total = 0;
         loop {
-            let n = DB::prune_batch(&self.pool, older_than, batch).await?;
+            let n = DB::prune_batch(&self.pool, &self.tables, older_than, batch).await?;
             total += n;
             if n < u64::from(batch) {
                 return Ok(total);

@@ -33,6 +33,7 @@ fn is_duplicate(err: &sqlx::Error) -> bool {
 crate::inbox::inbox_database!(
     MySql,
     MySqlConnection,
+    outbox_store::Dialect::MySql,
     claim: CLAIM_SQL,
     prune: PRUNE,
     age: crate::micros,

@@ -26,6 +26,7 @@ const PRUNE: &str = "DELETE FROM outbox_inbox WHERE (consumer_group, message_id)
 crate::inbox::inbox_database!(
     Postgres,
     PgConnection,
+    outbox_store::Dialect::Postgres,
     claim: CLAIM_SQL,
     prune: PRUNE,
     age: crate::micros,

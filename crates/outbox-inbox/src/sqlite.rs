@@ -37,6 +37,7 @@ fn millis(older_than: Duration) -> Result<i64> {
 crate::inbox::inbox_database!(
     Sqlite,
     SqliteConnection,
+    outbox_store::Dialect::Sqlite,
     claim: CLAIM_SQL,
     prune: PRUNE,
     age: millis,

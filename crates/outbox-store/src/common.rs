@@ -129,6 +129,7 @@ where
 #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) async fn enqueue_each<DB: crate::OutboxDatabase>(
     conn: &mut DB::Connection,
+    tables: &crate::Tables,
     msgs: &[NewMessage],
 ) -> Result<Vec<outbox_core::Enqueued>> {
     for m in msgs {
@@ -136,7 +137,7 @@ pub(crate) async fn enqueue_each<DB: crate::OutboxDatabase>(
     }
     let mut out = Vec::with_capacity(msgs.len());
     for m in msgs {
-        out.push(DB::enqueue(&mut *conn, m).await?);
+        out.push(DB::enqueue_in(&mut *conn, tables, m).await?);
     }
     Ok(out)
 }
@@ -189,6 +190,7 @@ pub(crate) fn ack_step(message: Option<&str>, delivery: Option<Status>) -> AckSt
 /// open and the message completed (both bind the message id); and how the dialect counts the
 /// rows a statement changed.
 pub(crate) struct AckSql<DB: sqlx::Database> {
+    pub(crate) dialect: crate::names::Dialect,
     pub(crate) insert: &'static str,
     pub(crate) mark: &'static str,
     pub(crate) open: &'static str,
@@ -201,6 +203,7 @@ pub(crate) struct AckSql<DB: sqlx::Database> {
 pub(crate) async fn record_ack<DB>(
     conn: &mut DB::Connection,
     sql: &AckSql<DB>,
+    tables: &crate::Tables,
     step: AckStep,
     message_id: i64,
     destination: &str,
@@ -218,7 +221,7 @@ where
         AckStep::Insert => (sql.insert, false),
         AckStep::Mark { complete } => (sql.mark, complete),
     };
-    sqlx::query::<DB>(insert_or_mark)
+    sqlx::query::<DB>(&tables.render(sql.dialect, insert_or_mark))
         .bind(message_id)
         .bind(destination.to_owned())
         .execute(&mut *conn)
@@ -227,10 +230,17 @@ where
     if !complete {
         return Ok(AckOutcome::Acked { message_done: false });
     }
-    let (open,): (i64,) =
-        sqlx::query_as::<DB, (i64,)>(sql.open).bind(message_id).fetch_one(&mut *conn).await.map_err(db)?;
+    let (open,): (i64,) = sqlx::query_as::<DB, (i64,)>(&tables.render(sql.dialect, sql.open))
+        .bind(message_id)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
     let message_done = open == 0 && {
-        let done = sqlx::query::<DB>(sql.complete).bind(message_id).execute(&mut *conn).await.map_err(db)?;
+        let done = sqlx::query::<DB>(&tables.render(sql.dialect, sql.complete))
+            .bind(message_id)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
         (sql.rows_affected)(&done) == 1
     };
     Ok(AckOutcome::Acked { message_done })
@@ -241,6 +251,7 @@ where
 /// `message` binds the new attempts, the destination named in its error, then the message id.
 #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) struct ExpireSql<DB: sqlx::Database> {
+    pub(crate) dialect: crate::names::Dialect,
     pub(crate) delivery: &'static str,
     pub(crate) message: &'static str,
     pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
@@ -253,6 +264,7 @@ pub(crate) struct ExpireSql<DB: sqlx::Database> {
 pub(crate) async fn expire_each<DB>(
     conn: &mut DB::Connection,
     sql: &ExpireSql<DB>,
+    tables: &crate::Tables,
     due: &[(i64, String, i32)],
 ) -> Result<u64>
 where
@@ -265,7 +277,7 @@ where
 {
     let mut expired = 0;
     for (id, destination, _) in due {
-        let done = sqlx::query::<DB>(sql.delivery)
+        let done = sqlx::query::<DB>(&tables.render(sql.dialect, sql.delivery))
             .bind(*id)
             .bind(destination.clone())
             .execute(&mut *conn)
@@ -274,7 +286,7 @@ where
         expired += (sql.rows_affected)(&done);
     }
     for (id, (destination, attempts)) in expired_per_message(due) {
-        sqlx::query::<DB>(sql.message)
+        sqlx::query::<DB>(&tables.render(sql.dialect, sql.message))
             .bind(attempts)
             .bind(destination)
             .bind(id)

@@ -38,10 +38,20 @@ pub fn map_sqlx_error(err: sqlx::Error, find: fn(&str) -> Option<String>, not_nu
 }
 
 /// Finds an `outbox_...` constraint name in a database message (MySQL and SQLite put the name
-/// only in the text).
+/// only in the text), or, for tables with another prefix ([`crate::Tables`]), a word ending in
+/// the name of one of the outbox's constraints.
 fn constraint_in(message: &str) -> Option<String> {
     // `outbox_message.headers` is MariaDB's name for the JSON validity check of that column.
-    name_in(message, "outbox_")
+    name_in(message, "outbox_").or_else(|| {
+        message
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .find(|word| {
+                crate::names::OTHER_SUFFIXES
+                    .iter()
+                    .any(|s| word.len() > s.len() && word.ends_with(s) && !s.ends_with("_idx"))
+            })
+            .map(str::to_owned)
+    })
 }
 
 /// The first name starting with `prefix` in a database message (letters, digits, `_` and `.`).
@@ -58,11 +68,10 @@ pub fn name_in(message: &str, prefix: &str) -> Option<String> {
 
 /// True when the error is a unique violation of the `(biz_type, biz_key)` constraint.
 #[cfg(feature = "mysql")]
-pub(crate) fn is_biz_duplicate(err: &sqlx::Error) -> bool {
+pub(crate) fn is_biz_duplicate(err: &sqlx::Error, constraint: &str) -> bool {
     match err {
         sqlx::Error::Database(dbe) => {
-            dbe.kind() == sqlx::error::ErrorKind::UniqueViolation
-                && dbe.message().contains("outbox_message_biz_unique")
+            dbe.kind() == sqlx::error::ErrorKind::UniqueViolation && dbe.message().contains(constraint)
         }
         _ => false,
     }
@@ -83,5 +92,9 @@ mod tests {
             Some("outbox_message_headers_object")
         );
         assert_eq!(constraint_in("connection reset"), None);
+        assert_eq!(
+            constraint_in("CONSTRAINT `app_message_headers_object` failed for `t`.`x`").as_deref(),
+            Some("app_message_headers_object")
+        );
     }
 }

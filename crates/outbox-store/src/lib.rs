@@ -19,9 +19,12 @@ mod admin;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod any;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+mod any_tables;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod common;
 mod error;
 mod migrate;
+mod names;
 mod outbox;
 mod relay;
 mod signal;
@@ -45,6 +48,9 @@ pub use any::{redact_url, AnyLock, AnyOutbox, Dialect};
 #[doc(hidden)]
 pub use error::{map_sqlx_error, name_in};
 pub use migrate::{Migration, MigrationReport, Migrator, Schema};
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+pub use names::Dialect;
+pub use names::{Tables, CANONICAL_PREFIX, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_SCHEMA_LEN};
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{

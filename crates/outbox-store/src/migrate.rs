@@ -17,6 +17,8 @@ use std::future::Future;
 use outbox_core::{Error, Result};
 use sqlx::{Database, Pool};
 
+use crate::names::{Dialect, Tables};
+
 /// One schema migration.
 #[derive(Debug, Clone, Copy)]
 pub struct Migration {
@@ -70,10 +72,12 @@ pub(crate) const OUTBOX_SCHEMA: Schema = Schema {
 /// refuses a newer schema ([`Error::SchemaTooNew`]) and applies the missing migrations in order.
 /// Implemented for `sqlx::Postgres`, `sqlx::MySql` and `sqlx::Sqlite`.
 pub trait Migrator: Database {
-    /// Applies the `migrations` of `schema` still missing in the database.
+    /// Applies the `migrations` of `schema` still missing in the database, for the object
+    /// names `tables` (the default names: [`Tables::canonical`]).
     fn migrate_schema(
         pool: &Pool<Self>,
         schema: &'static Schema,
+        tables: &Tables,
         migrations: &'static [Migration],
     ) -> impl Future<Output = Result<MigrationReport>> + Send;
 
@@ -81,16 +85,18 @@ pub trait Migrator: Database {
     fn version_on<'a>(
         conn: &'a mut Self::Connection,
         schema: &'static Schema,
+        tables: &'a Tables,
     ) -> impl Future<Output = Result<i64>> + Send + 'a;
 
     /// The version of `schema` recorded in the database (0 when its version table does not exist).
     fn schema_version_of(
         pool: &Pool<Self>,
         schema: &'static Schema,
+        tables: &Tables,
     ) -> impl Future<Output = Result<i64>> + Send {
         async move {
             let mut conn = pool.acquire().await.map_err(schema.map_error)?;
-            Self::version_on(&mut conn, schema).await
+            Self::version_on(&mut conn, schema, tables).await
         }
     }
 }
@@ -101,15 +107,18 @@ pub trait Migrator: Database {
 pub(crate) async fn upgrade<DB: Migrator>(
     conn: &mut DB::Connection,
     schema: &'static Schema,
+    tables: &Tables,
+    dialect: Dialect,
     migrations: &'static [Migration],
 ) -> Result<MigrationReport>
 where
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
-    let from = DB::version_on(&mut *conn, schema).await?;
+    let from = DB::version_on(&mut *conn, schema, tables).await?;
     let mut applied = Vec::new();
     for m in plan(from, migrations)? {
-        sqlx::Executor::execute(&mut *conn, m.sql).await.map_err(|e| {
+        let sql = tables.render(dialect, m.sql);
+        sqlx::Executor::execute(&mut *conn, &*sql).await.map_err(|e| {
             Error::Database(format!("{} {} ({}) failed: {e}", schema.label, m.version, m.description).into())
         })?;
         applied.push(m.version);

@@ -9,6 +9,7 @@ use sqlx::{Pool, Transaction};
 
 use crate::error::db;
 use crate::migrate::{Migration, MigrationReport, Migrator, OUTBOX_SCHEMA};
+use crate::names::{Dialect, Tables};
 use crate::signal::CommitSignal;
 
 /// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite (sqlx's database types).
@@ -18,20 +19,48 @@ pub trait OutboxDatabase: Migrator {
     /// This dialect's shipped migrations of the outbox tables.
     const MIGRATIONS: &'static [Migration];
 
+    /// Which dialect this is (what [`Tables::render`] renders for).
+    const DIALECT: Dialect;
+
     /// Applies the missing schema migrations (see the `migrate` module docs).
     fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
-        Self::migrate_schema(pool, &OUTBOX_SCHEMA, Self::MIGRATIONS)
+        Self::migrate_in(pool, Tables::canonical())
+    }
+
+    /// [`migrate`](Self::migrate) for the object names `tables`.
+    fn migrate_in(
+        pool: &Pool<Self>,
+        tables: &Tables,
+    ) -> impl Future<Output = Result<MigrationReport>> + Send {
+        async move {
+            tables.check_for(Self::DIALECT)?;
+            Self::migrate_schema(pool, &OUTBOX_SCHEMA, tables, Self::MIGRATIONS).await
+        }
     }
 
     /// The schema version recorded in the database (0 when the outbox tables do not exist).
     fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_of(pool, &OUTBOX_SCHEMA)
+        Self::schema_version_of(pool, &OUTBOX_SCHEMA, Tables::canonical())
+    }
+
+    /// [`schema_version`](Self::schema_version) for the object names `tables`.
+    fn schema_version_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<i64>> + Send {
+        Self::schema_version_of(pool, &OUTBOX_SCHEMA, tables)
     }
 
     /// Inserts one message on `conn` (inside the caller's transaction) in one round trip, or
     /// returns the existing message when its `(biz_type, biz_key)` is already taken.
     fn enqueue<'a>(
         conn: &'a mut Self::Connection,
+        msg: &'a NewMessage,
+    ) -> impl Future<Output = Result<Enqueued>> + Send + 'a {
+        Self::enqueue_in(conn, Tables::canonical(), msg)
+    }
+
+    /// [`enqueue`](Self::enqueue) into the tables named by `tables`.
+    fn enqueue_in<'a>(
+        conn: &'a mut Self::Connection,
+        tables: &'a Tables,
         msg: &'a NewMessage,
     ) -> impl Future<Output = Result<Enqueued>> + Send + 'a;
 
@@ -40,11 +69,29 @@ pub trait OutboxDatabase: Migrator {
     fn enqueue_batch<'a>(
         conn: &'a mut Self::Connection,
         msgs: &'a [NewMessage],
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a {
+        Self::enqueue_batch_in(conn, Tables::canonical(), msgs)
+    }
+
+    /// [`enqueue_batch`](Self::enqueue_batch) into the tables named by `tables`.
+    fn enqueue_batch_in<'a>(
+        conn: &'a mut Self::Connection,
+        tables: &'a Tables,
+        msgs: &'a [NewMessage],
     ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
 
     /// Reads one message.
     fn get<'a>(
         conn: &'a mut Self::Connection,
+        id: MessageId,
+    ) -> impl Future<Output = Result<Option<OutboxMessage>>> + Send + 'a {
+        Self::get_in(conn, Tables::canonical(), id)
+    }
+
+    /// [`get`](Self::get) from the tables named by `tables`.
+    fn get_in<'a>(
+        conn: &'a mut Self::Connection,
+        tables: &'a Tables,
         id: MessageId,
     ) -> impl Future<Output = Result<Option<OutboxMessage>>> + Send + 'a;
 }
@@ -63,6 +110,9 @@ pub trait OutboxDatabase: Migrator {
 ///
 /// A plain `commit` does not wake an in-process relay (its scan or `LISTEN/NOTIFY` finds the
 /// message); use [`Outbox::commit`] or [`OutboxTransaction`] for the after-commit fast path.
+///
+/// With a schema or table prefix ([`Tables`]), enqueue with [`enqueue_in`](Self::enqueue_in)
+/// and the outbox's names: `tx.enqueue_in(outbox.tables(), &msg)`.
 pub trait OutboxConnection: Send {
     /// The database this connection belongs to.
     type Database: OutboxDatabase;
@@ -73,6 +123,20 @@ pub trait OutboxConnection: Send {
     /// See [`OutboxDatabase::enqueue_batch`].
     fn enqueue_batch<'a>(
         &'a mut self,
+        msgs: &'a [NewMessage],
+    ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
+
+    /// See [`OutboxDatabase::enqueue_in`].
+    fn enqueue_in<'a>(
+        &'a mut self,
+        tables: &'a Tables,
+        msg: &'a NewMessage,
+    ) -> impl Future<Output = Result<Enqueued>> + Send + 'a;
+
+    /// See [`OutboxDatabase::enqueue_batch_in`].
+    fn enqueue_batch_in<'a>(
+        &'a mut self,
+        tables: &'a Tables,
         msgs: &'a [NewMessage],
     ) -> impl Future<Output = Result<Vec<Enqueued>>> + Send + 'a;
 }
@@ -109,31 +173,35 @@ pub(crate) fn traced_batch(msgs: &[NewMessage]) -> std::borrow::Cow<'_, [NewMess
 /// `enqueue`, `enqueue_batch`, `get`), and [`OutboxConnection`] for its connection.
 #[allow(unused_macros)]
 macro_rules! impl_dialect {
-    ($conn:ty, $db:ty) => {
+    ($conn:ty, $db:ty, $dialect:expr) => {
         impl $crate::OutboxDatabase for $db {
             const MIGRATIONS: &'static [$crate::Migration] = MIGRATIONS;
+            const DIALECT: $crate::names::Dialect = $dialect;
 
-            fn enqueue<'a>(
+            fn enqueue_in<'a>(
                 conn: &'a mut $conn,
+                tables: &'a $crate::Tables,
                 msg: &'a ::outbox_core::NewMessage,
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<::outbox_core::Enqueued>> + Send + 'a {
                 let msg = $crate::outbox::traced(msg);
-                async move { enqueue(conn, &msg).await }
+                async move { enqueue_in(conn, tables, &msg).await }
             }
 
-            fn enqueue_batch<'a>(
+            fn enqueue_batch_in<'a>(
                 conn: &'a mut $conn,
+                tables: &'a $crate::Tables,
                 msgs: &'a [::outbox_core::NewMessage],
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
                 let msgs = $crate::outbox::traced_batch(msgs);
-                async move { enqueue_batch(conn, &msgs).await }
+                async move { enqueue_batch_in(conn, tables, &msgs).await }
             }
 
-            fn get<'a>(
+            fn get_in<'a>(
                 conn: &'a mut $conn,
+                tables: &'a $crate::Tables,
                 id: ::outbox_core::MessageId,
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Option<::outbox_core::OutboxMessage>>> + Send + 'a {
-                get(conn, id)
+                get_in(conn, tables, id)
             }
         }
 
@@ -152,6 +220,22 @@ macro_rules! impl_dialect {
                 msgs: &'a [::outbox_core::NewMessage],
             ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
                 <$db as $crate::OutboxDatabase>::enqueue_batch(self, msgs)
+            }
+
+            fn enqueue_in<'a>(
+                &'a mut self,
+                tables: &'a $crate::Tables,
+                msg: &'a ::outbox_core::NewMessage,
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<::outbox_core::Enqueued>> + Send + 'a {
+                <$db as $crate::OutboxDatabase>::enqueue_in(self, tables, msg)
+            }
+
+            fn enqueue_batch_in<'a>(
+                &'a mut self,
+                tables: &'a $crate::Tables,
+                msgs: &'a [::outbox_core::NewMessage],
+            ) -> impl ::std::future::Future<Output = ::outbox_core::Result<Vec<::outbox_core::Enqueued>>> + Send + 'a {
+                <$db as $crate::OutboxDatabase>::enqueue_batch_in(self, tables, msgs)
             }
         }
     };
@@ -180,11 +264,12 @@ pub(crate) use impl_dialect;
 pub struct Outbox<DB: OutboxDatabase> {
     pool: Pool<DB>,
     signal: CommitSignal,
+    tables: Tables,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
     fn clone(&self) -> Self {
-        Outbox { pool: self.pool.clone(), signal: self.signal.clone() }
+        Outbox { pool: self.pool.clone(), signal: self.signal.clone(), tables: self.tables.clone() }
     }
 }
 
@@ -192,7 +277,30 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// Wraps a pool. Does not touch the database; call [`migrate`](Self::migrate) or
     /// [`check_schema`](Self::check_schema) at start-up.
     pub fn new(pool: Pool<DB>) -> Self {
-        Outbox { pool, signal: CommitSignal::new() }
+        Outbox { pool, signal: CommitSignal::new(), tables: Tables::default() }
+    }
+
+    /// This outbox with its tables in another schema and/or with another prefix ([`Tables`]):
+    /// every statement it runs (migrations, enqueue, the relay's, the admin queries) uses
+    /// those names. Fails for a schema on SQLite.
+    ///
+    /// ```no_run
+    /// # async fn demo(pool: sqlx::PgPool) -> outbox_store::Result<()> {
+    /// use outbox_store::{Outbox, Tables};
+    /// let outbox = Outbox::new(pool).with_tables(Tables::new(Some("billing"), "billing_")?)?;
+    /// outbox.migrate().await?; // creates "billing".billing_message, ...
+    /// # Ok(()) }
+    /// ```
+    pub fn with_tables(mut self, tables: Tables) -> Result<Self> {
+        tables.check_for(DB::DIALECT)?;
+        self.tables = tables;
+        Ok(self)
+    }
+
+    /// The names of this outbox's tables (for [`OutboxConnection::enqueue_in`] on your own
+    /// transaction).
+    pub fn tables(&self) -> &Tables {
+        &self.tables
     }
 
     /// The pool.
@@ -208,19 +316,24 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// Creates or upgrades the outbox tables. Idempotent; safe to run from several processes at
     /// once (they serialize on a database lock).
     pub async fn migrate(&self) -> Result<MigrationReport> {
-        DB::migrate(&self.pool).await
+        DB::migrate_in(&self.pool, &self.tables).await
     }
 
     /// Fails with a clear error unless the schema is exactly at this build's version.
     pub async fn check_schema(&self) -> Result<()> {
-        let found = DB::schema_version(&self.pool).await?;
+        let found = DB::schema_version_in(&self.pool, &self.tables).await?;
         crate::migrate::require(found, crate::SCHEMA_VERSION)
     }
 
     /// Begins a transaction whose [`commit`](OutboxTransaction::commit) wakes the relay.
     pub async fn begin(&self) -> Result<OutboxTransaction<'static, DB>> {
         let tx = self.pool.begin().await.map_err(db)?;
-        Ok(OutboxTransaction { tx, signal: self.signal.clone(), ids: Vec::new() })
+        Ok(OutboxTransaction {
+            tx,
+            signal: self.signal.clone(),
+            ids: Vec::new(),
+            tables: self.tables.clone(),
+        })
     }
 
     /// Commits a transaction you began yourself (with enqueues made through
@@ -243,7 +356,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// Reads one message.
     pub async fn get(&self, id: MessageId) -> Result<Option<OutboxMessage>> {
         let mut conn = self.pool.acquire().await.map_err(db)?;
-        DB::get(&mut conn, id).await
+        DB::get_in(&mut conn, &self.tables, id).await
     }
 }
 
@@ -255,12 +368,13 @@ pub struct OutboxTransaction<'c, DB: OutboxDatabase> {
     tx: Transaction<'c, DB>,
     signal: CommitSignal,
     ids: Vec<MessageId>,
+    tables: Tables,
 }
 
 impl<'c, DB: OutboxDatabase> OutboxTransaction<'c, DB> {
     /// Enqueues one message in this transaction.
     pub async fn enqueue(&mut self, msg: &NewMessage) -> Result<Enqueued> {
-        let enqueued = DB::enqueue(&mut self.tx, msg).await?;
+        let enqueued = DB::enqueue_in(&mut self.tx, &self.tables, msg).await?;
         if enqueued.created {
             self.ids.push(enqueued.id);
         }
@@ -269,7 +383,7 @@ impl<'c, DB: OutboxDatabase> OutboxTransaction<'c, DB> {
 
     /// Enqueues several messages in this transaction.
     pub async fn enqueue_batch(&mut self, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-        let out = DB::enqueue_batch(&mut self.tx, msgs).await?;
+        let out = DB::enqueue_batch_in(&mut self.tx, &self.tables, msgs).await?;
         self.ids.extend(out.iter().filter(|e| e.created).map(|e| e.id));
         Ok(out)
     }

@@ -36,6 +36,11 @@ const FAILED: &str = "SELECT id, topic, last_error, updated_at FROM outbox_messa
     WHERE status = 'failed' ORDER BY updated_at DESC, id DESC LIMIT ";
 const PAUSES: &str =
     "SELECT destination, paused_by, reason, paused_at FROM outbox_destination_pause ORDER BY destination";
+/// `sql` for the names `tables` in `DB`'s dialect.
+fn render<'a, DB: OutboxDatabase>(tables: &crate::Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
+    tables.render(DB::DIALECT, sql)
+}
+
 /// Messages one transaction of a bulk action moves at most.
 const BULK_PAGE: usize = 500;
 
@@ -98,6 +103,7 @@ pub(crate) trait AdminSql: OutboxDatabase<Row: Cells> {
     /// cancelled delivery rows; returns how many messages it re-drove.
     fn redrive(
         conn: &mut Self::Connection,
+        tables: &crate::Tables,
         ids: &[i64],
         actor: &str,
         from: fn(Status) -> bool,
@@ -170,8 +176,16 @@ impl<'q, DB: Database> Statement<'q, DB> {
         Statement { sql, args: DB::Arguments::default() }
     }
 
-    fn into_parts(self) -> (String, DB::Arguments<'q>) {
-        (self.sql, self.args)
+    /// The SQL for the names `tables` and the arguments.
+    fn into_parts(self, tables: &crate::Tables) -> (String, DB::Arguments<'q>)
+    where
+        DB: OutboxDatabase,
+    {
+        let sql = match tables.render(DB::DIALECT, &self.sql) {
+            std::borrow::Cow::Borrowed(_) => self.sql,
+            std::borrow::Cow::Owned(rendered) => rendered,
+        };
+        (sql, self.args)
     }
 
     fn push(&mut self, sql: &str) -> &mut Self {
@@ -364,7 +378,8 @@ where
         table: &'static str,
         label: Option<&'static str>,
     ) -> Result<Vec<(String, Status, u64)>> {
-        let rows = sqlx::query(sql).fetch_all(self.0.pool()).await.map_err(db)?;
+        let tables = self.0.tables();
+        let rows = sqlx::query(&render::<DB>(tables, sql)).fetch_all(self.0.pool()).await.map_err(db)?;
         let mut out = rows
             .iter()
             .map(|r| {
@@ -378,11 +393,14 @@ where
     }
 
     pub(crate) async fn stats(&self) -> Result<Stats> {
+        let tables = self.0.tables();
         let by_status = self.counts(BY_STATUS, "outbox_message", None).await?;
         let by_topic = self.counts(BY_TOPIC, "outbox_message", Some("topic")).await?;
         let by_destination = self.counts(BY_DESTINATION, "outbox_delivery", Some("destination")).await?;
-        let oldest: Option<i64> =
-            sqlx::query_scalar(DB::OLDEST_PENDING_MS).fetch_one(self.0.pool()).await.map_err(db)?;
+        let oldest: Option<i64> = sqlx::query_scalar(&render::<DB>(tables, DB::OLDEST_PENDING_MS))
+            .fetch_one(self.0.pool())
+            .await
+            .map_err(db)?;
         Ok(Stats::from_counts(
             by_status.into_iter().map(|(_, status, n)| (status, n)).collect(),
             by_topic.into_iter().map(|(topic, status, count)| TopicCount { topic, status, count }).collect(),
@@ -395,6 +413,7 @@ where
     }
 
     pub(crate) async fn list(&self, filter: &ListFilter) -> Result<Vec<OutboxMessage>> {
+        let tables = self.0.tables();
         filter.validate()?;
         let mut st = Statement::<DB>::new(format!(
             "SELECT {} FROM outbox_message WHERE {}",
@@ -402,15 +421,20 @@ where
             DB::ALL
         ));
         st.filter(filter)?.push(" ORDER BY id LIMIT ").bind(filter.limit_i64())?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         let rows = sqlx::query_with(&sql, args).fetch_all(self.0.pool()).await.map_err(db)?;
         rows.iter().map(DB::read_message).collect()
     }
 
     pub(crate) async fn show(&self, id: MessageId) -> Result<MessageDetail> {
+        let tables = self.0.tables();
         let mut conn = self.0.pool().acquire().await.map_err(db)?;
         let message = DB::get(&mut conn, id).await?.ok_or(Error::NotFound { id })?;
-        let rows = sqlx::query(DB::DELIVERIES).bind(id.0).fetch_all(&mut *conn).await.map_err(db)?;
+        let rows = sqlx::query(&render::<DB>(tables, DB::DELIVERIES))
+            .bind(id.0)
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db)?;
         let deliveries = rows.iter().map(decode_delivery).collect::<Result<Vec<_>>>()?;
         Ok(MessageDetail { message, deliveries })
     }
@@ -423,9 +447,14 @@ where
         action: &'static str,
         allowed: fn(Status) -> bool,
     ) -> Result<Transaction<'static, DB>> {
+        let tables = self.0.tables();
         check_actor(actor)?;
         let mut tx = DB::begin(self.0).await?;
-        let row = sqlx::query(DB::LOCK_STATUS).bind(id.0).fetch_optional(&mut *tx).await.map_err(db)?;
+        let row = sqlx::query(&render::<DB>(tables, DB::LOCK_STATUS))
+            .bind(id.0)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?;
         let at = At { table: "outbox_message", id: id.0 };
         let from = row
             .map(|r| parse_status("outbox_message", id.to_string(), &r.text("status", at)?))
@@ -444,8 +473,9 @@ where
     }
 
     pub(crate) async fn retry(&self, id: MessageId, actor: &str) -> Result<OutboxMessage> {
+        let tables = self.0.tables();
         let mut tx = self.begin_checked(id, actor, "retry", Status::can_retry).await?;
-        DB::redrive(&mut tx, &[id.0], actor, Status::can_retry).await?;
+        DB::redrive(&mut tx, tables, &[id.0], actor, Status::can_retry).await?;
         let message = Self::finish(tx, id).await?;
         self.0.signal().wake();
         Ok(message)
@@ -467,19 +497,33 @@ where
     /// Cancels one message whose status was checked in this transaction (the dialects that
     /// re-check it in the statement may find it moved on: its deliveries are then left alone).
     /// Returns 1 when it was cancelled.
-    async fn cancel_checked(conn: &mut DB::Connection, id: i64, actor: &str) -> Result<u64> {
-        let done =
-            sqlx::query(DB::CANCEL).bind(actor.to_owned()).bind(id).execute(&mut *conn).await.map_err(db)?;
+    async fn cancel_checked(
+        conn: &mut DB::Connection,
+        tables: &crate::Tables,
+        id: i64,
+        actor: &str,
+    ) -> Result<u64> {
+        let done = sqlx::query(&render::<DB>(tables, DB::CANCEL))
+            .bind(actor.to_owned())
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
         if DB::affected(&done) != 1 {
             return Ok(0);
         }
-        sqlx::query(DB::CANCEL_DELIVERIES).bind(id).execute(&mut *conn).await.map_err(db)?;
+        sqlx::query(&render::<DB>(tables, DB::CANCEL_DELIVERIES))
+            .bind(id)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
         Ok(1)
     }
 
     pub(crate) async fn cancel(&self, id: MessageId, actor: &str) -> Result<OutboxMessage> {
+        let tables = self.0.tables();
         let mut tx = self.begin_checked(id, actor, "cancel", Status::can_cancel).await?;
-        Self::cancel_checked(&mut tx, id.0, actor).await?;
+        Self::cancel_checked(&mut tx, tables, id.0, actor).await?;
         Self::finish(tx, id).await
     }
 
@@ -500,18 +544,19 @@ where
         limit: usize,
         actor: &str,
     ) -> Result<(Vec<i64>, u64)> {
+        let tables = self.0.tables();
         let mut st = Self::select("id", conditions)?;
         st.push(" ORDER BY id LIMIT ").bind(i64::try_from(limit).unwrap_or(i64::MAX))?.push(DB::LOCK_PAGE);
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         let mut tx = DB::begin(self.0).await?;
         let ids: Vec<i64> = sqlx::query_scalar_with(&sql, args).fetch_all(&mut *tx).await.map_err(db)?;
         let done = match action {
             _ if ids.is_empty() => 0,
-            BulkAction::Retry => DB::redrive(&mut tx, &ids, actor, |s| s == BULK_RETRY_FROM).await?,
+            BulkAction::Retry => DB::redrive(&mut tx, tables, &ids, actor, |s| s == BULK_RETRY_FROM).await?,
             BulkAction::Cancel => {
                 let mut n = 0;
                 for id in &ids {
-                    n += Self::cancel_checked(&mut tx, *id, actor).await?;
+                    n += Self::cancel_checked(&mut tx, tables, *id, actor).await?;
                 }
                 n
             }
@@ -573,7 +618,8 @@ where
 
     /// How many messages meet `conditions`.
     async fn count(&self, conditions: Conditions<'_, DB>) -> Result<u64> {
-        let (sql, args) = Self::select("COUNT(*)", conditions)?.into_parts();
+        let tables = self.0.tables();
+        let (sql, args) = Self::select("COUNT(*)", conditions)?.into_parts(tables);
         let n: i64 = sqlx::query_scalar_with(&sql, args).fetch_one(self.0.pool()).await.map_err(db)?;
         Ok(u64::try_from(n).unwrap_or(0))
     }
@@ -581,10 +627,11 @@ where
     /// Reads the `scan` most recently failed messages, one at a time, into `each` (rows that
     /// cannot be read are counted, not fatal); returns (rows read, rows unreadable).
     async fn each_failed(&self, scan: usize, mut each: impl FnMut(Failed)) -> Result<(u64, u64)> {
+        let tables = self.0.tables();
         let limit = check_scan(scan)?;
         let mut st = Statement::<DB>::new(FAILED.to_owned());
         st.bind(limit)?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         let mut rows = sqlx::query_with(&sql, args).fetch(self.0.pool());
         let (mut read, mut unreadable) = (0_u64, 0_u64);
         while let Some(row) = rows.try_next().await.map_err(db)? {
@@ -612,22 +659,33 @@ where
     }
 
     /// Runs `UPDATE outbox_message SET <set> WHERE id = <id>` with `value` bound in `set`.
-    async fn set_on(conn: &mut DB::Connection, set: &str, value: Option<String>, id: i64) -> Result<()> {
+    async fn set_on(
+        conn: &mut DB::Connection,
+        tables: &crate::Tables,
+        set: &str,
+        value: Option<String>,
+        id: i64,
+    ) -> Result<()> {
         let mut st = Statement::<DB>::new("UPDATE outbox_message SET ".into());
         st.push(set);
         if let Some(v) = value {
             st.bind(v)?;
         }
         st.push(" WHERE id = ").bind(id)?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         sqlx::query_with(&sql, args).execute(&mut *conn).await.map_err(db)?;
         Ok(())
     }
 
     pub(crate) async fn resend(&self, id: MessageId, edit: &MessageEdit, actor: &str) -> Result<Resent> {
+        let tables = self.0.tables();
         let mut tx = self.begin_checked(id, actor, "resend", |s| s == Status::Failed).await?;
         let original = DB::get(&mut tx, id).await?.ok_or(Error::NotFound { id })?;
-        let rows = sqlx::query(DB::DELIVERIES).bind(id.0).fetch_all(&mut *tx).await.map_err(db)?;
+        let rows = sqlx::query(&render::<DB>(tables, DB::DELIVERIES))
+            .bind(id.0)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db)?;
         let deliveries = rows.iter().map(decode_delivery).collect::<Result<Vec<_>>>()?;
         if deliveries.iter().any(|d| matches!(d.status, Status::Sent | Status::Acked)) {
             return Err(Error::InvalidTransition { id, from: original.status, action: "resend" });
@@ -645,15 +703,16 @@ where
         copy.created_by = Some(actor.to_owned());
         copy.validate()?;
         // The business key moves to the copy (it is unique): freed first, in this transaction.
-        Self::set_on(&mut tx, "biz_type = NULL, biz_key = NULL", None, id.0).await?;
+        Self::set_on(&mut tx, tables, "biz_type = NULL, biz_key = NULL", None, id.0).await?;
         let made = DB::enqueue(&mut tx, &copy).await?;
         let note = format!(
             "resent as message {} by {actor}; last error: {}",
             made.id.0,
             original.last_error.as_deref().unwrap_or("none")
         );
-        Self::set_on(&mut tx, "last_error = ", Some(outbox_core::text::bounded_error(&note)), id.0).await?;
-        Self::cancel_checked(&mut tx, id.0, actor).await?;
+        Self::set_on(&mut tx, tables, "last_error = ", Some(outbox_core::text::bounded_error(&note)), id.0)
+            .await?;
+        Self::cancel_checked(&mut tx, tables, id.0, actor).await?;
         let original = DB::get(&mut tx, id).await?.ok_or(Error::NotFound { id })?;
         let copy = DB::get(&mut tx, made.id).await?.ok_or(Error::NotFound { id: made.id })?;
         tx.commit().await.map_err(db)?;
@@ -662,7 +721,8 @@ where
     }
 
     pub(crate) async fn pauses(&self) -> Result<Vec<DestinationPause>> {
-        let rows = sqlx::query(PAUSES).fetch_all(self.0.pool()).await.map_err(db)?;
+        let tables = self.0.tables();
+        let rows = sqlx::query(&render::<DB>(tables, PAUSES)).fetch_all(self.0.pool()).await.map_err(db)?;
         let at = At { table: "outbox_destination_pause", id: 0 };
         rows.iter()
             .map(|r| {
@@ -677,10 +737,11 @@ where
     }
 
     pub(crate) async fn beat(&self, b: &RelayBeat) -> Result<()> {
+        let tables = self.0.tables();
         outbox_core::text::check_name(&b.owner, outbox_core::limits::OWNER)
             .map_err(|reason| Error::InvalidArgument { name: "owner", reason })?;
         let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        sqlx::query(DB::BEAT)
+        sqlx::query(&render::<DB>(tables, DB::BEAT))
             .bind(b.owner.clone())
             .bind(printable(&b.host, MAX_PRESENCE_TEXT).into_owned())
             .bind(i64::from(b.pid))
@@ -697,27 +758,33 @@ where
         // Rows of relays that died without stopping, a day later (a table of a few rows).
         let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE seen_at < ".into());
         st.bind(DB::time(Utc::now() - chrono::Duration::days(1)))?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
         Ok(())
     }
 
     pub(crate) async fn overdue(&self) -> Result<Option<Duration>> {
-        let ms: Option<i64> =
-            sqlx::query_scalar(DB::OVERDUE_MS).fetch_one(self.0.pool()).await.map_err(db)?;
+        let tables = self.0.tables();
+        let ms: Option<i64> = sqlx::query_scalar(&render::<DB>(tables, DB::OVERDUE_MS))
+            .fetch_one(self.0.pool())
+            .await
+            .map_err(db)?;
         Ok(ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
     }
 
     pub(crate) async fn leave(&self, owner: &str) -> Result<()> {
+        let tables = self.0.tables();
         let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE owner = ".into());
         st.bind(owner.to_owned())?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
         Ok(())
     }
 
     pub(crate) async fn relays(&self) -> Result<Vec<RelayPresence>> {
-        let rows = sqlx::query(DB::RELAYS).fetch_all(self.0.pool()).await.map_err(db)?;
+        let tables = self.0.tables();
+        let rows =
+            sqlx::query(&render::<DB>(tables, DB::RELAYS)).fetch_all(self.0.pool()).await.map_err(db)?;
         let at = At { table: "outbox_relay", id: 0 };
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         let mut out = Vec::with_capacity(rows.len().min(MAX_RELAYS));
@@ -752,9 +819,10 @@ where
     }
 
     pub(crate) async fn pause(&self, destination: &str, actor: &str, reason: Option<&str>) -> Result<bool> {
+        let tables = self.0.tables();
         check_actor(actor)?;
         check_pause(destination, reason)?;
-        let done = sqlx::query(DB::PAUSE)
+        let done = sqlx::query(&render::<DB>(tables, DB::PAUSE))
             .bind(destination.to_owned())
             .bind(actor.to_owned())
             .bind(reason.map(str::to_owned))
@@ -765,11 +833,12 @@ where
     }
 
     pub(crate) async fn resume(&self, destination: &str, actor: &str) -> Result<bool> {
+        let tables = self.0.tables();
         check_actor(actor)?;
         check_pause(destination, None)?;
         let mut st = Statement::<DB>::new("DELETE FROM outbox_destination_pause WHERE destination = ".into());
         st.bind(destination.to_owned())?;
-        let (sql, args) = st.into_parts();
+        let (sql, args) = st.into_parts(tables);
         let done = sqlx::query_with(&sql, args).execute(self.0.pool()).await.map_err(db)?;
         let resumed = DB::affected(&done) == 1;
         if resumed {
@@ -827,9 +896,11 @@ where
         batch: usize,
         mut progress: Progress<'_>,
     ) -> Result<u64> {
+        let tables = self.0.tables();
         let age_us = check_age(older_than)?;
         let limit = check_batch(batch)?;
-        let now: DB::Time = sqlx::query_scalar(DB::NOW).fetch_one(self.0.pool()).await.map_err(db)?;
+        let now: DB::Time =
+            sqlx::query_scalar(&render::<DB>(tables, DB::NOW)).fetch_one(self.0.pool()).await.map_err(db)?;
         let cutoff = DB::minus_micros(now, age_us);
         let mut total = 0_u64;
         while let Some((seen, done)) = DB::purge_batch(self.0, &cutoff, limit).await? {

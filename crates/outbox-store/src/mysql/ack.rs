@@ -1,6 +1,7 @@
 //! ACK mode on MySQL/MariaDB: overdue deliveries go back to `pending`; a consumer's ACK
 //! completes its delivery, and the message once every destination is done.
 
+use super::render;
 use std::collections::HashSet;
 
 use outbox_core::{MessageId, Result};
@@ -26,6 +27,7 @@ const COMPLETE_MESSAGE: &str = "UPDATE outbox_message SET status = 'acked', upda
 
 /// ACK mode, an overdue delivery back to `pending`, then its message.
 const EXPIRE_SQL: ExpireSql<MySql> = ExpireSql {
+    dialect: crate::Dialect::MySql,
     delivery: "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, \
         next_attempt_at = UTC_TIMESTAMP(6), ack_deadline = NULL, \
         last_error = 'no ACK before the deadline', updated_at = UTC_TIMESTAMP(6) \
@@ -38,6 +40,7 @@ const EXPIRE_SQL: ExpireSql<MySql> = ExpireSql {
 };
 
 const ACK_SQL: AckSql<MySql> = AckSql {
+    dialect: crate::Dialect::MySql,
     insert: INSERT_ACKED,
     mark: MARK_ACKED,
     open: OPEN_DELIVERIES,
@@ -47,17 +50,19 @@ const ACK_SQL: AckSql<MySql> = AckSql {
 
 /// [`crate::Acks::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> {
+    let tables = outbox.tables();
     if limit == 0 {
         return Ok(0);
     }
     // READ COMMITTED: the locking read locks only the rows it returns (no gap locks), and
     // SKIP LOCKED passes over deliveries an ACK or another reaper holds.
     let mut tx = begin_read_committed(outbox).await?;
-    let rows = sqlx::query(
+    let rows = sqlx::query(&render(
+        tables,
         "SELECT message_id, destination, attempts FROM outbox_delivery \
              WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= UTC_TIMESTAMP(6) \
              ORDER BY ack_deadline LIMIT ? FOR UPDATE SKIP LOCKED",
-    )
+    ))
     .bind(i64::try_from(limit).unwrap_or(i64::MAX))
     .fetch_all(&mut *tx)
     .await
@@ -79,13 +84,14 @@ pub(super) async fn expire(outbox: &Outbox<MySql>, limit: usize) -> Result<u64> 
     // Message then delivery is the lock order of settle and ack: take the messages with
     // SKIP LOCKED so this never waits while holding delivery locks; a delivery whose
     // message is busy is left for the next pass.
-    let mut qb = QueryBuilder::<MySql>::new("SELECT id FROM outbox_message WHERE id IN ");
+    let mut qb =
+        QueryBuilder::<MySql>::new(render(tables, "SELECT id FROM outbox_message WHERE id IN ").into_owned());
     in_list(&mut qb, due.iter().map(|d| d.0).collect::<HashSet<_>>());
     qb.push(" ORDER BY id FOR UPDATE SKIP LOCKED");
     let free: HashSet<i64> =
         qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
     let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
-    let expired = expire_each::<MySql>(&mut tx, &EXPIRE_SQL, &due).await?;
+    let expired = expire_each::<MySql>(&mut tx, &EXPIRE_SQL, tables, &due).await?;
     tx.commit().await.map_err(db)?;
     Ok(expired)
 }
@@ -96,10 +102,11 @@ pub(super) async fn ack(
     message_id: MessageId,
     destination: &str,
 ) -> Result<AckOutcome> {
+    let tables = outbox.tables();
     let mut tx = begin_read_committed(outbox).await?;
     // The message first: two ACKs of the same message serialize here, so the last one sees
     // the other's delivery acked and completes the message.
-    let msg = sqlx::query("SELECT status FROM outbox_message WHERE id = ? FOR UPDATE")
+    let msg = sqlx::query(&render(tables, "SELECT status FROM outbox_message WHERE id = ? FOR UPDATE"))
         .bind(message_id.0)
         .fetch_optional(&mut *tx)
         .await
@@ -107,9 +114,10 @@ pub(super) async fn ack(
     let msg_status = msg.as_ref().map(|r| text(r, "status")).transpose()?;
     let status = match msg {
         None => None,
-        Some(_) => sqlx::query(
+        Some(_) => sqlx::query(&render(
+            tables,
             "SELECT status FROM outbox_delivery WHERE message_id = ? AND destination = ? FOR UPDATE",
-        )
+        ))
         .bind(message_id.0)
         .bind(destination)
         .fetch_optional(&mut *tx)
@@ -121,7 +129,7 @@ pub(super) async fn ack(
     // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
     // settling keeps it (see the PostgreSQL module).
     let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-    let outcome = record_ack::<MySql>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
+    let outcome = record_ack::<MySql>(&mut tx, &ACK_SQL, tables, step, message_id.0, destination).await?;
     tx.commit().await.map_err(db)?;
     Ok(outcome)
 }

@@ -9,6 +9,8 @@
 //! first, then deletes exactly those (re-checking status and age on each row's latest version).
 //! Text columns are read as bytes (`utf8mb4_bin`, see the module docs of [`crate::mysql`]).
 
+use super::render;
+use crate::Tables;
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
 use sqlx::mysql::{MySql, MySqlConnection, MySqlRow};
@@ -86,22 +88,19 @@ impl AdminSql for MySql {
     /// The rows are locked and checked by the caller.
     async fn redrive(
         conn: &mut MySqlConnection,
+        tables: &Tables,
         ids: &[i64],
         actor: &str,
         _: fn(Status) -> bool,
     ) -> Result<u64> {
-        let mut qb = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_message SET status = 'pending', attempts = 0, next_attempt_at = UTC_TIMESTAMP(6), \
-             lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ",
-        );
+        let mut qb = QueryBuilder::<MySql>::new(render(tables, "UPDATE outbox_message SET status = 'pending', attempts = 0, next_attempt_at = UTC_TIMESTAMP(6), \
+             lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ",).into_owned());
         qb.push_bind(actor.to_owned());
         qb.push(" WHERE id IN ");
         in_list(&mut qb, ids.iter().copied());
         let done = qb.build().execute(&mut *conn).await.map_err(db)?.rows_affected();
-        let mut qb = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_delivery SET status = 'pending', attempts = 0, next_attempt_at = UTC_TIMESTAMP(6), \
-             updated_at = UTC_TIMESTAMP(6) WHERE status IN ('failed', 'cancelled') AND message_id IN ",
-        );
+        let mut qb = QueryBuilder::<MySql>::new(render(tables, "UPDATE outbox_delivery SET status = 'pending', attempts = 0, next_attempt_at = UTC_TIMESTAMP(6), \
+             updated_at = UTC_TIMESTAMP(6) WHERE status IN ('failed', 'cancelled') AND message_id IN ",).into_owned());
         in_list(&mut qb, ids.iter().copied());
         qb.build().execute(&mut *conn).await.map_err(db)?;
         Ok(done)
@@ -116,8 +115,9 @@ impl AdminSql for MySql {
         cutoff: &DateTime<Utc>,
         limit: i64,
     ) -> Result<Option<(u64, u64)>> {
+        let tables = outbox.tables();
         let select = format!("SELECT id FROM outbox_message WHERE {FINISHED} AND updated_at <= ? LIMIT ?");
-        let ids: Vec<i64> = sqlx::query_scalar(&select)
+        let ids: Vec<i64> = sqlx::query_scalar(&render(tables, &select))
             .bind(cutoff)
             .bind(limit)
             .fetch_all(outbox.pool())
@@ -126,7 +126,9 @@ impl AdminSql for MySql {
         if ids.is_empty() {
             return Ok(None);
         }
-        let mut qb = QueryBuilder::<MySql>::new("DELETE FROM outbox_message WHERE id IN ");
+        let mut qb = QueryBuilder::<MySql>::new(
+            render(tables, "DELETE FROM outbox_message WHERE id IN ").into_owned(),
+        );
         in_list(&mut qb, ids.iter().copied());
         qb.push(format!(" AND {FINISHED} AND updated_at <= ")).push_bind(*cutoff);
         let done = qb.build().execute(outbox.pool()).await.map_err(db)?.rows_affected();

@@ -19,6 +19,7 @@ use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::{db, is_biz_duplicate};
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
+use crate::names::{Dialect, Tables};
 use crate::outbox::{impl_dialect, Outbox};
 
 /// The shipped migrations, from `migrations/mysql/`.
@@ -72,12 +73,17 @@ pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key,
     last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by, created_at, updated_at";
 
 mod ack;
+/// `sql` for the names `tables` on this database.
+pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
+    tables.render(Dialect::MySql, sql)
+}
+
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::MySqlLock;
 
-impl_dialect!(MySqlConnection, MySql);
+impl_dialect!(MySqlConnection, MySql, Dialect::MySql);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's), under the session lock
 /// `GET_LOCK(schema.mysql_lock, 60)`, so concurrent migrators serialize.
@@ -85,40 +91,66 @@ impl Migrator for MySql {
     async fn migrate_schema(
         pool: &MySqlPool,
         schema: &'static Schema,
+        tables: &Tables,
         migrations: &'static [Migration],
     ) -> Result<MigrationReport> {
         let db = schema.map_error;
+        let lock = tables.mysql_lock(schema.mysql_lock);
         let mut conn = pool.acquire().await.map_err(db)?;
         let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(schema.mysql_lock)
+            .bind(&lock)
             .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         if locked != Some(1) {
             return Err(Error::Database(
                 format!(
-                    "could not take the migration lock `{}` within 60 s (another migration is running)",
-                    schema.mysql_lock
+                    "could not take the migration lock `{lock}` within 60 s (another migration is running)"
                 )
                 .into(),
             ));
         }
         // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
         // is written last, so an interrupted migration is visible and re-runnable.
-        let result = upgrade::<MySql>(&mut conn, schema, migrations).await;
-        let released =
-            sqlx::query("SELECT RELEASE_LOCK(?)").bind(schema.mysql_lock).execute(&mut *conn).await;
+        let result = async {
+            if let Some(name) = tables.schema() {
+                // Created only when missing (CREATE DATABASE needs a privilege an account owning
+                // only its database lacks, even with IF NOT EXISTS).
+                let found: Option<String> = sqlx::query_scalar(
+                    "SELECT CAST(schema_name AS CHAR) FROM information_schema.schemata WHERE schema_name = ?",
+                )
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db)?;
+                if found.is_none() {
+                    // `name` matched Tables' pattern ([a-z_][a-z0-9_]*): nothing to escape.
+                    sqlx::query(&format!(
+                        "CREATE DATABASE IF NOT EXISTS `{name}` DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                    ))
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db)?;
+                }
+            }
+            upgrade::<MySql>(&mut conn, schema, tables, Dialect::MySql, migrations).await
+        }
+        .await;
+        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&lock).execute(&mut *conn).await;
         let report = result?;
         released.map_err(db)?;
         Ok(report)
     }
 
-    async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema) -> Result<i64> {
-        let table = schema.version_table;
+    async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema, tables: &Tables) -> Result<i64> {
+        // Names matched Tables' pattern: safe inside a literal.
+        let name = tables.name(schema.version_table);
+        let database = tables.schema().map_or_else(|| "DATABASE()".to_owned(), |s| format!("'{s}'"));
         let exists = format!(
             "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = DATABASE() AND table_name = '{table}'"
+             WHERE table_schema = {database} AND table_name = '{name}'"
         );
+        let table = tables.table(Dialect::MySql, schema.version_table);
         let max = format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}");
         recorded_version::<MySql>(conn, schema, exists, max).await
     }
@@ -126,9 +158,14 @@ impl Migrator for MySql {
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
 pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enqueued> {
+    enqueue_in(conn, Tables::canonical(), msg).await
+}
+
+/// [`enqueue`] into the tables named by `tables`.
+pub async fn enqueue_in(conn: &mut MySqlConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
     let (biz_type, biz_key) = biz_parts(msg);
-    let inserted = sqlx::query(ENQUEUE)
+    let inserted = sqlx::query(&tables.render(Dialect::MySql, ENQUEUE))
         .bind(biz_type)
         .bind(biz_key)
         .bind(&msg.topic)
@@ -149,8 +186,8 @@ pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enq
                 .map_err(|_| Error::Database("auto-increment id out of range".into()))?;
             Ok(Enqueued { id: MessageId(id), created: true })
         }
-        Err(e) if is_biz_duplicate(&e) => {
-            let id: i64 = sqlx::query_scalar(EXISTING)
+        Err(e) if is_biz_duplicate(&e, &tables.name("outbox_message_biz_unique")) => {
+            let id: i64 = sqlx::query_scalar(&tables.render(Dialect::MySql, EXISTING))
                 .bind(biz_type)
                 .bind(biz_key)
                 .fetch_one(&mut *conn)
@@ -165,13 +202,35 @@ pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enq
 /// Enqueues several messages, one statement each (MySQL cannot return the ids of a multi-row
 /// insert reliably under every `innodb_autoinc_lock_mode`).
 pub async fn enqueue_batch(conn: &mut MySqlConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    crate::common::enqueue_each::<MySql>(conn, msgs).await
+    enqueue_batch_in(conn, Tables::canonical(), msgs).await
+}
+
+/// [`enqueue_batch`] into the tables named by `tables`.
+pub async fn enqueue_batch_in(
+    conn: &mut MySqlConnection,
+    tables: &Tables,
+    msgs: &[NewMessage],
+) -> Result<Vec<Enqueued>> {
+    crate::common::enqueue_each::<MySql>(conn, tables, msgs).await
 }
 
 /// Reads one message by id.
 pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    get_in(conn, Tables::canonical(), id).await
+}
+
+/// [`get`] from the tables named by `tables`.
+pub async fn get_in(
+    conn: &mut MySqlConnection,
+    tables: &Tables,
+    id: MessageId,
+) -> Result<Option<OutboxMessage>> {
     let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?");
-    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    let row = sqlx::query(&tables.render(Dialect::MySql, &sql))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db)?;
     row.as_ref().map(decode_message).transpose()
 }
 

@@ -20,6 +20,8 @@
 //! filter, which read every held-back row: 3.2 s per claim with 73,000 rows on 24 keys (found
 //! by the chaos suite).
 
+use super::render;
+use crate::Tables;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -72,17 +74,20 @@ fn ms(d: Duration) -> i64 {
 /// primary key, re-checked; a row another relay locked meanwhile is skipped).
 async fn lock_heads(
     tx: &mut sqlx::Transaction<'static, MySql>,
+    tables: &Tables,
     ids: &HashSet<i64>,
     limit: usize,
     exact: bool,
 ) -> Result<(Vec<OutboxMessage>, Vec<Poison>)> {
     let claimable = |qb: &mut QueryBuilder<'_, MySql>| {
         qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) AND ");
-        qb.push(NOT_BLOCKED);
+        qb.push(render(tables, NOT_BLOCKED));
     };
     let mut chosen: Vec<i64> = ids.iter().copied().collect();
     if exact {
-        let mut qb = QueryBuilder::<MySql>::new("SELECT m.id FROM outbox_message m WHERE m.id IN ");
+        let mut qb = QueryBuilder::<MySql>::new(
+            render(tables, "SELECT m.id FROM outbox_message m WHERE m.id IN ").into_owned(),
+        );
         in_list(&mut qb, chosen.iter().copied());
         claimable(&mut qb);
         qb.push(" ORDER BY m.next_attempt_at, m.id LIMIT ");
@@ -93,7 +98,9 @@ async fn lock_heads(
         }
     }
     let cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers");
-    let mut qb = QueryBuilder::<MySql>::new(format!("SELECT {cols} FROM outbox_message m WHERE m.id IN "));
+    let mut qb = QueryBuilder::<MySql>::new(
+        render(tables, &format!("SELECT {cols} FROM outbox_message m WHERE m.id IN ")).into_owned(),
+    );
     in_list(&mut qb, chosen.iter().copied());
     claimable(&mut qb);
     if !exact {
@@ -112,10 +119,11 @@ async fn lock_candidates(
     limit: usize,
     exact: bool,
 ) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>)> {
+    let tables = outbox.tables();
     let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut tx = begin_read_committed(outbox).await?;
-    let found: Vec<(i64, i64)> = sqlx::query_as(CANDIDATES)
+    let found: Vec<(i64, i64)> = sqlx::query_as(&render(tables, CANDIDATES))
         .bind(as_i64(window))
         .bind(as_i64(window))
         .bind(as_i64(limit))
@@ -127,15 +135,17 @@ async fn lock_candidates(
     let (mut kept, mut poison) = if ids.is_empty() {
         (Vec::new(), Vec::new())
     } else {
-        lock_heads(&mut tx, &ids, limit, exact).await?
+        lock_heads(&mut tx, tables, &ids, limit, exact).await?
     };
     // Only when the window is full and did not hold enough heads (rows held back behind their
     // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
     if window_full && kept.len() + poison.len() < limit {
-        let heads: Vec<Option<i64>> = sqlx::query_scalar(HEADS).fetch_all(&mut *tx).await.map_err(db)?;
+        let heads: Vec<Option<i64>> =
+            sqlx::query_scalar(&render(tables, HEADS)).fetch_all(&mut *tx).await.map_err(db)?;
         let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
         if !more.is_empty() {
-            let (extra, bad) = lock_heads(&mut tx, &more, limit - kept.len() - poison.len(), exact).await?;
+            let (extra, bad) =
+                lock_heads(&mut tx, tables, &more, limit - kept.len() - poison.len(), exact).await?;
             kept.extend(extra);
             poison.extend(bad);
         }
@@ -145,7 +155,7 @@ async fn lock_candidates(
         // The rows are locked by this transaction (`pending`): fail them in it.
         log_poison(&poison);
         for p in &poison {
-            if let Err(e) = fail_one(&mut tx, "", p.id, &p.reason).await {
+            if let Err(e) = fail_one(&mut tx, tables, "", p.id, &p.reason).await {
                 tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
             }
         }
@@ -163,25 +173,37 @@ const FAIL_ONE: &str = "UPDATE outbox_message SET status = 'failed', attempts = 
      created_at = IF(created_at >= '1970-01-01', created_at, UTC_TIMESTAMP(6)) \
      WHERE id = ? AND (status = 'pending' OR (status = 'sending' AND lease_owner = ?))";
 
-async fn fail_one(conn: &mut MySqlConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
-    let done =
-        sqlx::query(FAIL_ONE).bind(reason).bind(id).bind(owner).execute(&mut *conn).await.map_err(db)?;
+async fn fail_one(
+    conn: &mut MySqlConnection,
+    tables: &Tables,
+    owner: &str,
+    id: i64,
+    reason: &str,
+) -> Result<u64> {
+    let done = sqlx::query(&render(tables, FAIL_ONE))
+        .bind(reason)
+        .bind(id)
+        .bind(owner)
+        .execute(&mut *conn)
+        .await
+        .map_err(db)?;
     Ok(done.rows_affected())
 }
 
 /// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
 struct MySqlWrites<'a> {
+    tables: &'a Tables,
     owner: &'a str,
     owned: &'a HashSet<i64>,
 }
 
 impl SettleWrites<MySql> for MySqlWrites<'_> {
     async fn write(&self, conn: &mut MySqlConnection, s: &Settlement) -> Result<SettleReport> {
-        write_settlement(conn, self.owner, s, self.owned).await
+        write_settlement(conn, self.tables, self.owner, s, self.owned).await
     }
 
     async fn fail(&self, conn: &mut MySqlConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.owner, id, reason).await
+        fail_one(conn, self.tables, self.owner, id, reason).await
     }
 }
 
@@ -189,6 +211,7 @@ impl SettleWrites<MySql> for MySqlWrites<'_> {
 /// `tx`.
 async fn write_settlement(
     conn: &mut MySqlConnection,
+    tables: &Tables,
     owner: &str,
     s: &Settlement,
     owned: &HashSet<i64>,
@@ -199,7 +222,7 @@ async fn write_settlement(
         // NULL when the destination needs no ACK: the deadline is NULL too.
         let ack_us = d.ack_timeout.map(|t| ms(t) * 1000);
         sqlx::query(
-            "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
+            &render(tables, "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
              last_attempt_at, last_error, ack_deadline, updated_at) \
              VALUES (?, ?, ?, ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
                      IF(?, UTC_TIMESTAMP(6), NULL), ?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
@@ -209,7 +232,7 @@ async fn write_settlement(
              next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
              last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
              last_error = COALESCE(?, last_error), updated_at = UTC_TIMESTAMP(6)",
-        )
+        ))
         .bind(d.message_id.0)
         .bind(&d.destination)
         .bind(d.status.as_str())
@@ -234,9 +257,13 @@ async fn write_settlement(
     let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
     if !sent.is_empty() {
         let mut qb = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
+            render(
+                tables,
+                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
              next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
              updated_at = UTC_TIMESTAMP(6), updated_by = ",
+            )
+            .into_owned(),
         );
         qb.push_bind(owner.to_owned());
         qb.push(" WHERE id IN ");
@@ -244,14 +271,15 @@ async fn write_settlement(
         qb.build().execute(&mut *conn).await.map_err(db)?;
     }
     for w in s.messages.iter().filter(|w| owned.contains(&w.id.0)) {
-        sqlx::query(
+        sqlx::query(&render(
+            tables,
             "UPDATE outbox_message SET status = ?, attempts = ?, \
              next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND, \
              last_error = COALESCE(?, last_error), \
              last_attempt_at = IF(?, UTC_TIMESTAMP(6), last_attempt_at), \
              lease_owner = NULL, lease_until = NULL, updated_at = UTC_TIMESTAMP(6), updated_by = ? \
              WHERE id = ?",
-        )
+        ))
         .bind(w.status.as_str())
         .bind(w.attempts)
         .bind(ms(w.retry_in) * 1000)
@@ -269,15 +297,20 @@ async fn write_settlement(
 /// The per-destination rows of these messages.
 async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = MySql>>(
     e: E,
+    tables: &Tables,
     ids: &[MessageId],
 ) -> Result<Vec<DeliveryState>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
     let mut qb = QueryBuilder::<MySql>::new(
-        "SELECT message_id, destination, status, attempts, last_error, \
+        render(
+            tables,
+            "SELECT message_id, destination, status, attempts, last_error, \
          GREATEST(0, TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), next_attempt_at)) DIV 1000 AS wait_ms \
          FROM outbox_delivery WHERE message_id IN ",
+        )
+        .into_owned(),
     );
     in_list(&mut qb, ids.iter().map(|i| i.0));
     let rows = qb.build().fetch_all(e).await.map_err(db)?;
@@ -291,11 +324,13 @@ crate::relay::row_lock_claims!(MySql);
 
 impl Outbox<MySql> {
     async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        let tables = self.tables();
         if ids.is_empty() {
             return Ok(0);
         }
         let mut qb = QueryBuilder::<MySql>::new(
-            "UPDATE outbox_message SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ",
+            render(tables, "UPDATE outbox_message SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ")
+                .into_owned(),
         );
         qb.push_bind(ms(lease) * 1000);
         qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
@@ -308,11 +343,13 @@ impl Outbox<MySql> {
     }
 
     async fn release_leases(&self, owner: &str) -> Result<u64> {
-        let done = sqlx::query(
+        let tables = self.tables();
+        let done = sqlx::query(&render(
+            tables,
             "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
              next_attempt_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), updated_by = ? \
              WHERE status = 'sending' AND lease_owner = ?",
-        )
+        ))
         .bind(owner)
         .bind(owner)
         .execute(self.pool())
@@ -334,17 +371,18 @@ impl Acks for Outbox<MySql> {
 
 impl Wakeups for Outbox<MySql> {
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        let tables = self.tables();
         if idle {
             sqlx::query(
-                "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
-            )
+                &render(tables, "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
+            ))
             .bind(owner)
             .bind(ms(ttl) * 1000)
             .execute(self.pool())
             .await
             .map_err(db)?;
         } else {
-            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = ?")
+            sqlx::query(&render(tables, "DELETE FROM outbox_relay_idle WHERE owner = ?"))
                 .bind(owner)
                 .execute(self.pool())
                 .await
@@ -360,6 +398,7 @@ impl Wakeups for Outbox<MySql> {
 
 impl Outbox<MySql> {
     async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let tables = self.tables();
         if limit == 0 {
             return Ok(Vec::new());
         }
@@ -368,8 +407,9 @@ impl Outbox<MySql> {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
         }
-        let mut qb =
-            QueryBuilder::<MySql>::new("UPDATE outbox_message SET status = 'sending', lease_owner = ");
+        let mut qb = QueryBuilder::<MySql>::new(
+            render(tables, "UPDATE outbox_message SET status = 'sending', lease_owner = ").into_owned(),
+        );
         qb.push_bind(owner.to_owned());
         qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
         qb.push_bind(ms(lease) * 1000);
@@ -394,6 +434,7 @@ impl Outbox<MySql> {
         limit: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
+        let tables = self.tables();
         if limit == 0 {
             return Ok(None);
         }
@@ -408,10 +449,12 @@ impl Outbox<MySql> {
             // replaces it.)
             let secs = lease.as_secs().max(1);
             if let Err(e) =
-                sqlx::query(&format!("SET SESSION idle_transaction_timeout = {secs}")).execute(&mut *tx).await
+                sqlx::query(&render(tables, &format!("SET SESSION idle_transaction_timeout = {secs}")))
+                    .execute(&mut *tx)
+                    .await
             {
                 tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
-                sqlx::query(&format!("SET SESSION wait_timeout = {secs}"))
+                sqlx::query(&render(tables, &format!("SET SESSION wait_timeout = {secs}")))
                     .execute(&mut *tx)
                     .await
                     .map_err(db)?;
@@ -426,30 +469,38 @@ impl Outbox<MySql> {
             return Ok(None);
         }
         let ids = kept.iter().map(|m| m.id).collect();
-        Ok(Some((kept, crate::relay::RowLock { tx, ids })))
+        Ok(Some((kept, crate::relay::RowLock { tx, ids, tables: self.tables().clone() })))
     }
 
     async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables();
         let mut tx = claim.tx;
         let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
-        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &held }, s).await?;
+        let report = settle_isolated(&mut *tx, &MySqlWrites { tables, owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
         // application's own transactions may use it (MySQL: see `claim_locked`).
-        if sqlx::query("SET SESSION idle_transaction_timeout = DEFAULT").execute(&mut *tx).await.is_err() {
-            let _ = sqlx::query("SET SESSION wait_timeout = DEFAULT").execute(&mut *tx).await;
+        if sqlx::query(&render(tables, "SET SESSION idle_transaction_timeout = DEFAULT"))
+            .execute(&mut *tx)
+            .await
+            .is_err()
+        {
+            let _ =
+                sqlx::query(&render(tables, "SET SESSION wait_timeout = DEFAULT")).execute(&mut *tx).await;
         }
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn settle_leased(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables();
         let all = s.ids();
         if all.is_empty() {
             return Ok(SettleReport::default());
         }
         let mut tx = begin_read_committed(self).await?;
         let mut qb = QueryBuilder::<MySql>::new(
-            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
+            render(tables, "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ")
+                .into_owned(),
         );
         qb.push_bind(owner.to_owned());
         qb.push(" AND id IN ");
@@ -457,7 +508,7 @@ impl Outbox<MySql> {
         qb.push(" FOR UPDATE");
         let owned: HashSet<i64> =
             qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-        let report = settle_isolated(&mut *tx, &MySqlWrites { owner, owned: &owned }, s).await?;
+        let report = settle_isolated(&mut *tx, &MySqlWrites { tables, owner, owned: &owned }, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }

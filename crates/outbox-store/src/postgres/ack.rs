@@ -1,6 +1,7 @@
 //! ACK mode on PostgreSQL: overdue deliveries go back to `pending`; a consumer's ACK
 //! completes its delivery, and the message once every destination is done.
 
+use super::render;
 use std::collections::HashSet;
 
 use outbox_core::{MessageId, Result};
@@ -49,6 +50,7 @@ const COMPLETE_MESSAGE: &str =
     "UPDATE outbox_message SET status = 'acked', updated_at = now() WHERE id = $1 AND status = 'sent'";
 
 const ACK_SQL: AckSql<Postgres> = AckSql {
+    dialect: crate::Dialect::Postgres,
     insert: INSERT_ACKED,
     mark: MARK_ACKED,
     open: OPEN_DELIVERIES,
@@ -58,11 +60,12 @@ const ACK_SQL: AckSql<Postgres> = AckSql {
 
 /// [`crate::Acks::expire_acks`].
 pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u64> {
+    let tables = outbox.tables();
     if limit == 0 {
         return Ok(0);
     }
     let mut tx = outbox.pool().begin().await.map_err(db)?;
-    let due: Vec<(i64, String, i32)> = sqlx::query_as(DUE_ACKS)
+    let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(tables, DUE_ACKS))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await
@@ -77,9 +80,10 @@ pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u6
     let mut ids: Vec<i64> = due.iter().map(|d| d.0).collect();
     ids.sort_unstable();
     ids.dedup();
-    let free: HashSet<i64> = sqlx::query_scalar(
+    let free: HashSet<i64> = sqlx::query_scalar(&render(
+        tables,
         "SELECT id FROM outbox_message WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED",
-    )
+    ))
     .bind(&ids)
     .fetch_all(&mut *tx)
     .await
@@ -91,14 +95,14 @@ pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u6
         tx.commit().await.map_err(db)?;
         return Ok(0);
     }
-    let done = sqlx::query(EXPIRE_DELIVERIES)
+    let done = sqlx::query(&render(tables, EXPIRE_DELIVERIES))
         .bind(due.iter().map(|d| d.0).collect::<Vec<_>>())
         .bind(due.iter().map(|d| d.1.clone()).collect::<Vec<_>>())
         .execute(&mut *tx)
         .await
         .map_err(db)?;
     let per_message = expired_per_message(&due);
-    sqlx::query(EXPIRE_MESSAGES)
+    sqlx::query(&render(tables, EXPIRE_MESSAGES))
         .bind(per_message.keys().copied().collect::<Vec<_>>())
         .bind(per_message.values().map(|v| v.0.clone()).collect::<Vec<_>>())
         .bind(per_message.values().map(|v| v.1).collect::<Vec<_>>())
@@ -115,11 +119,12 @@ pub(super) async fn ack(
     message_id: MessageId,
     destination: &str,
 ) -> Result<AckOutcome> {
+    let tables = outbox.tables();
     let mut tx = outbox.pool().begin().await.map_err(db)?;
     // The message first: two ACKs of the same message serialize here, so the last one sees
     // the other's delivery acked and completes the message.
     let msg: Option<String> =
-        sqlx::query_scalar("SELECT status FROM outbox_message WHERE id = $1 FOR UPDATE")
+        sqlx::query_scalar(&render(tables, "SELECT status FROM outbox_message WHERE id = $1 FOR UPDATE"))
             .bind(message_id.0)
             .fetch_optional(&mut *tx)
             .await
@@ -127,9 +132,10 @@ pub(super) async fn ack(
     let status: Option<String> = if msg.is_none() {
         None
     } else {
-        sqlx::query_scalar(
+        sqlx::query_scalar(&render(
+            tables,
             "SELECT status FROM outbox_delivery WHERE message_id = $1 AND destination = $2 FOR UPDATE",
-        )
+        ))
         .bind(message_id.0)
         .bind(destination)
         .fetch_optional(&mut *tx)
@@ -140,7 +146,7 @@ pub(super) async fn ack(
     // the relay had not yet recorded the delivery (message still `sending`). The token
     // proves the delivery was issued, so record the ACK now; settling keeps it.
     let step = ack_step(msg.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-    let outcome = record_ack::<Postgres>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
+    let outcome = record_ack::<Postgres>(&mut tx, &ACK_SQL, tables, step, message_id.0, destination).await?;
     tx.commit().await.map_err(db)?;
     Ok(outcome)
 }

@@ -6,6 +6,8 @@
 //! (`SKIP LOCKED`), so an action never races a claim. Bulk actions work in id-ordered batches,
 //! each its own transaction or statement, with the status re-checked by the writing statement.
 
+use super::render;
+use crate::Tables;
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
 use sqlx::postgres::{PgConnection, PgRow, Postgres};
@@ -97,11 +99,12 @@ impl AdminSql for Postgres {
     /// re-drove; only their delivery rows are reset.
     async fn redrive(
         conn: &mut PgConnection,
+        tables: &Tables,
         ids: &[i64],
         actor: &str,
         from: fn(Status) -> bool,
     ) -> Result<u64> {
-        let redriven: Vec<i64> = sqlx::query_scalar(REDRIVE)
+        let redriven: Vec<i64> = sqlx::query_scalar(&render(tables, REDRIVE))
             .bind(ids)
             .bind(actor)
             .bind(Status::names_where(from))
@@ -109,7 +112,11 @@ impl AdminSql for Postgres {
             .await
             .map_err(db)?;
         if !redriven.is_empty() {
-            sqlx::query(REDRIVE_DELIVERIES).bind(&redriven).execute(&mut *conn).await.map_err(db)?;
+            sqlx::query(&render(tables, REDRIVE_DELIVERIES))
+                .bind(&redriven)
+                .execute(&mut *conn)
+                .await
+                .map_err(db)?;
         }
         Ok(redriven.len() as u64)
     }
@@ -123,7 +130,13 @@ impl AdminSql for Postgres {
         cutoff: &DateTime<Utc>,
         limit: i64,
     ) -> Result<Option<(u64, u64)>> {
-        let done = sqlx::query(PURGE).bind(cutoff).bind(limit).execute(outbox.pool()).await.map_err(db)?;
+        let tables = outbox.tables();
+        let done = sqlx::query(&render(tables, PURGE))
+            .bind(cutoff)
+            .bind(limit)
+            .execute(outbox.pool())
+            .await
+            .map_err(db)?;
         Ok(Some((done.rows_affected(), done.rows_affected())))
     }
 }

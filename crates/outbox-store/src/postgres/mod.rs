@@ -15,6 +15,7 @@ use sqlx::{PgPool, Postgres, Row};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
+use crate::names::{Dialect, Tables};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/postgres/`.
@@ -164,12 +165,17 @@ macro_rules! message_columns {
 pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
 mod ack;
+/// `sql` for the names `tables` on this database.
+pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
+    tables.render(Dialect::Postgres, sql)
+}
+
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::PgLock;
 
-impl_dialect!(PgConnection, Postgres);
+impl_dialect!(PgConnection, Postgres, Dialect::Postgres);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one transaction holding the
 /// transaction-scoped advisory lock `schema.pg_lock`, so concurrent migrators serialize and DDL
@@ -178,22 +184,40 @@ impl Migrator for Postgres {
     async fn migrate_schema(
         pool: &PgPool,
         schema: &'static Schema,
+        tables: &Tables,
         migrations: &'static [Migration],
     ) -> Result<MigrationReport> {
         let db = schema.map_error;
         let mut tx = pool.begin().await.map_err(db)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
-            .bind(schema.pg_lock)
+            .bind(tables.pg_lock(schema.pg_lock))
             .execute(&mut *tx)
             .await
             .map_err(db)?;
-        let report = upgrade::<Postgres>(&mut tx, schema, migrations).await?;
+        if let Some(name) = tables.schema() {
+            // Created only when missing: CREATE SCHEMA needs the CREATE privilege on the
+            // database even with IF NOT EXISTS, which a role owning only its schema lacks.
+            let found: Option<i32> = sqlx::query_scalar("SELECT 1 FROM pg_namespace WHERE nspname = $1")
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+            if found.is_none() {
+                // `name` matched Tables' pattern ([a-z_][a-z0-9_]*): nothing to escape.
+                sqlx::query(&format!("CREATE SCHEMA IF NOT EXISTS \"{name}\""))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(db)?;
+            }
+        }
+        let report = upgrade::<Postgres>(&mut tx, schema, tables, Dialect::Postgres, migrations).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
-    async fn version_on(conn: &mut PgConnection, schema: &'static Schema) -> Result<i64> {
-        let table = schema.version_table;
+    async fn version_on(conn: &mut PgConnection, schema: &'static Schema, tables: &Tables) -> Result<i64> {
+        // Names matched Tables' pattern: safe inside a literal.
+        let table = tables.table(Dialect::Postgres, schema.version_table);
         let exists = format!("SELECT CASE WHEN to_regclass('{table}') IS NULL THEN 0::int8 ELSE 1::int8 END");
         let max = format!("SELECT COALESCE(MAX(version), 0)::int8 FROM {table}");
         recorded_version::<Postgres>(conn, schema, exists, max).await
@@ -202,10 +226,15 @@ impl Migrator for Postgres {
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
 pub async fn enqueue(conn: &mut PgConnection, msg: &NewMessage) -> Result<Enqueued> {
+    enqueue_in(conn, Tables::canonical(), msg).await
+}
+
+/// [`enqueue`] into the tables named by `tables`.
+pub async fn enqueue_in(conn: &mut PgConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
     let (biz_type, biz_key) = biz_parts(msg);
     let sql = if biz_key.is_some() { ENQUEUE } else { ENQUEUE_PLAIN };
-    let row = sqlx::query(sql)
+    let row = sqlx::query(&tables.render(Dialect::Postgres, sql))
         .bind(biz_type)
         .bind(biz_key)
         .bind(&msg.topic)
@@ -228,6 +257,15 @@ pub async fn enqueue(conn: &mut PgConnection, msg: &NewMessage) -> Result<Enqueu
 
 /// Enqueues several messages in one statement; see [`OutboxDatabase::enqueue_batch`].
 pub async fn enqueue_batch(conn: &mut PgConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
+    enqueue_batch_in(conn, Tables::canonical(), msgs).await
+}
+
+/// [`enqueue_batch`] into the tables named by `tables`.
+pub async fn enqueue_batch_in(
+    conn: &mut PgConnection,
+    tables: &Tables,
+    msgs: &[NewMessage],
+) -> Result<Vec<Enqueued>> {
     for m in msgs {
         m.validate()?;
     }
@@ -253,7 +291,7 @@ pub async fn enqueue_batch(conn: &mut PgConnection, msgs: &[NewMessage]) -> Resu
         send.iter().map(|&i| max_attempts(&msgs[i])).collect::<Result<_>>()?;
     let deliver_at: Vec<Option<DateTime<Utc>>> = send.iter().map(|&i| msgs[i].deliver_at).collect();
     let delay_us: Vec<Option<i64>> = send.iter().map(|&i| msgs[i].delay_micros()).collect();
-    let rows = sqlx::query(ENQUEUE_BATCH)
+    let rows = sqlx::query(&tables.render(Dialect::Postgres, ENQUEUE_BATCH))
         .bind(col(&|m| m.biz.as_ref().map(|b| b.0.clone())))
         .bind(col(&|m| m.biz.as_ref().map(|b| b.1.clone())))
         .bind(col(&|m| Some(m.topic.clone())))
@@ -308,8 +346,21 @@ pub async fn enqueue_batch(conn: &mut PgConnection, msgs: &[NewMessage]) -> Resu
 
 /// Reads one message by id.
 pub async fn get(conn: &mut PgConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    get_in(conn, Tables::canonical(), id).await
+}
+
+/// [`get`] from the tables named by `tables`.
+pub async fn get_in(
+    conn: &mut PgConnection,
+    tables: &Tables,
+    id: MessageId,
+) -> Result<Option<OutboxMessage>> {
     let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = $1");
-    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    let row = sqlx::query(&tables.render(Dialect::Postgres, &sql))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db)?;
     row.as_ref().map(decode_message).transpose()
 }
 

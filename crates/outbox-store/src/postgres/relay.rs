@@ -9,6 +9,8 @@
 //! the statement's snapshot; a concurrent claimer's uncommitted lease on the head still shows the
 //! head as open, so the younger message waits either way.
 
+use super::render;
+use crate::Tables;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -26,9 +28,6 @@ use crate::relay::{
 };
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
-
-/// The channel the `outbox_message_notify` trigger notifies.
-pub(crate) const CHANNEL: &str = "outbox_message";
 
 /// Candidates are looked for in three places, then re-checked and locked together:
 /// - `win_heads`: the heads among the first `$2` due rows in due order (the common case: heads
@@ -230,6 +229,7 @@ fn claim_sizes(limit: usize) -> (i64, i64) {
 /// `tx`; `mark_sent` is [`MARK_SENT`] (lease) or [`MARK_SENT_LOCKED`].
 async fn write_settlement(
     conn: &mut PgConnection,
+    tables: &Tables,
     owner: &str,
     s: &Settlement,
     owned: &[i64],
@@ -239,7 +239,7 @@ async fn write_settlement(
     let held: HashSet<i64> = owned.iter().copied().collect();
     if !s.deliveries.is_empty() {
         let d = &s.deliveries;
-        sqlx::query(WRITE_DELIVERIES)
+        sqlx::query(&render(tables, WRITE_DELIVERIES))
             .bind(d.iter().map(|w| w.message_id.0).collect::<Vec<_>>())
             .bind(d.iter().map(|w| w.destination.clone()).collect::<Vec<_>>())
             .bind(d.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
@@ -255,11 +255,16 @@ async fn write_settlement(
     }
     if !s.sent.is_empty() {
         let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| held.contains(i)).collect();
-        sqlx::query(mark_sent).bind(sent).bind(owner).execute(&mut *conn).await.map_err(db)?;
+        sqlx::query(&render(tables, mark_sent))
+            .bind(sent)
+            .bind(owner)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
     }
     if !s.messages.is_empty() {
         let m = &s.messages;
-        sqlx::query(WRITE_MESSAGES)
+        sqlx::query(&render(tables, WRITE_MESSAGES))
             .bind(m.iter().map(|w| w.id.0).collect::<Vec<_>>())
             .bind(m.iter().map(|w| w.status.as_str().to_owned()).collect::<Vec<_>>())
             .bind(m.iter().map(|w| w.attempts).collect::<Vec<_>>())
@@ -277,6 +282,7 @@ async fn write_settlement(
 
 /// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
 struct PgWrites<'a> {
+    tables: &'a Tables,
     owner: &'a str,
     owned: &'a [i64],
     mark_sent: &'static str,
@@ -284,26 +290,37 @@ struct PgWrites<'a> {
 
 impl SettleWrites<Postgres> for PgWrites<'_> {
     async fn write(&self, conn: &mut PgConnection, s: &Settlement) -> Result<SettleReport> {
-        write_settlement(conn, self.owner, s, self.owned, self.mark_sent).await
+        write_settlement(conn, self.tables, self.owner, s, self.owned, self.mark_sent).await
     }
 
     async fn fail(&self, conn: &mut PgConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.owner, id, reason).await
+        fail_one(conn, self.tables, self.owner, id, reason).await
     }
 }
 
-async fn fail_one(conn: &mut PgConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
-    let done =
-        sqlx::query(FAIL_ONE).bind(id).bind(reason).bind(owner).execute(&mut *conn).await.map_err(db)?;
+async fn fail_one(
+    conn: &mut PgConnection,
+    tables: &Tables,
+    owner: &str,
+    id: i64,
+    reason: &str,
+) -> Result<u64> {
+    let done = sqlx::query(&render(tables, FAIL_ONE))
+        .bind(id)
+        .bind(reason)
+        .bind(owner)
+        .execute(&mut *conn)
+        .await
+        .map_err(db)?;
     Ok(done.rows_affected())
 }
 
 /// Fails the claimed rows that could not be read, each alone (a row whose own write fails is
 /// left to its lease or lock, and logged).
-async fn fail_poison(conn: &mut PgConnection, owner: &str, poison: &[Poison]) -> Result<()> {
+async fn fail_poison(conn: &mut PgConnection, tables: &Tables, owner: &str, poison: &[Poison]) -> Result<()> {
     log_poison(poison);
     for p in poison {
-        if let Err(e) = fail_one(conn, owner, p.id, &p.reason).await {
+        if let Err(e) = fail_one(conn, tables, owner, p.id, &p.reason).await {
             tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
         }
     }
@@ -313,16 +330,18 @@ async fn fail_poison(conn: &mut PgConnection, owner: &str, poison: &[Poison]) ->
 /// The per-destination rows of these messages.
 async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     e: E,
+    tables: &Tables,
     ids: &[MessageId],
 ) -> Result<Vec<DeliveryState>> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(
+    let rows = sqlx::query(&render(
+        tables,
         "SELECT message_id, destination, status, attempts, last_error, \
          GREATEST(0, (EXTRACT(EPOCH FROM (next_attempt_at - now())) * 1000))::int8 AS wait_ms \
          FROM outbox_delivery WHERE message_id = ANY($1)",
-    )
+    ))
     .bind(raw_ids(ids))
     .fetch_all(e)
     .await
@@ -337,11 +356,13 @@ crate::relay::row_lock_claims!(Postgres);
 
 impl Outbox<Postgres> {
     async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
-        let done = sqlx::query(
+        let tables = self.tables();
+        let done = sqlx::query(&render(
+            tables,
             "UPDATE outbox_message SET lease_until = now() + $3 * interval '1 millisecond', \
              next_attempt_at = now() + $3 * interval '1 millisecond' \
              WHERE id = ANY($1) AND status = 'sending' AND lease_owner = $2",
-        )
+        ))
         .bind(raw_ids(ids))
         .bind(owner)
         .bind(ms(lease))
@@ -352,11 +373,13 @@ impl Outbox<Postgres> {
     }
 
     async fn release_leases(&self, owner: &str) -> Result<u64> {
-        let done = sqlx::query(
+        let tables = self.tables();
+        let done = sqlx::query(&render(
+            tables,
             "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
              next_attempt_at = now(), updated_at = now(), updated_by = $1 \
              WHERE status = 'sending' AND lease_owner = $1",
-        )
+        ))
         .bind(owner)
         .execute(self.pool())
         .await
@@ -377,15 +400,17 @@ impl Acks for Outbox<Postgres> {
 
 impl Wakeups for Outbox<Postgres> {
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        let tables = self.tables();
+        let insert = render(
+            tables,
+            "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
+             ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
+        );
+        let delete = render(tables, "DELETE FROM outbox_relay_idle WHERE owner = $1");
         let q = if idle {
-            sqlx::query(
-                "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
-                 ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
-            )
-            .bind(owner)
-            .bind(ms(ttl))
+            sqlx::query(&insert).bind(owner).bind(ms(ttl))
         } else {
-            sqlx::query("DELETE FROM outbox_relay_idle WHERE owner = $1").bind(owner)
+            sqlx::query(&delete).bind(owner)
         };
         q.execute(self.pool()).await.map_err(db)?;
         Ok(())
@@ -393,7 +418,7 @@ impl Wakeups for Outbox<Postgres> {
 
     async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
         let mut listener = PgListener::connect_with(self.pool()).await.map_err(db)?;
-        listener.listen(CHANNEL).await.map_err(db)?;
+        listener.listen(&self.tables().channel()).await.map_err(db)?;
         Ok(Some(tokio::spawn(async move {
             loop {
                 match listener.recv().await {
@@ -414,8 +439,9 @@ impl Wakeups for Outbox<Postgres> {
 
 impl Outbox<Postgres> {
     async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+        let tables = self.tables();
         let (limit, window) = claim_sizes(limit);
-        let rows = sqlx::query(CLAIM)
+        let rows = sqlx::query(&render(tables, CLAIM))
             .bind(limit)
             .bind(window)
             .bind(0_i64)
@@ -428,7 +454,7 @@ impl Outbox<Postgres> {
         let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
         if !poison.is_empty() {
             let mut conn = self.pool().acquire().await.map_err(db)?;
-            fail_poison(&mut conn, owner, &poison).await?;
+            fail_poison(&mut conn, tables, owner, &poison).await?;
         }
         out.sort_by_key(|m| m.id);
         Ok(out)
@@ -440,6 +466,7 @@ impl Outbox<Postgres> {
         limit: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, PgLock)>> {
+        let tables = self.tables();
         let (limit, window) = claim_sizes(limit);
         // A relay that vanishes without closing its connection loses the claim after `lease`.
         let conn = self.pool().acquire().await.map_err(db)?;
@@ -451,7 +478,7 @@ impl Outbox<Postgres> {
             let offset = pass * window;
             let taken: Vec<i64> = out.iter().map(|m| m.id.0).chain(poison.iter().map(|p| p.id)).collect();
             let want = limit - i64::try_from(out.len()).unwrap_or(limit);
-            let rows = sqlx::query(CLAIM_LOCKED)
+            let rows = sqlx::query(&render(tables, CLAIM_LOCKED))
                 .bind(want)
                 .bind(window)
                 .bind(offset)
@@ -480,7 +507,7 @@ impl Outbox<Postgres> {
         }
         if !poison.is_empty() {
             // Written in the claim's transaction: committed with the batch's settlement.
-            fail_poison(&mut tx, owner, &poison).await?;
+            fail_poison(&mut tx, tables, owner, &poison).await?;
         }
         if out.is_empty() {
             if !poison.is_empty() {
@@ -492,23 +519,29 @@ impl Outbox<Postgres> {
         }
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();
-        Ok(Some((out, crate::relay::RowLock { tx, ids })))
+        Ok(Some((out, crate::relay::RowLock { tx, ids, tables: self.tables().clone() })))
     }
 
     async fn settle_locked(&self, claim: PgLock, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables();
         let mut tx = claim.tx;
         let held: Vec<i64> = raw_ids(&claim.ids);
-        let w = PgWrites { owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
+        let w = PgWrites { tables, owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
         let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn settle_leased(&self, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables();
         if s.messages.is_empty() && s.deliveries.is_empty() {
             // The common case: one statement, no transaction round trips. Should it fail for
             // another reason than the connection, the general path below isolates the row.
-            let done = sqlx::query(MARK_SENT).bind(raw_ids(&s.sent)).bind(owner).execute(self.pool()).await;
+            let done = sqlx::query(&render(tables, MARK_SENT))
+                .bind(raw_ids(&s.sent))
+                .bind(owner)
+                .execute(self.pool())
+                .await;
             if let Ok(done) = done {
                 let settled = usize::try_from(done.rows_affected()).unwrap_or(usize::MAX);
                 let lost_lease =
@@ -517,22 +550,24 @@ impl Outbox<Postgres> {
             }
         }
         let mut tx = self.pool().begin().await.map_err(db)?;
-        let owned: Vec<i64> = sqlx::query_scalar(OWNED)
+        let owned: Vec<i64> = sqlx::query_scalar(&render(tables, OWNED))
             .bind(raw_ids(&s.ids()))
             .bind(owner)
             .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-        let w = PgWrites { owner, owned: &owned, mark_sent: MARK_SENT };
+        let w = PgWrites { tables, owner, owned: &owned, mark_sent: MARK_SENT };
         let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn not_owned(&self, owner: &str, ids: &[MessageId]) -> Result<Vec<MessageId>> {
-        let owned_sent: Vec<i64> = sqlx::query_scalar(
+        let tables = self.tables();
+        let owned_sent: Vec<i64> = sqlx::query_scalar(&render(
+            tables,
             "SELECT id FROM outbox_message WHERE id = ANY($1) AND status = 'sent' AND updated_by = $2",
-        )
+        ))
         .bind(raw_ids(ids))
         .bind(owner)
         .fetch_all(self.pool())

@@ -112,6 +112,8 @@ pub enum NoLocks {}
 pub struct RowLock<DB: sqlx::Database> {
     pub(crate) tx: sqlx::Transaction<'static, DB>,
     pub(crate) ids: Vec<MessageId>,
+    /// The names of the claiming outbox's tables.
+    pub(crate) tables: crate::Tables,
 }
 
 impl<DB: sqlx::Database> std::fmt::Debug for RowLock<DB> {
@@ -132,7 +134,7 @@ macro_rules! row_lock_claims {
             lock: &mut $crate::relay::RowLock<$db>,
             ids: &[MessageId],
         ) -> Result<Vec<DeliveryState>> {
-            read_deliveries(&mut *lock.tx, ids).await
+            read_deliveries(&mut *lock.tx, &lock.tables, ids).await
         }
 
         impl $crate::relay::Claims for Outbox<$db> {
@@ -157,7 +159,7 @@ macro_rules! row_lock_claims {
                 ids: &[MessageId],
             ) -> Result<Vec<DeliveryState>> {
                 match hold {
-                    Hold::Lease => read_deliveries(self.pool(), ids).await,
+                    Hold::Lease => read_deliveries(self.pool(), self.tables(), ids).await,
                     Hold::Lock(lock) => deliveries_locked(lock, ids).await,
                 }
             }

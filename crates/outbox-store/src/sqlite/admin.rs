@@ -6,6 +6,8 @@
 //! milliseconds; the database's clock (`julianday('now')`) is the only clock. Purge relies on
 //! `PRAGMA foreign_keys = ON` (set by [`super::connect_options`]) to cascade to `outbox_delivery`.
 
+use super::render;
+use crate::Tables;
 use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
@@ -115,28 +117,41 @@ impl AdminSql for Sqlite {
     /// The caller checked the rows inside `BEGIN IMMEDIATE`.
     async fn redrive(
         conn: &mut SqliteConnection,
+        tables: &Tables,
         ids: &[i64],
         actor: &str,
         _: fn(Status) -> bool,
     ) -> Result<u64> {
-        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-            "UPDATE outbox_message SET status = 'pending', attempts = 0, next_attempt_at = ",
-            now_ms!(),
-            ", lease_owner = NULL, lease_until = NULL, updated_at = ",
-            now_ms!(),
-            ", updated_by = "
-        ));
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            render(
+                tables,
+                concat!(
+                    "UPDATE outbox_message SET status = 'pending', attempts = 0, next_attempt_at = ",
+                    now_ms!(),
+                    ", lease_owner = NULL, lease_until = NULL, updated_at = ",
+                    now_ms!(),
+                    ", updated_by = "
+                ),
+            )
+            .into_owned(),
+        );
         qb.push_bind(actor.to_owned());
         qb.push(" WHERE id IN ");
         in_list(&mut qb, ids);
         let done = qb.build().execute(&mut *conn).await.map_err(db)?.rows_affected();
-        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-            "UPDATE outbox_delivery SET status = 'pending', attempts = 0, next_attempt_at = ",
-            now_ms!(),
-            ", updated_at = ",
-            now_ms!(),
-            " WHERE status IN ('failed', 'cancelled') AND message_id IN "
-        ));
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            render(
+                tables,
+                concat!(
+                    "UPDATE outbox_delivery SET status = 'pending', attempts = 0, next_attempt_at = ",
+                    now_ms!(),
+                    ", updated_at = ",
+                    now_ms!(),
+                    " WHERE status IN ('failed', 'cancelled') AND message_id IN "
+                ),
+            )
+            .into_owned(),
+        );
         in_list(&mut qb, ids);
         qb.build().execute(&mut *conn).await.map_err(db)?;
         Ok(done)
@@ -148,12 +163,18 @@ impl AdminSql for Sqlite {
     }
 
     async fn purge_batch(outbox: &Outbox<Sqlite>, cutoff: &i64, limit: i64) -> Result<Option<(u64, u64)>> {
+        let tables = outbox.tables();
         let delete = format!(
             "DELETE FROM outbox_message WHERE id IN \
              (SELECT id FROM outbox_message WHERE {FINISHED} AND updated_at <= ?1 LIMIT ?2) \
              AND {FINISHED} AND updated_at <= ?1"
         );
-        let done = sqlx::query(&delete).bind(cutoff).bind(limit).execute(outbox.pool()).await.map_err(db)?;
+        let done = sqlx::query(&render(tables, &delete))
+            .bind(cutoff)
+            .bind(limit)
+            .execute(outbox.pool())
+            .await
+            .map_err(db)?;
         Ok(Some((done.rows_affected(), done.rows_affected())))
     }
 }

@@ -15,6 +15,7 @@ use sqlx::{Connection, Row, Sqlite, SqlitePool};
 use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
 use crate::error::db;
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
+use crate::names::{Dialect, Tables};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/sqlite/`.
@@ -83,10 +84,15 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         .foreign_keys(true))
 }
 
+/// `sql` for the names `tables` on this database.
+pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
+    tables.render(Dialect::Sqlite, sql)
+}
+
 mod admin;
 mod relay;
 
-impl_dialect!(SqliteConnection, Sqlite);
+impl_dialect!(SqliteConnection, Sqlite, Dialect::Sqlite);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one `BEGIN IMMEDIATE`
 /// transaction, which takes the write lock at once, so concurrent migrators serialize.
@@ -94,18 +100,26 @@ impl Migrator for Sqlite {
     async fn migrate_schema(
         pool: &SqlitePool,
         schema: &'static Schema,
+        tables: &Tables,
         migrations: &'static [Migration],
     ) -> Result<MigrationReport> {
+        tables.check_for(Dialect::Sqlite)?;
         let db = schema.map_error;
         let mut conn = pool.acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-        let report = upgrade::<Sqlite>(&mut tx, schema, migrations).await?;
+        let report = upgrade::<Sqlite>(&mut tx, schema, tables, Dialect::Sqlite, migrations).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
-    async fn version_on(conn: &mut SqliteConnection, schema: &'static Schema) -> Result<i64> {
-        let table = schema.version_table;
+    async fn version_on(
+        conn: &mut SqliteConnection,
+        schema: &'static Schema,
+        tables: &Tables,
+    ) -> Result<i64> {
+        tables.check_for(Dialect::Sqlite)?;
+        // Names matched Tables' pattern: safe inside a literal.
+        let table = tables.name(schema.version_table);
         let exists = format!("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = '{table}'");
         let max = format!("SELECT COALESCE(MAX(version), 0) FROM {table}");
         recorded_version::<Sqlite>(conn, schema, exists, max).await
@@ -114,9 +128,14 @@ impl Migrator for Sqlite {
 
 /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
 pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<Enqueued> {
+    enqueue_in(conn, Tables::canonical(), msg).await
+}
+
+/// [`enqueue`] into the tables named by `tables`.
+pub async fn enqueue_in(conn: &mut SqliteConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
     let (biz_type, biz_key) = biz_parts(msg);
-    let id: Option<i64> = sqlx::query_scalar(ENQUEUE)
+    let id: Option<i64> = sqlx::query_scalar(&tables.render(Dialect::Sqlite, ENQUEUE))
         .bind(biz_type)
         .bind(biz_key)
         .bind(&msg.topic)
@@ -134,21 +153,47 @@ pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<En
     if let Some(id) = id {
         return Ok(Enqueued { id: MessageId(id), created: true });
     }
-    let id: i64 =
-        sqlx::query_scalar(EXISTING).bind(biz_type).bind(biz_key).fetch_one(&mut *conn).await.map_err(db)?;
+    let id: i64 = sqlx::query_scalar(&tables.render(Dialect::Sqlite, EXISTING))
+        .bind(biz_type)
+        .bind(biz_key)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
     Ok(Enqueued { id: MessageId(id), created: false })
 }
 
 /// Enqueues several messages (one in-process statement each; SQLite has no network round trip).
 pub async fn enqueue_batch(conn: &mut SqliteConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    crate::common::enqueue_each::<Sqlite>(conn, msgs).await
+    enqueue_batch_in(conn, Tables::canonical(), msgs).await
+}
+
+/// [`enqueue_batch`] into the tables named by `tables`.
+pub async fn enqueue_batch_in(
+    conn: &mut SqliteConnection,
+    tables: &Tables,
+    msgs: &[NewMessage],
+) -> Result<Vec<Enqueued>> {
+    crate::common::enqueue_each::<Sqlite>(conn, tables, msgs).await
 }
 
 /// Reads one message by id (text that is not valid UTF-8, which only a foreign writer can
 /// store, reads as U+FFFD).
 pub async fn get(conn: &mut SqliteConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
+    get_in(conn, Tables::canonical(), id).await
+}
+
+/// [`get`] from the tables named by `tables`.
+pub async fn get_in(
+    conn: &mut SqliteConnection,
+    tables: &Tables,
+    id: MessageId,
+) -> Result<Option<OutboxMessage>> {
     let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?1");
-    let row = sqlx::query(&sql).bind(id.0).fetch_optional(&mut *conn).await.map_err(db)?;
+    let row = sqlx::query(&tables.render(Dialect::Sqlite, &sql))
+        .bind(id.0)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db)?;
     row.as_ref().map(read_message).transpose()
 }
 

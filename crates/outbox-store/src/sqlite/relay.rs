@@ -2,6 +2,8 @@
 //! statement (no `SKIP LOCKED` needed), and settlements run in `BEGIN IMMEDIATE` transactions so
 //! a reader never has to upgrade to a writer mid-transaction (which SQLite answers with BUSY).
 
+use super::render;
+use crate::Tables;
 use std::collections::HashSet;
 use std::time::Duration;
 
@@ -52,6 +54,7 @@ const ACK_COMPLETE_MESSAGE: &str = concat!(
     " WHERE id = ?1 AND status = 'sent'"
 );
 const ACK_SQL: AckSql<Sqlite> = AckSql {
+    dialect: crate::Dialect::Sqlite,
     insert: ACK_INSERT,
     mark: ACK_MARK,
     open: ACK_OPEN_DELIVERIES,
@@ -141,14 +144,18 @@ fn in_list(qb: &mut QueryBuilder<'_, Sqlite>, ids: impl IntoIterator<Item = i64>
 /// The settlement's writes and [`FAIL_ONE`] for [`settle_isolated`], for the rows `owned`
 /// (leased by `owner`).
 struct SqliteWrites<'a> {
+    tables: &'a Tables,
     owner: &'a str,
     owned: &'a HashSet<i64>,
 }
 
 impl SettleWrites<Sqlite> for SqliteWrites<'_> {
     async fn write(&self, conn: &mut SqliteConnection, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables;
         for d in s.deliveries.iter().filter(|d| self.owned.contains(&d.message_id.0)) {
-            sqlx::query(concat!(
+            sqlx::query(&render(
+                tables,
+                concat!(
                 "INSERT INTO outbox_delivery (message_id, destination, status, attempts, next_attempt_at, \
                  last_attempt_at, last_error, ack_deadline, updated_at) VALUES (?1, ?2, ?3, ?4, ",
                 now_ms!(),
@@ -165,6 +172,7 @@ impl SettleWrites<Sqlite> for SqliteWrites<'_> {
                  last_error = COALESCE(excluded.last_error, last_error), \
                  ack_deadline = CASE WHEN status = 'acked' THEN NULL ELSE excluded.ack_deadline END, \
                  updated_at = excluded.updated_at"
+            ),
             ))
             .bind(d.message_id.0)
             .bind(&d.destination)
@@ -181,7 +189,7 @@ impl SettleWrites<Sqlite> for SqliteWrites<'_> {
         }
         let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| self.owned.contains(i)).collect();
         if !sent.is_empty() {
-            let mut qb = QueryBuilder::<Sqlite>::new(concat!(
+            let mut qb = QueryBuilder::<Sqlite>::new(render(tables, concat!(
                 "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
                 now_ms!(),
                 ", last_attempt_at = ",
@@ -189,22 +197,25 @@ impl SettleWrites<Sqlite> for SqliteWrites<'_> {
                 ", updated_at = ",
                 now_ms!(),
                 ", updated_by = "
-            ));
+            )).into_owned());
             qb.push_bind(self.owner.to_owned());
             qb.push(" WHERE id IN ");
             in_list(&mut qb, sent);
             qb.build().execute(&mut *conn).await.map_err(db)?;
         }
         for w in s.messages.iter().filter(|w| self.owned.contains(&w.id.0)) {
-            sqlx::query(concat!(
-                "UPDATE outbox_message SET status = ?1, attempts = ?2, next_attempt_at = ",
-                now_ms!(),
-                " + ?3, last_error = COALESCE(?4, last_error), \
+            sqlx::query(&render(
+                tables,
+                concat!(
+                    "UPDATE outbox_message SET status = ?1, attempts = ?2, next_attempt_at = ",
+                    now_ms!(),
+                    " + ?3, last_error = COALESCE(?4, last_error), \
                  last_attempt_at = CASE WHEN ?5 THEN ",
-                now_ms!(),
-                " ELSE last_attempt_at END, lease_owner = NULL, lease_until = NULL, updated_at = ",
-                now_ms!(),
-                ", updated_by = ?6 WHERE id = ?7"
+                    now_ms!(),
+                    " ELSE last_attempt_at END, lease_owner = NULL, lease_until = NULL, updated_at = ",
+                    now_ms!(),
+                    ", updated_by = ?6 WHERE id = ?7"
+                ),
             ))
             .bind(w.status.as_str())
             .bind(w.attempts)
@@ -224,7 +235,7 @@ impl SettleWrites<Sqlite> for SqliteWrites<'_> {
     }
 
     async fn fail(&self, conn: &mut SqliteConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.owner, id, reason).await
+        fail_one(conn, self.tables, self.owner, id, reason).await
     }
 }
 
@@ -240,9 +251,20 @@ const FAIL_ONE: &str = concat!(
     " WHERE id = ?1 AND status = 'sending' AND lease_owner = ?3"
 );
 
-async fn fail_one(conn: &mut SqliteConnection, owner: &str, id: i64, reason: &str) -> Result<u64> {
-    let done =
-        sqlx::query(FAIL_ONE).bind(id).bind(reason).bind(owner).execute(&mut *conn).await.map_err(db)?;
+async fn fail_one(
+    conn: &mut SqliteConnection,
+    tables: &Tables,
+    owner: &str,
+    id: i64,
+    reason: &str,
+) -> Result<u64> {
+    let done = sqlx::query(&render(tables, FAIL_ONE))
+        .bind(id)
+        .bind(reason)
+        .bind(owner)
+        .execute(&mut *conn)
+        .await
+        .map_err(db)?;
     Ok(done.rows_affected())
 }
 
@@ -258,8 +280,9 @@ impl Claims for Outbox<Sqlite> {
         limit: usize,
         lease: Duration,
     ) -> Result<Claimed<NoLocks>> {
+        let tables = self.tables();
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(CLAIM)
+        let rows = sqlx::query(&render(tables, CLAIM))
             .bind(owner)
             .bind(limit)
             .bind(ms(lease))
@@ -272,7 +295,7 @@ impl Claims for Outbox<Sqlite> {
             log_poison(&poison);
             let mut conn = self.pool().acquire().await.map_err(db)?;
             for p in &poison {
-                if let Err(e) = fail_one(&mut conn, owner, p.id, &p.reason).await {
+                if let Err(e) = fail_one(&mut conn, tables, owner, p.id, &p.reason).await {
                     tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
                 }
             }
@@ -286,23 +309,31 @@ impl Claims for Outbox<Sqlite> {
         hold: &mut Hold<NoLocks>,
         ids: &[MessageId],
     ) -> Result<Vec<DeliveryState>> {
+        let tables = self.tables();
         if let Hold::Lock(never) = hold {
             match *never {}
         }
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-            "SELECT message_id, destination, status, attempts, last_error, MAX(0, next_attempt_at - ",
-            now_ms!(),
-            ") AS wait_ms FROM outbox_delivery WHERE message_id IN "
-        ));
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            render(
+                tables,
+                concat!(
+                    "SELECT message_id, destination, status, attempts, last_error, MAX(0, next_attempt_at - ",
+                    now_ms!(),
+                    ") AS wait_ms FROM outbox_delivery WHERE message_id IN "
+                ),
+            )
+            .into_owned(),
+        );
         in_list(&mut qb, ids.iter().map(|i| i.0));
         let rows = qb.build().fetch_all(self.pool()).await.map_err(db)?;
         rows.iter().map(crate::common::delivery_state).collect()
     }
 
     async fn settle_held(&self, hold: Hold<NoLocks>, owner: &str, s: &Settlement) -> Result<SettleReport> {
+        let tables = self.tables();
         if let Hold::Lock(never) = hold {
             match never {}
         }
@@ -313,27 +344,28 @@ impl Claims for Outbox<Sqlite> {
         let mut conn = self.pool().acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
         let mut qb = QueryBuilder::<Sqlite>::new(
-            "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ",
+            render(tables, "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ")
+                .into_owned(),
         );
         qb.push_bind(owner.to_owned());
         qb.push(" AND id IN ");
         in_list(&mut qb, all.iter().map(|i| i.0));
         let owned: HashSet<i64> =
             qb.build_query_scalar::<i64>().fetch_all(&mut *tx).await.map_err(db)?.into_iter().collect();
-        let report = settle_isolated(&mut *tx, &SqliteWrites { owner, owned: &owned }, s).await?;
+        let report = settle_isolated(&mut *tx, &SqliteWrites { tables, owner, owned: &owned }, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
 
     async fn extend(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
+        let tables = self.tables();
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut qb = QueryBuilder::<Sqlite>::new(concat!(
-            "UPDATE outbox_message SET lease_until = ",
-            now_ms!(),
-            " + "
-        ));
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            render(tables, concat!("UPDATE outbox_message SET lease_until = ", now_ms!(), " + "))
+                .into_owned(),
+        );
         qb.push_bind(ms(lease));
         qb.push(concat!(", next_attempt_at = ", now_ms!(), " + "));
         qb.push_bind(ms(lease));
@@ -345,13 +377,14 @@ impl Claims for Outbox<Sqlite> {
     }
 
     async fn release(&self, owner: &str) -> Result<u64> {
-        let done = sqlx::query(concat!(
+        let tables = self.tables();
+        let done = sqlx::query(&render(tables, concat!(
             "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
             now_ms!(),
             ", updated_at = ",
             now_ms!(),
             ", updated_by = ?1 WHERE status = 'sending' AND lease_owner = ?1"
-        ))
+        )))
         .bind(owner)
         .execute(self.pool())
         .await
@@ -362,6 +395,7 @@ impl Claims for Outbox<Sqlite> {
 
 /// ACK mode, an overdue delivery back to `pending`, then its message.
 const EXPIRE_SQL: ExpireSql<Sqlite> = ExpireSql {
+    dialect: crate::Dialect::Sqlite,
     delivery: concat!(
         "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, next_attempt_at = ",
         now_ms!(),
@@ -382,39 +416,45 @@ const EXPIRE_SQL: ExpireSql<Sqlite> = ExpireSql {
 
 impl Acks for Outbox<Sqlite> {
     async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        let tables = self.tables();
         if limit == 0 {
             return Ok(0);
         }
         // One writer at a time: BEGIN IMMEDIATE takes the write lock up front.
         let mut conn = self.pool().acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
-        let due: Vec<(i64, String, i32)> = sqlx::query_as(concat!(
-            "SELECT message_id, destination, attempts FROM outbox_delivery \
+        let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(
+            tables,
+            concat!(
+                "SELECT message_id, destination, attempts FROM outbox_delivery \
              WHERE status = 'sent' AND ack_deadline IS NOT NULL AND ack_deadline <= ",
-            now_ms!(),
-            " ORDER BY ack_deadline LIMIT ?1"
+                now_ms!(),
+                " ORDER BY ack_deadline LIMIT ?1"
+            ),
         ))
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-        let expired = expire_each::<Sqlite>(&mut tx, &EXPIRE_SQL, &due).await?;
+        let expired = expire_each::<Sqlite>(&mut tx, &EXPIRE_SQL, tables, &due).await?;
         tx.commit().await.map_err(db)?;
         Ok(expired)
     }
 
     async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        let tables = self.tables();
         let mut conn = self.pool().acquire().await.map_err(db)?;
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
         let msg_status: Option<String> =
-            sqlx::query_scalar("SELECT status FROM outbox_message WHERE id = ?1")
+            sqlx::query_scalar(&render(tables, "SELECT status FROM outbox_message WHERE id = ?1"))
                 .bind(message_id.0)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(db)?;
-        let status: Option<String> = sqlx::query_scalar(
+        let status: Option<String> = sqlx::query_scalar(&render(
+            tables,
             "SELECT status FROM outbox_delivery WHERE message_id = ?1 AND destination = ?2",
-        )
+        ))
         .bind(message_id.0)
         .bind(destination)
         .fetch_optional(&mut *tx)
@@ -423,7 +463,8 @@ impl Acks for Outbox<Sqlite> {
         // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
         // settling keeps it (see the PostgreSQL module).
         let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-        let outcome = record_ack::<Sqlite>(&mut tx, &ACK_SQL, step, message_id.0, destination).await?;
+        let outcome =
+            record_ack::<Sqlite>(&mut tx, &ACK_SQL, tables, step, message_id.0, destination).await?;
         tx.commit().await.map_err(db)?;
         Ok(outcome)
     }
