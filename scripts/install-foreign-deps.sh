@@ -3,6 +3,7 @@
 # their tests (crates/outbox-store/tests/foreign.rs) need:
 #   - python3 with psycopg 3 and PyMySQL (examples/python/requirements.txt, via pip)
 #   - a JDK (javac) and the PostgreSQL and MariaDB JDBC drivers (Debian packages)
+#   - OpenSSL's headers (libssl-dev) for librdkafka's TLS, which the kafka transport builds
 #   - headless Chromium for the dashboard test (crates/outbox-cli/tests/dashboard.rs)
 #   - the validators of deploy/ (crates/outbox-cli/tests/deploy.rs): kubernetes-validate (PyPI,
 #     pinned, in its own venv under ~/.cache/outbox; it bundles the Kubernetes JSON schemas, so
@@ -35,6 +36,9 @@ fi
 command -v javac >/dev/null 2>&1 || apt_packages+=(openjdk-17-jdk-headless)
 [ -f "$PG_JAR" ] || apt_packages+=(libpostgresql-jdbc-java)
 [ -f "$MARIADB_JAR" ] || apt_packages+=(libmariadb-java)
+# librdkafka's TLS (the kafka transport, rdkafka's `ssl` feature) links the system's OpenSSL.
+pkg-config --exists openssl 2>/dev/null || apt_packages+=(libssl-dev pkg-config)
+command -v make >/dev/null 2>&1 || apt_packages+=(make)
 # Headless Chromium for the dashboard's browser test (crates/outbox-cli/tests/dashboard.rs).
 command -v chromium >/dev/null 2>&1 || apt_packages+=(chromium)
 # `systemd-analyze verify` checks deploy/systemd/outbox-relay.service (no running systemd needed).

@@ -340,7 +340,7 @@ pub(crate) struct BenchArgs {
         long,
         env = "OUTBOX_BENCH_STORE",
         hide_env_values = true,
-        default_value = "postgres://postgres@127.0.0.1:5432/test"
+        default_value = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
     )]
     pub(crate) store: String,
     /// Broker the relay publishes to.

@@ -24,6 +24,7 @@ mod redact;
 mod retry;
 mod status;
 pub mod text;
+pub mod tls;
 #[cfg(feature = "otel")]
 pub mod trace;
 mod transport;

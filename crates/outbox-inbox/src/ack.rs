@@ -55,6 +55,14 @@ impl AckClient {
             .timeout(Duration::from_secs(5))
             .build()
             .unwrap_or_else(|_| reqwest::Client::new());
+        AckClient::with_client(base_url, client)
+    }
+
+    /// A client for the endpoint at `base_url` that sends through `client`: build it with what
+    /// an `https://` endpoint needs beyond the system's trust store, e.g. a private CA
+    /// (`reqwest::ClientBuilder::add_root_certificate`) or a client certificate (`identity`),
+    /// and a timeout.
+    pub fn with_client(base_url: impl Into<String>, client: reqwest::Client) -> Self {
         AckClient { base_url: base_url.into().trim_end_matches('/').to_owned(), client }
     }
 
@@ -71,13 +79,13 @@ impl AckClient {
         let id = msg.headers.get(header::MESSAGE_ID).map(String::as_str).unwrap_or(msg.id.as_str());
         let url =
             format!("{}/v1/ack/{}/{}/{}", self.base_url, encode(store), encode(id), encode(destination));
-        let resp = self
-            .client
-            .post(&url)
-            .header("outbox-ack-token", token.as_str())
-            .send()
-            .await
-            .map_err(|e| AckClientError::Unavailable(e.without_url().to_string()))?;
+        let resp =
+            self.client.post(&url).header("outbox-ack-token", token.as_str()).send().await.map_err(|e| {
+                // The whole chain (a TLS failure is only in a source), with its cause named.
+                let e = e.without_url();
+                let text = outbox_core::tls::chain(&e);
+                AckClientError::Unavailable(outbox_core::tls::with_explanation(text, &e))
+            })?;
         let status = resp.status();
         if status.is_success() {
             Ok(AckSent::Acked)

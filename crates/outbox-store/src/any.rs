@@ -71,11 +71,30 @@ impl Dialect {
     }
 }
 
+/// sqlx 0.8.6 verifies the host name even in `verify-ca` / `VERIFY_CA`: its verifier ignores
+/// only the name-mismatch error rustls gave before 0.23.24 (sqlx issue #3793, fixed in 0.9).
+const VERIFY_CA_CHECKS_THE_NAME: &str = " (this build checks the host name even with verify-ca / VERIFY_CA, \
+     a known limit of sqlx 0.8 (sqlx issue #3793): connect by a name the certificate lists)";
+
+/// Whether `url` asks for the chain to be verified without the host name.
+fn chain_only(url: &str) -> bool {
+    let url = url.to_ascii_lowercase();
+    url.contains("sslmode=verify-ca")
+        || url.contains("ssl-mode=verify_ca")
+        || url.contains("sslmode=verify_ca")
+}
+
 impl AnyOutbox {
     /// Connects a small pool (`max_connections`) to `url`.
     pub async fn connect(url: &str, max_connections: u32) -> Result<AnyOutbox> {
-        let unreachable =
-            |e: sqlx::Error| Error::Database(format!("cannot connect to {}: {e}", redact_url(url)).into());
+        let unreachable = |e: sqlx::Error| {
+            let message = format!("cannot connect to {}: {e}", redact_url(url));
+            let mut message = outbox_core::tls::with_explanation(message, &e);
+            if message.contains("not valid for name") && chain_only(url) {
+                message.push_str(VERIFY_CA_CHECKS_THE_NAME);
+            }
+            Error::Database(message.into())
+        };
         match Dialect::of_url(url)? {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {

@@ -25,6 +25,7 @@ pub mod fs;
 pub mod net;
 pub mod process;
 pub mod proxy;
+pub mod tls;
 mod wait;
 
 pub use wait::{eventually, eventually_within, WAIT};

@@ -3,8 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 mod common;
+#[path = "support/tls_listener.rs"]
+mod tls_listener;
 
 use common::*;
+use outbox_testkit::tls::Pki;
+use outbox_transport::TransportError;
+use tls_listener::{ClientAuth, Handshakes, TlsListener};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -76,6 +81,21 @@ struct Receiver {
 
 impl Receiver {
     async fn start() -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        Receiver::serve(listener, format!("http://{addr}"))
+    }
+
+    /// An HTTPS receiver on 127.0.0.1 presenting `cert` of `pki` (valid for `localhost` only),
+    /// with its URL by that name, and the record of its handshakes.
+    async fn start_tls(pki: &Pki, cert: &str, auth: ClientAuth) -> (Receiver, Handshakes) {
+        let listener = TlsListener::bind(pki, cert, auth).await;
+        let url = format!("https://localhost:{}", listener.port());
+        let handshakes = listener.handshakes();
+        (Receiver::serve(listener, url), handshakes)
+    }
+
+    fn serve<L: axum::serve::Listener<Addr = std::net::SocketAddr>>(listener: L, url: String) -> Receiver {
         let state = Arc::new(Mutex::new((Vec::new(), Answer::Ok)));
         let s2 = state.clone();
         let app = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
@@ -89,12 +109,10 @@ impl Receiver {
                 respond(answer).await
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let server = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Receiver { state, url: format!("http://{addr}"), _server: Arc::new(server) }
+        Receiver { state, url, _server: Arc::new(server) }
     }
 
     fn answer(&self, a: Answer) {
@@ -514,4 +532,130 @@ async fn receiver_outage_then_recovery_delivers_everything_and_a_400_fails() {
         .await;
     })
     .await;
+}
+
+// --- TLS ---------------------------------------------------------------------------------------
+
+/// The reason of a failed outcome, asserting its kind.
+fn failed(o: &Outcome, want: FailureKind) -> String {
+    match o {
+        Outcome::Failed { kind, reason, .. } if *kind == want => reason.clone(),
+        other => panic!("expected a {want:?} failure, got {other:?}"),
+    }
+}
+
+fn with_tls(url: String, ca: Option<String>, client: Option<(String, String)>) -> HttpConfig {
+    let (cert, key) = client.unzip();
+    HttpConfig { tls_ca_file: ca, tls_cert_file: cert, tls_key_file: key, ..HttpConfig::new(url, SECRET) }
+}
+
+async fn publish_one(cfg: HttpConfig) -> Outcome {
+    let t = HttpTransport::connect(cfg).await.unwrap();
+    t.publish(&[Envelope::new(&outbox_message(1, "tls.test", r#"{"a":1}"#), 1)]).await.remove(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_with_the_test_ca_delivers_and_server_certificate_problems_are_explained() {
+    within(WAIT, async {
+        let pki = Pki::new();
+        let (rx, handshakes) = Receiver::start_tls(&pki, "server", ClientAuth::None).await;
+        let ca = Some(pki.path("ca.pem"));
+
+        // (a) The test CA given: the request really arrives, over TLS.
+        let o = publish_one(with_tls(format!("{}/in/{{topic}}", rx.url), ca.clone(), None)).await;
+        assert_eq!(o, Outcome::Delivered);
+        let got = rx.received();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].path, "/in/tls.test");
+        assert_eq!(got[0].body.as_ref(), br#"{"a":1}"#);
+        assert_eq!(got[0].verify(now()), Ok(()));
+        assert_eq!(handshakes.lock().unwrap().first(), Some(&Ok(false)), "a TLS handshake, no client cert");
+
+        // (c) No CA given (the system store does not know the test CA), or the wrong one.
+        for ca in [None, Some(pki.path("other-ca.pem"))] {
+            let o = publish_one(with_tls(format!("{}/in", rx.url), ca, None)).await;
+            let reason = failed(&o, FailureKind::Unavailable);
+            assert!(reason.starts_with(&format!("{}/in: cannot connect", rx.url)), "{reason}");
+            assert!(reason.contains("not signed by a CA this client trusts"), "{reason}");
+        }
+
+        // (d) The certificate is for `localhost`, the URL says 127.0.0.1.
+        let ip_url = rx.url.replace("localhost", "127.0.0.1");
+        let o = publish_one(with_tls(format!("{ip_url}/in"), ca.clone(), None)).await;
+        let reason = failed(&o, FailureKind::Unavailable);
+        assert!(reason.contains("not valid for the host name"), "{reason}");
+
+        // An expired certificate.
+        let (old, _) = Receiver::start_tls(&pki, "expired", ClientAuth::None).await;
+        let o = publish_one(with_tls(format!("{}/in", old.url), ca.clone(), None)).await;
+        let reason = failed(&o, FailureKind::Unavailable);
+        assert!(reason.contains("certificate has expired"), "{reason}");
+        assert_eq!(rx.count(), 1, "nothing arrived but the one request");
+        let t = HttpTransport::connect(with_tls(rx.url.clone(), ca, None)).await.unwrap();
+        assert!(t.health().await.is_ok());
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_client_certificates_are_sent_and_refusals_explained() {
+    within(WAIT, async {
+        let pki = Pki::new();
+        let (rx, handshakes) = Receiver::start_tls(&pki, "server", ClientAuth::Required).await;
+        let ca = Some(pki.path("ca.pem"));
+        let pair = |name: &str| Some((pki.path(&format!("{name}.pem")), pki.path(&format!("{name}.key"))));
+
+        // (b) Accepted with the client certificate the test CA signed.
+        let o = publish_one(with_tls(format!("{}/in", rx.url), ca.clone(), pair("client"))).await;
+        assert_eq!(o, Outcome::Delivered);
+        assert_eq!(rx.count(), 1);
+        assert_eq!(
+            handshakes.lock().unwrap().last(),
+            Some(&Ok(true)),
+            "the client certificate was presented"
+        );
+
+        // Refused without one...
+        let o = publish_one(with_tls(format!("{}/in", rx.url), ca.clone(), None)).await;
+        let reason = failed(&o, FailureKind::Unavailable);
+        assert!(reason.starts_with(&format!("{}/in: ", rx.url)), "{reason}");
+        assert!(reason.contains("requires a client certificate and none was given"), "{reason}");
+
+        // ... and with one the server's CA did not sign.
+        let o = publish_one(with_tls(format!("{}/in", rx.url), ca, pair("stranger"))).await;
+        let reason = failed(&o, FailureKind::Unavailable);
+        assert!(reason.contains("refused this client's certificate"), "{reason}");
+        assert_eq!(rx.count(), 1, "the refused requests never arrived");
+        let refused = handshakes.lock().unwrap().iter().filter(|h| h.is_err()).count();
+        assert_eq!(refused, 2, "{:?}", handshakes.lock().unwrap());
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tls_file_errors_name_the_key() {
+    let pki = Pki::new();
+    let url = "https://localhost:9/in".to_owned();
+    let err = |cfg: HttpConfig| async move {
+        match HttpTransport::connect(cfg).await {
+            Err(TransportError::Config { transport: "http", key, reason }) => (key, reason),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    };
+    let (key, reason) = err(with_tls(url.clone(), Some("/nonexistent/ca.pem".into()), None)).await;
+    assert_eq!(key, "tls_ca_file");
+    assert!(reason.contains("cannot read \"/nonexistent/ca.pem\""), "{reason}");
+    let (key, reason) = err(with_tls(url.clone(), Some(pki.path("server.key")), None)).await;
+    assert_eq!(key, "tls_ca_file");
+    assert!(reason.contains("holds no PEM certificate"), "{reason}");
+    let cfg =
+        HttpConfig { tls_cert_file: Some(pki.path("client.pem")), ..HttpConfig::new(url.clone(), SECRET) };
+    assert_eq!(err(cfg).await.0, "tls_key_file");
+    let (key, reason) =
+        err(with_tls(url.clone(), None, Some((pki.path("client.pem"), pki.path("stranger.key"))))).await;
+    assert_eq!(key, "tls_key_file");
+    assert!(reason.contains("does not fit tls_cert_file"), "{reason}");
+    let (key, reason) = err(with_tls("http://localhost:9/in".into(), Some(pki.path("ca.pem")), None)).await;
+    assert_eq!(key, "tls_ca_file");
+    assert!(reason.contains("use https://"), "{reason}");
 }

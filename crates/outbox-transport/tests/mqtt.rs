@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
 use outbox_testkit::proxy::TcpProxy;
+use outbox_testkit::tls::{self, Pki};
 use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tokio::sync::mpsc;
@@ -41,8 +42,21 @@ impl Subscriber {
     async fn start(filter: &str) -> Subscriber {
         let (host, port) =
             server().rsplit_once(':').map(|(h, p)| (h.to_owned(), p.parse().unwrap())).unwrap();
+        Subscriber::start_at(filter, host, port, None).await
+    }
+
+    /// A subscriber of the broker at `host:port`, over TLS with `tls`.
+    async fn start_at(
+        filter: &str,
+        host: String,
+        port: u16,
+        tls: Option<rustls::ClientConfig>,
+    ) -> Subscriber {
         let mut options = MqttOptions::new(unique("sub"), host, port);
         options.set_max_packet_size(4 << 20, 4 << 20).set_keep_alive(Duration::from_secs(30));
+        if let Some(tls) = tls {
+            options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(Arc::new(tls))));
+        }
         let (client, mut eventloop) = AsyncClient::new(options, 100);
         client.subscribe(filter, QoS::AtLeastOnce).await.unwrap();
         let (tx, rx) = mpsc::unbounded_channel();
@@ -246,7 +260,7 @@ async fn classification_of_failures() {
         // Invalid configuration: the key is named, before any connection (and no password).
         let invalid = vec![
             (MqttConfig { topic: "a/#".into(), ..MqttConfig::default() }, "topic"),
-            (MqttConfig { url: "mqtts://u:s3cret@h".into(), ..MqttConfig::default() }, "url"),
+            (MqttConfig { url: "wss://u:s3cret@h".into(), ..MqttConfig::default() }, "url"),
         ];
         let reasons = assert_invalid_named("mqtt", MqttTransport::connect, invalid).await;
         assert!(!reasons[1].contains("s3cret"));
@@ -387,6 +401,131 @@ async fn delivered_always_means_received_under_repeated_cuts() {
             .collect();
         let missing: Vec<&String> = delivered.difference(&received).collect();
         assert!(missing.is_empty(), "reported delivered but never received: {missing:?}");
+    })
+    .await;
+}
+
+// TLS, against Mosquitto brokers of the test's own (`outbox_testkit::tls::mosquitto`: one TLS
+// listener, the certificate valid for `localhost` only).
+
+fn tls_config(url: String, ca: Option<String>) -> MqttConfig {
+    MqttConfig { tls_ca_file: ca, connect_timeout: Duration::from_secs(5), ..config(url, "tls") }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::mosquitto(&pki, false);
+        let port = server.port();
+        let mut sub =
+            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(&pki, false))).await;
+        // mqtts:// and ssl:// are the same.
+        for (id, scheme) in [(1, "mqtts"), (2, "ssl")] {
+            let url = format!("{scheme}://localhost:{port}");
+            let t = MqttTransport::connect(tls_config(url.clone(), Some(pki.path("ca.pem"))))
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            t.health().await.unwrap();
+            let sent = envelope(id, "order.paid", Some("k"), &format!("tls {id}"), true);
+            assert_eq!(t.publish(std::slice::from_ref(&sent)).await, vec![Outcome::Delivered], "{url}");
+        }
+        let got: Vec<Got> = sub.take(2, Duration::from_secs(5)).await.iter().map(unwrap_envelope).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        for (g, id) in got.iter().zip(1..) {
+            assert_eq!((g.topic.as_str(), g.id.as_str()), ("tls/order/paid", id.to_string().as_str()));
+            assert_eq!(g.payload, format!("tls {id}"));
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::mosquitto(&pki, true);
+        let port = server.port();
+        let url = format!("mqtts://localhost:{port}");
+        let with = |cert: Option<&str>| MqttConfig {
+            tls_cert_file: cert.map(|c| pki.path(&format!("{c}.pem"))),
+            tls_key_file: cert.map(|c| pki.path(&format!("{c}.key"))),
+            ..tls_config(url.clone(), Some(pki.path("ca.pem")))
+        };
+        let mut sub =
+            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(&pki, true))).await;
+        let t = MqttTransport::connect(with(Some("client"))).await.unwrap();
+        assert_eq!(
+            t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
+            vec![Outcome::Delivered]
+        );
+        let got: Vec<Got> = sub.take(1, Duration::from_secs(5)).await.iter().map(unwrap_envelope).collect();
+        assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
+
+        let err = connect_error(MqttTransport::connect(with(None)).await);
+        assert!(err.starts_with(&format!("cannot connect mqtt to {url}: ")), "{err}");
+        assert!(err.contains("requires a client certificate and none was given"), "{err}");
+        let err = connect_error(MqttTransport::connect(with(Some("stranger"))).await);
+        assert!(err.starts_with(&format!("cannot connect mqtt to {url}: ")), "{err}");
+        assert!(err.contains("the server refused this client's certificate"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::mosquitto(&pki, false);
+        let port = server.port();
+        let url = format!("mqtts://relay:s3cret-pw@localhost:{port}");
+        for ca in [None, Some(pki.path("other-ca.pem"))] {
+            let err = connect_error(MqttTransport::connect(tls_config(url.clone(), ca)).await);
+            assert!(
+                err.starts_with(&format!("cannot connect mqtt to mqtts://relay:***@localhost:{port}: ")),
+                "{err}"
+            );
+            assert!(
+                err.contains("the server's certificate is not signed by a CA this client trusts"),
+                "{err}"
+            );
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+        let cfg = tls_config(format!("mqtts://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
+        let err = connect_error(MqttTransport::connect(cfg).await);
+        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let cfg = |url: &str, f: fn(&mut MqttConfig, &Pki)| {
+            let mut c = tls_config(url.into(), None);
+            f(&mut c, &pki);
+            c
+        };
+        let missing = cfg("mqtts://localhost", |c, p| {
+            c.tls_ca_file = Some(format!("{}/missing.pem", p.dir().display()))
+        });
+        let err = config_error(MqttTransport::connect(missing.clone()).await, "tls_ca_file");
+        assert!(err.contains("cannot read") && err.contains("missing.pem"), "{err}");
+        assert_eq!(missing.validate().unwrap_err().to_string(), err, "outbox check says the same");
+        let not_pem = cfg("mqtts://localhost", |c, p| c.tls_ca_file = Some(p.path("client.key")));
+        let err = config_error(MqttTransport::connect(not_pem).await, "tls_ca_file");
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+        let no_key = cfg("mqtts://localhost", |c, p| {
+            c.tls_cert_file = Some(p.path("client.pem"));
+            c.tls_key_file = Some(p.path("ca.pem"));
+        });
+        let err = config_error(MqttTransport::connect(no_key).await, "tls_key_file");
+        assert!(err.contains("holds no PEM private key"), "{err}");
+        // Files with a plain URL: TLS is asked for by mqtts://.
+        let plain = cfg("mqtt://localhost", |c, p| c.tls_ca_file = Some(p.path("ca.pem")));
+        let err = config_error(MqttTransport::connect(plain).await, "tls_ca_file");
+        assert!(err.contains("needs an mqtts:// URL"), "{err}");
     })
     .await;
 }

@@ -17,6 +17,7 @@ use futures::StreamExt;
 use outbox_core::{header, Envelope, FailureKind, Outcome, Transport};
 use outbox_testkit::process::NatsServer;
 use outbox_testkit::proxy::TcpProxy;
+use outbox_testkit::tls::{self, Pki};
 use outbox_transport::nats::{NatsConfig, NatsTransport};
 use outbox_transport::TransportError;
 
@@ -419,6 +420,159 @@ async fn credentials_in_the_url_are_used_and_never_shown() {
             assert!(!err.contains("s3cr"), "{err}");
             assert!(err.contains("127.0.0.1"), "the error names the server: {err}");
         }
+    })
+    .await;
+}
+
+// TLS, against nats-server instances of the test's own (`outbox_testkit::tls::nats`: TLS
+// required, the certificate valid for `localhost` only, JetStream on).
+
+/// A transport configuration for the TLS server on `port`, creating its own stream.
+fn tls_config(url: String, ca: Option<String>) -> NatsConfig {
+    NatsConfig {
+        url,
+        subject_prefix: Some("tls".into()),
+        stream: Some("OUTBOX_TLS".into()),
+        create_stream: true,
+        timeout: Duration::from_secs(5),
+        tls_ca_file: ca,
+        ..NatsConfig::default()
+    }
+}
+
+/// JetStream of the TLS server on `port`, reached over TLS with the test CA (and the client
+/// certificate when `client_cert`): the consumer side.
+async fn tls_jetstream(pki: &Pki, port: u16, client_cert: bool) -> jetstream::Context {
+    let client = async_nats::ConnectOptions::new()
+        .tls_client_config(test_tls_config(pki, client_cert))
+        .require_tls(true)
+        .connect(format!("tls://localhost:{port}"))
+        .await
+        .unwrap();
+    jetstream::new(client)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::nats(&pki, false);
+        let port = server.port();
+        // tls:// with the CA; and nats:// with the CA (the file makes TLS required).
+        for (i, url) in
+            [format!("tls://localhost:{port}"), format!("nats://localhost:{port}")].into_iter().enumerate()
+        {
+            let t = NatsTransport::connect(tls_config(url.clone(), Some(pki.path("ca.pem"))))
+                .await
+                .unwrap_or_else(|e| panic!("{url}: {e}"));
+            t.health().await.unwrap();
+            let id = i as i64 + 1;
+            let sent = envelope(id, "order.paid", Some("k"), &format!("{{\"over\":\"tls {id}\"}}"), true);
+            assert_eq!(t.publish(std::slice::from_ref(&sent)).await, vec![Outcome::Delivered], "{url}");
+        }
+        let js = tls_jetstream(&pki, port, false).await;
+        let got = consume(&js, "OUTBOX_TLS", 2, Duration::from_secs(5)).await;
+        assert_eq!(got.len(), 2, "{got:?}");
+        for (g, id) in got.iter().zip(1..) {
+            assert_eq!(g.subject, "tls.order.paid");
+            assert_eq!(g.payload, format!("{{\"over\":\"tls {id}\"}}"));
+            assert_eq!(g.id(), id);
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::nats(&pki, true);
+        let url = format!("tls://localhost:{}", server.port());
+        let with = |cert: Option<&str>| NatsConfig {
+            tls_cert_file: cert.map(|c| pki.path(&format!("{c}.pem"))),
+            tls_key_file: cert.map(|c| pki.path(&format!("{c}.key"))),
+            ..tls_config(url.clone(), Some(pki.path("ca.pem")))
+        };
+        let t = NatsTransport::connect(with(Some("client"))).await.unwrap();
+        let sent = envelope(7, "order.paid", None, "by certificate", false);
+        assert_eq!(t.publish(&[sent]).await, vec![Outcome::Delivered]);
+        let got =
+            consume(&tls_jetstream(&pki, server.port(), true).await, "OUTBOX_TLS", 1, Duration::from_secs(5))
+                .await;
+        assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
+
+        // nats-server (2.9) answers a missing certificate as a bad one (alert BadCertificate):
+        // the transport adds that none was sent.
+        let err = connect_error(NatsTransport::connect(with(None)).await);
+        assert!(err.starts_with(&format!("cannot connect nats to {url}: ")), "{err}");
+        assert!(err.contains("the server refused this client's certificate"), "{err}");
+        assert!(err.contains("no client certificate was sent (the server may require one"), "{err}");
+        let err = connect_error(NatsTransport::connect(with(Some("stranger"))).await);
+        assert!(err.starts_with(&format!("cannot connect nats to {url}: ")), "{err}");
+        assert!(err.contains("the server refused this client's certificate"), "{err}");
+        assert!(!err.contains("no client certificate was sent"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::nats(&pki, false);
+        let port = server.port();
+        let unknown = "the server's certificate is not signed by a CA this client trusts";
+        // The system's trust store alone; another CA; and a nats:// URL the server upgrades.
+        for cfg in [
+            tls_config(format!("tls://localhost:{port}"), None),
+            tls_config(format!("tls://localhost:{port}"), Some(pki.path("other-ca.pem"))),
+            tls_config(format!("nats://localhost:{port}"), None),
+        ] {
+            let url = cfg.url.clone();
+            let err = connect_error(NatsTransport::connect(cfg).await);
+            assert!(err.starts_with(&format!("cannot connect nats to {url}: ")), "{err}");
+            assert!(err.contains(unknown), "{err}");
+        }
+        let cfg = tls_config(format!("tls://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
+        let err = connect_error(NatsTransport::connect(cfg).await);
+        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let cfg = |f: fn(&mut NatsConfig, &Pki)| {
+            let mut c = tls_config("tls://localhost:4222".into(), None);
+            f(&mut c, &pki);
+            c
+        };
+        let missing = cfg(|c, p| c.tls_ca_file = Some(format!("{}/missing.pem", p.dir().display())));
+        let err = config_error(NatsTransport::connect(missing.clone()).await, "tls_ca_file");
+        assert!(err.contains("cannot read") && err.contains("missing.pem"), "{err}");
+        assert_eq!(missing.validate().unwrap_err().to_string(), err, "outbox check says the same");
+        // A key is no certificate; a certificate is no key.
+        let err = config_error(
+            NatsTransport::connect(cfg(|c, p| c.tls_ca_file = Some(p.path("client.key")))).await,
+            "tls_ca_file",
+        );
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+        let swapped = cfg(|c, p| {
+            c.tls_cert_file = Some(p.path("client.pem"));
+            c.tls_key_file = Some(p.path("client.pem"));
+        });
+        let err = config_error(NatsTransport::connect(swapped).await, "tls_key_file");
+        assert!(err.contains("holds no PEM private key"), "{err}");
+        let mismatched = cfg(|c, p| {
+            c.tls_cert_file = Some(p.path("client.pem"));
+            c.tls_key_file = Some(p.path("stranger.key"));
+        });
+        let err = config_error(NatsTransport::connect(mismatched).await, "tls_key_file");
+        assert!(err.contains("does not fit tls_cert_file"), "{err}");
+        let half = cfg(|c, p| c.tls_cert_file = Some(p.path("client.pem")));
+        config_error(NatsTransport::connect(half).await, "tls_key_file");
     })
     .await;
 }

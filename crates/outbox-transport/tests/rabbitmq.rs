@@ -20,6 +20,7 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 use outbox_core::{header, Envelope, FailureKind, NewMessage, Outcome, Status, Transport};
 use outbox_relay::Destination;
 use outbox_testkit::proxy::TcpProxy;
+use outbox_testkit::tls::Pki;
 use outbox_transport::rabbitmq::{DeclareConfig, RabbitMqConfig, RabbitMqTransport};
 use outbox_transport::TransportError;
 
@@ -599,4 +600,155 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
         delete_exchange(&ex).await;
     })
     .await;
+}
+
+// --- TLS (a RabbitMQ node of the test's own with an AMQPS listener only) ---------------------
+
+/// `amqps://` to a TLS node on `host` (the node's certificate is valid for `localhost` only).
+fn amqps_url(host: &str, port: u16) -> String {
+    format!("amqps://guest:guest@{host}:{port}/%2f")
+}
+
+fn over_tls(
+    url: String,
+    exchange: &str,
+    ca: Option<String>,
+    client: Option<(String, String)>,
+) -> RabbitMqConfig {
+    let (cert, key) = client.unzip();
+    RabbitMqConfig {
+        tls_ca_file: ca,
+        tls_cert_file: cert,
+        tls_key_file: key,
+        declare: Some(DeclareConfig { kind: "topic".into(), durable: false, ..DeclareConfig::default() }),
+        ..RabbitMqConfig::new(url, exchange)
+    }
+}
+
+/// The text of the connect error `cfg` meets.
+async fn connect_error(cfg: RabbitMqConfig) -> String {
+    match RabbitMqTransport::connect(cfg).await {
+        Err(e @ TransportError::Connect { transport: "rabbitmq", .. }) => e.to_string(),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqps_with_the_test_ca_delivers_and_server_certificate_problems_are_explained() {
+    within(Duration::from_secs(180), async {
+        let pki = Pki::new();
+        let node = outbox_testkit::tls::rabbitmq(&pki, false);
+        let url = amqps_url("localhost", node.port());
+        let ca = Some(pki.path("ca.pem"));
+        let ex = unique("outbox-t-tls");
+
+        // (a) With the test CA: connect, publish, and a consumer (lapin's own TLS, given the CA
+        // as PEM) really gets the message.
+        let t = RabbitMqTransport::connect(over_tls(url.clone(), &ex, ca.clone(), None)).await.unwrap();
+        // lapin's own TLS (the consumer's) takes rustls's process default: the build enables
+        // two providers, so name one.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let pem = std::fs::read_to_string(pki.path("ca.pem")).unwrap();
+        let tls = lapin::tcp::OwnedTLSConfig { identity: None, cert_chain: Some(pem) };
+        let conn = Connection::connect_with_config(&url, ConnectionProperties::default(), tls).await.unwrap();
+        let channel = conn.create_channel().await.unwrap();
+        let queue = unique("outbox-t-tls-q");
+        let opts =
+            QueueDeclareOptions { exclusive: true, auto_delete: true, ..QueueDeclareOptions::default() };
+        channel.queue_declare(&queue, opts, FieldTable::default()).await.unwrap();
+        channel
+            .queue_bind(&queue, &ex, "#", QueueBindOptions::default(), FieldTable::default())
+            .await
+            .unwrap();
+        let opts = BasicConsumeOptions { no_ack: true, ..BasicConsumeOptions::default() };
+        let mut consumer = channel.basic_consume(&queue, "tls", opts, FieldTable::default()).await.unwrap();
+        let batch = [Envelope::new(&outbox_message(11, "tls.order", r#"{"over":"tls"}"#), 1)];
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered]);
+        let got = consumer.next().await.expect("a delivery").unwrap();
+        assert_eq!(got.data, br#"{"over":"tls"}"#);
+        assert_eq!(got.routing_key.as_str(), "tls.order");
+        assert_eq!(header_str(&got, header::MESSAGE_ID).as_deref(), Some("11"));
+        assert!(t.health().await.is_ok());
+
+        // (c) No CA (the system's store does not know the test CA), or the wrong one.
+        for ca in [None, Some(pki.path("other-ca.pem"))] {
+            let text = connect_error(over_tls(url.clone(), &ex, ca, None)).await;
+            assert!(
+                text.starts_with(&format!(
+                    "cannot connect rabbitmq to amqps://guest:***@localhost:{}",
+                    node.port()
+                )),
+                "{text}"
+            );
+            assert!(text.contains("not signed by a CA this client trusts"), "{text}");
+        }
+
+        // (d) The certificate is for `localhost`, the URL says 127.0.0.1.
+        let text = connect_error(over_tls(amqps_url("127.0.0.1", node.port()), &ex, ca.clone(), None)).await;
+        assert!(text.contains("not valid for the host name"), "{text}");
+        // A plain amqp:// client on the TLS port.
+        let plain = RabbitMqConfig {
+            connect_timeout: Duration::from_secs(3),
+            ..RabbitMqConfig::new(format!("amqp://guest:guest@localhost:{}/%2f", node.port()), "")
+        };
+        let text = connect_error(plain).await;
+        assert!(!text.contains("guest:guest"), "{text}");
+        drop(conn);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn amqps_client_certificates_are_sent_and_refusals_explained() {
+    within(Duration::from_secs(180), async {
+        let pki = Pki::new();
+        let node = outbox_testkit::tls::rabbitmq(&pki, true);
+        let url = amqps_url("localhost", node.port());
+        let ca = Some(pki.path("ca.pem"));
+        let pair = |name: &str| Some((pki.path(&format!("{name}.pem")), pki.path(&format!("{name}.key"))));
+        let ex = unique("outbox-t-mtls");
+
+        // (b) Accepted with the client certificate the test CA signed: a message routed to a
+        // bound queue is confirmed (published mandatory, so an unrouted one would come back).
+        let mut cfg = over_tls(url.clone(), &ex, ca.clone(), pair("client"));
+        if let Some(d) = cfg.declare.as_mut() {
+            d.queue = Some(unique("outbox-t-mtls-q"));
+        }
+        let t = RabbitMqTransport::connect(cfg).await.unwrap();
+        let batch = [Envelope::new(&outbox_message(12, "mtls", "x"), 1)];
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered]);
+
+        // Refused without one, and with one another CA signed.
+        let text = connect_error(over_tls(url.clone(), &ex, ca.clone(), None)).await;
+        assert!(text.starts_with("cannot connect rabbitmq to amqps://guest:***@localhost:"), "{text}");
+        assert!(text.contains("requires a client certificate and none was given"), "{text}");
+        let text = connect_error(over_tls(url.clone(), &ex, ca, pair("stranger"))).await;
+        assert!(text.contains("refused this client's certificate"), "{text}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn tls_settings_need_amqps_and_readable_files() {
+    let pki = Pki::new();
+    let err = |cfg: RabbitMqConfig| async move {
+        match RabbitMqTransport::connect(cfg).await {
+            Err(TransportError::Config { transport: "rabbitmq", key, reason }) => (key, reason),
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    };
+    let plain = "amqp://guest:guest@localhost:1/%2f".to_owned();
+    let (key, reason) = err(over_tls(plain, "x", Some(pki.path("ca.pem")), None)).await;
+    assert_eq!(key, "tls_ca_file");
+    assert!(reason.contains("use amqps://"), "{reason}");
+    let tls = amqps_url("localhost", 1);
+    let (key, reason) = err(over_tls(tls.clone(), "x", Some("/nonexistent/ca.pem".into()), None)).await;
+    assert_eq!(key, "tls_ca_file");
+    assert!(reason.contains("cannot read \"/nonexistent/ca.pem\""), "{reason}");
+    let (key, reason) =
+        err(over_tls(tls.clone(), "x", None, Some((pki.path("client.key"), pki.path("client.key"))))).await;
+    assert_eq!(key, "tls_cert_file");
+    assert!(reason.contains("holds no PEM certificate"), "{reason}");
+    let cfg = RabbitMqConfig { tls_key_file: Some(pki.path("client.key")), ..RabbitMqConfig::new(tls, "x") };
+    assert_eq!(err(cfg).await.0, "tls_cert_file");
 }

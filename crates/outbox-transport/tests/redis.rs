@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use outbox_core::{header, FailureKind, Outcome, Transport};
 use outbox_testkit::proxy::TcpProxy;
+use outbox_testkit::tls::{self, Pki};
 use outbox_transport::redis::{RedisConfig, RedisTransport};
 use redis::streams::StreamRangeReply;
 
@@ -45,9 +46,13 @@ struct Got {
 
 /// XRANGE of the whole stream, in stream order.
 async fn read(key: &str) -> Vec<Got> {
-    let mut con = redis_conn().await;
+    read_from(&mut redis_conn().await, key).await
+}
+
+/// XRANGE of the whole stream on `con`'s server, in stream order.
+async fn read_from(con: &mut redis::aio::MultiplexedConnection, key: &str) -> Vec<Got> {
     let reply: StreamRangeReply =
-        redis::cmd("XRANGE").arg(key).arg("-").arg("+").query_async(&mut con).await.unwrap();
+        redis::cmd("XRANGE").arg(key).arg("-").arg("+").query_async(con).await.unwrap();
     reply
         .ids
         .into_iter()
@@ -269,6 +274,143 @@ async fn delivered_always_means_appended_under_repeated_cuts() {
         let missing: Vec<&String> = delivered.difference(&stored).collect();
         assert!(missing.is_empty(), "reported delivered but not appended: {missing:?}");
         del(&[&stream]).await;
+    })
+    .await;
+}
+
+// TLS, against redis-server instances of the test's own (`outbox_testkit::tls::redis`: a TLS
+// port only, the certificate valid for `localhost` only).
+
+fn tls_config(url: String, ca: Option<String>) -> RedisConfig {
+    RedisConfig { tls_ca_file: ca, ..config(url, "tls:{topic}") }
+}
+
+/// A connection to the TLS server on `port` with the test CA alone (and the client certificate
+/// when `client_cert`): the consumer side.
+async fn tls_conn(pki: &Pki, port: u16, client_cert: bool) -> redis::aio::MultiplexedConnection {
+    // The redis client builds its rustls configuration with the process's default provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let read = |name: &str| std::fs::read(pki.path(name)).unwrap();
+    let certificates = redis::TlsCertificates {
+        client_tls: client_cert.then(|| redis::ClientTlsConfig {
+            client_cert: read("client.pem"),
+            client_key: read("client.key"),
+        }),
+        root_cert: Some(read("ca.pem")),
+    };
+    let client = redis::Client::build_with_tls(format!("rediss://localhost:{port}"), certificates).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::redis(&pki, false);
+        let url = format!("rediss://localhost:{}/0", server.port());
+        let t = RedisTransport::connect(tls_config(url, Some(pki.path("ca.pem")))).await.unwrap();
+        t.health().await.unwrap();
+        let batch: Vec<_> =
+            (1..=3).map(|id| envelope(id, "order.paid", Some("k"), &format!("tls {id}"), true)).collect();
+        assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 3]);
+        let got = read_from(&mut tls_conn(&pki, server.port(), false).await, "tls:order.paid").await;
+        assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["tls 1", "tls 2", "tls 3"]);
+        for (g, e) in got.iter().zip(&batch) {
+            assert_eq!((g.id.as_str(), &g.headers), (e.id.to_string().as_str(), &e.headers));
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::redis(&pki, true);
+        let url = format!("rediss://localhost:{}", server.port());
+        let with = |cert: Option<&str>| RedisConfig {
+            tls_cert_file: cert.map(|c| pki.path(&format!("{c}.pem"))),
+            tls_key_file: cert.map(|c| pki.path(&format!("{c}.key"))),
+            ..tls_config(url.clone(), Some(pki.path("ca.pem")))
+        };
+        let t = RedisTransport::connect(with(Some("client"))).await.unwrap();
+        assert_eq!(
+            t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
+            vec![Outcome::Delivered]
+        );
+        let got = read_from(&mut tls_conn(&pki, server.port(), true).await, "tls:order.paid").await;
+        assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
+
+        let err = connect_error(RedisTransport::connect(with(None)).await);
+        assert!(err.starts_with(&format!("cannot connect redis to {url}: ")), "{err}");
+        assert!(err.contains("requires a client certificate and none was given"), "{err}");
+        let err = connect_error(RedisTransport::connect(with(Some("stranger"))).await);
+        assert!(err.starts_with(&format!("cannot connect redis to {url}: ")), "{err}");
+        assert!(err.contains("the server refused this client's certificate"), "{err}");
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let server = tls::redis(&pki, false);
+        let port = server.port();
+        let url = format!("rediss://:s3cret-pw@localhost:{port}");
+        for ca in [None, Some(pki.path("other-ca.pem"))] {
+            let err = connect_error(RedisTransport::connect(tls_config(url.clone(), ca)).await);
+            assert!(
+                err.starts_with(&format!("cannot connect redis to rediss://:***@localhost:{port}: ")),
+                "{err}"
+            );
+            assert!(
+                err.contains("the server's certificate is not signed by a CA this client trusts"),
+                "{err}"
+            );
+            assert!(!err.contains("s3cret"), "{err}");
+        }
+        let cfg = tls_config(format!("rediss://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
+        let err = connect_error(RedisTransport::connect(cfg).await);
+        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+        // A plain redis:// URL to the TLS port: no answer in Redis's protocol.
+        let cfg = RedisConfig {
+            connect_timeout: Duration::from_secs(1),
+            ..tls_config(format!("redis://localhost:{port}"), None)
+        };
+        connect_error(RedisTransport::connect(cfg).await);
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
+    within(TEST_TIMEOUT, async {
+        let pki = Pki::new();
+        let cfg = |url: &str, f: fn(&mut RedisConfig, &Pki)| {
+            let mut c = tls_config(url.into(), None);
+            f(&mut c, &pki);
+            c
+        };
+        let missing = cfg("rediss://localhost", |c, p| {
+            c.tls_ca_file = Some(format!("{}/missing.pem", p.dir().display()))
+        });
+        let err = config_error(RedisTransport::connect(missing.clone()).await, "tls_ca_file");
+        assert!(err.contains("cannot read") && err.contains("missing.pem"), "{err}");
+        assert_eq!(missing.validate().unwrap_err().to_string(), err, "outbox check says the same");
+        let not_pem = cfg("rediss://localhost", |c, p| c.tls_ca_file = Some(p.path("client.key")));
+        let err = config_error(RedisTransport::connect(not_pem).await, "tls_ca_file");
+        assert!(err.contains("holds no PEM certificate"), "{err}");
+        let mismatched = cfg("rediss://localhost", |c, p| {
+            c.tls_cert_file = Some(p.path("client.pem"));
+            c.tls_key_file = Some(p.path("stranger.key"));
+        });
+        let err = config_error(RedisTransport::connect(mismatched).await, "tls_key_file");
+        assert!(err.contains("does not fit tls_cert_file"), "{err}");
+        // Files with a plain URL: TLS is asked for by rediss://.
+        let plain = cfg("redis://localhost", |c, p| c.tls_ca_file = Some(p.path("ca.pem")));
+        let err = config_error(RedisTransport::connect(plain).await, "tls_ca_file");
+        assert!(err.contains("needs a rediss:// URL"), "{err}");
     })
     .await;
 }

@@ -21,10 +21,14 @@ impl Connecting {
         Connecting { transport, url: url.to_owned(), address: crate::redact(url) }
     }
 
-    /// The connection failed, for `reason` (the URL in it redacted).
+    /// The connection failed, for `reason` (the URL in it redacted; a TLS failure explained, see
+    /// [`outbox_core::tls::explain`]).
     pub(crate) fn fail(&self, reason: impl Into<String>) -> TransportError {
         let reason = reason.into();
-        let reason = if self.url.is_empty() { reason } else { reason.replace(&self.url, &self.address) };
+        let mut reason = if self.url.is_empty() { reason } else { reason.replace(&self.url, &self.address) };
+        if let Some(why) = outbox_core::tls::explain(&reason) {
+            reason = format!("{reason} ({why})");
+        }
         TransportError::Connect { transport: self.transport, address: self.address.clone(), reason }
     }
 

@@ -3,11 +3,12 @@
 //! fails to connect says so ([`connect`]), what every transport checks on each envelope before
 //! the wire and how every reason is written ([`validate`]), the bookkeeping of one `publish`
 //! call ([`batch`]), and, for the unit tests, how outcomes and configuration errors are
-//! inspected (`testing`).
+//! inspected (`testing`), and the TLS files a destination names ([`tls`]).
 
 pub(crate) mod batch;
 pub(crate) mod config;
 pub(crate) mod connect;
 #[cfg(test)]
 pub(crate) mod testing;
+pub(crate) mod tls;
 pub(crate) mod validate;

@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderName, HeaderValue};
 use serde::Deserialize;
 
 use crate::common::config::Rules;
+use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
 const RULES: Rules = Rules("http");
@@ -208,6 +210,17 @@ pub struct HttpConfig {
     /// `traceparent`, `tracestate` and names starting with `outbox-` are reserved.
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// A PEM file of the CA (or CAs) that signed the receiver's certificate, trusted besides the
+    /// system's trust store. Requires an `https://` URL. Defaults to none.
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
+    /// A PEM client certificate (chain) for receivers that authenticate the relay by certificate
+    /// (mutual TLS). Requires `tls_key_file` and an `https://` URL. Defaults to none.
+    #[serde(default)]
+    pub tls_cert_file: Option<String>,
+    /// The PEM private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Never printed.
+    #[serde(default)]
+    pub tls_key_file: Option<String>,
 }
 
 /// A signing secret: deserialized from a string, never printed.
@@ -277,7 +290,22 @@ impl HttpConfig {
             concurrency: default_concurrency(),
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             headers: BTreeMap::new(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
+    }
+
+    /// The rustls client configuration of every `https://` request: the system's trust store
+    /// plus `tls_ca_file`, and the client certificate when given (the files are read now).
+    pub(crate) fn tls(&self) -> Result<Arc<rustls::ClientConfig>, TransportError> {
+        let material = TlsMaterial::load(
+            RULES,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        )?;
+        material.unwrap_or_else(TlsMaterial::none).client_config(RULES)
     }
 
     /// Checks every value, naming the first wrong key.
@@ -346,6 +374,19 @@ impl HttpConfig {
         if self.max_payload_bytes == 0 {
             return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
+        let tls_files = [
+            ("tls_ca_file", &self.tls_ca_file),
+            ("tls_cert_file", &self.tls_cert_file),
+            ("tls_key_file", &self.tls_key_file),
+        ];
+        let https = self.url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+        if let Some((key, _)) = tls_files.iter().find(|(_, v)| v.is_some()) {
+            if !https {
+                return Err(
+                    RULES.invalid(key, "is a TLS setting, but the url is http:// (plain); use https://")
+                );
+            }
+        }
         for (name, value) in &self.headers {
             let lower = name.to_ascii_lowercase();
             if HeaderName::from_bytes(name.as_bytes()).is_err() {
@@ -375,6 +416,9 @@ impl fmt::Debug for HttpConfig {
             .field("concurrency", &self.concurrency)
             .field("max_payload_bytes", &self.max_payload_bytes)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("tls_ca_file", &self.tls_ca_file)
+            .field("tls_cert_file", &self.tls_cert_file)
+            .field("tls_key_file", &self.tls_key_file)
             .finish()
     }
 }

@@ -91,6 +91,24 @@
 //! reasons are cleaned of control characters and of any configured secret the receiver might
 //! echo.
 //!
+//! # TLS
+//! `https://` URLs are verified against the system's trust store (`/etc/ssl/certs`) and, with
+//! `tls_ca_file`, a private CA besides; the receiver's certificate must be valid for the URL's
+//! host name. A receiver that authenticates the relay by certificate (mutual TLS) gets the one
+//! in `tls_cert_file`/`tls_key_file`. The files are PEM, read when the transport is built (a
+//! missing or unreadable file is a configuration error naming its key); TLS settings with an
+//! `http://` URL are refused. A failed handshake is reported (`Unavailable`) with its cause: an
+//! unknown CA, a certificate not valid for the host name or expired, a client certificate the
+//! receiver refused or required.
+//!
+//! ```toml
+//! url = "https://hooks.internal/outbox/{topic}"
+//! secret = "a-long-random-shared-secret"
+//! tls_ca_file = "/etc/outbox/hooks-ca.pem"      # default: the system's trust store only
+//! tls_cert_file = "/etc/outbox/relay.pem"       # with tls_key_file: a client certificate
+//! tls_key_file = "/etc/outbox/relay.key"
+//! ```
+//!
 //! # Limits
 //! Payload up to `max_payload_bytes` (default 16 MiB), headers as above, response bodies read
 //! up to 8 KiB (the rest is discarded).

@@ -50,6 +50,11 @@ pub(crate) fn from_status(status: StatusCode, retry_after: Option<Duration>, sni
 /// Classifies a request that got no response. `address` is the redacted target URL.
 pub(crate) fn from_error(err: &reqwest::Error, address: &str, timeout: Duration) -> Outcome {
     let detail = causes(err);
+    if let Some(why) = outbox_core::tls::explain(&detail) {
+        // A TLS failure (with TLS 1.3 a refused client certificate shows only once the request
+        // is sent) is the destination's set-up, never the message's.
+        return Outcome::unavailable(format!("{address}: cannot connect{detail} ({why})"));
+    }
     if err.is_timeout() {
         // No answer in time: the receiver is down, hung or overloaded. Like the relay's own
         // publish timeout, this is the destination being unavailable (no attempt spent; the

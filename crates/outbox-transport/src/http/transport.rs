@@ -91,7 +91,9 @@ impl HttpTransport {
         }
         let content_type = HeaderValue::from_str(&config.content_type)
             .map_err(|e| config_err("content_type", e.to_string()))?;
+        let tls = config.tls()?;
         let client = Client::builder()
+            .tls_backend_preconfigured(rustls::ClientConfig::clone(&tls))
             .timeout(config.timeout)
             .connect_timeout(config.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())

@@ -57,6 +57,30 @@
 //! | the producer was rebuilt before the report arrived | unavailable |
 //! | anything else | retryable |
 //!
+//! **TLS and SASL** go through `properties`, as librdkafka names them (librdkafka is built with
+//! the system's OpenSSL). The broker's certificate is verified against `ssl.ca.location` (or
+//! the system's trust store without it) and must be valid for the broker's host name
+//! (`ssl.endpoint.identification.algorithm = "https"`, librdkafka's default). A failed
+//! handshake at connect is reported with librdkafka's last error and its cause (an unknown CA,
+//! a wrong host name, an expired certificate, a client certificate refused or missing). Values
+//! of secret properties (`ssl.key.password`, `ssl.key.pem`, `sasl.password`, ...) never appear
+//! in errors or `Debug` output.
+//!
+//! ```toml
+//! brokers = "kafka-1.internal:9093"
+//! [properties]
+//! "security.protocol" = "SSL"                   # or "SASL_SSL" with the sasl.* properties
+//! "ssl.ca.location" = "/etc/outbox/kafka-ca.pem"
+//! "ssl.certificate.location" = "/etc/outbox/relay.pem"   # a client certificate, if required
+//! "ssl.key.location" = "/etc/outbox/relay.key"
+//! # "ssl.key.password" = "..."                  # for an encrypted key; redacted
+//! ```
+//!
+//! The test broker (tansu 0.6) has no TLS listener (its `--cert` option is accepted, but the
+//! listener stays plain), so the tests take these settings to a TLS endpoint of their own:
+//! the handshake, the trust, the host name and the client certificate are tested against a
+//! real TLS server; producing over TLS to a real Kafka broker is not.
+//!
 //! **Limits.** No Kafka transactions (exactly-once sinks): the outbox gives at-least-once plus
 //! the consumer's inbox. `properties` passes any other librdkafka setting (security, tuning);
 //! those that carry the delivery guarantee are refused.

@@ -16,14 +16,32 @@ use tokio::time::Instant;
 use super::config::{check_topic, KafkaConfig};
 use super::outcome;
 use crate::common::batch::{answers, Outcomes};
+use crate::common::connect::Connecting;
 use crate::validate::{quote, refuse};
 use crate::TransportError;
 
 const KIND: &str = "kafka";
 
-/// Routes librdkafka's log lines and error callbacks into `tracing`.
-#[derive(Clone)]
-pub(crate) struct Context;
+/// Longest client error kept by [`Context`] for a connect error's reason.
+const MAX_CLIENT_ERROR: usize = 1000;
+
+/// Routes librdkafka's log lines and error callbacks into `tracing`, and keeps the last client
+/// error: librdkafka reports a failed TLS handshake or SASL authentication only there, while
+/// the request that failed just says that all brokers are down.
+#[derive(Clone, Default)]
+pub(crate) struct Context {
+    last_error: Arc<Mutex<Option<String>>>,
+}
+
+impl Context {
+    /// The last error librdkafka reported, if any.
+    fn last_error(&self) -> Option<String> {
+        match self.last_error.lock() {
+            Ok(e) => e.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
 
 impl ClientContext for Context {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, log_message: &str) {
@@ -44,6 +62,18 @@ impl ClientContext for Context {
 
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::warn!(target: "librdkafka", error = %error, "Kafka client error: {reason}");
+        // "1/1 brokers are down" follows the error that says why: keep that one.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::AllBrokersDown) {
+            return;
+        }
+        let mut text = outbox_core::text::printable(reason, MAX_CLIENT_ERROR).into_owned();
+        if text.is_empty() {
+            text = error.to_string();
+        }
+        match self.last_error.lock() {
+            Ok(mut e) => *e = Some(text),
+            Err(poisoned) => *poisoned.into_inner() = Some(text),
+        }
     }
 }
 
@@ -96,11 +126,18 @@ fn producer_config(config: &KafkaConfig) -> ClientConfig {
     c
 }
 
-fn create(config: &KafkaConfig) -> Result<Producer_, TransportError> {
-    producer_config(config).create_with_context(Context).map_err(|e| TransportError::Config {
-        transport: KIND,
-        key: "properties",
-        reason: format!("librdkafka refused the producer configuration: {e}"),
+fn create(config: &KafkaConfig, context: Context) -> Result<Producer_, TransportError> {
+    producer_config(config).create_with_context(context).map_err(|e| {
+        let reason = match &e {
+            // The property's value is quoted only when it is not a secret (`ssl.key.pem`,
+            // `sasl.password`, ...).
+            KafkaError::ClientConfig(_, desc, key, value) => {
+                let value = if super::config::is_secret(key) { "***" } else { value.as_str() };
+                format!("librdkafka refused the producer configuration: {desc} ({key} = {value:?})")
+            }
+            other => format!("librdkafka refused the producer configuration: {other}"),
+        };
+        TransportError::Config { transport: KIND, key: "properties", reason }
     })
 }
 
@@ -137,18 +174,22 @@ impl KafkaTransport {
     /// the key, or [`TransportError::Connect`] when the cluster is unreachable.
     pub async fn connect(config: KafkaConfig) -> Result<Self, TransportError> {
         config.validate()?;
-        let producer = Arc::new(create(&config)?);
-        let fail = |reason: String| TransportError::Connect {
-            transport: KIND,
-            address: config.brokers.clone(),
-            reason,
-        };
+        let context = Context::default();
+        let producer = Arc::new(create(&config, context.clone())?);
+        let connecting = Connecting::new(KIND, &config.brokers);
+        let fail = |reason: String| connecting.fail(reason);
         let p = producer.clone();
         let timeout = config.connect_timeout;
         tokio::task::spawn_blocking(move || p.client().fetch_metadata(None, timeout))
             .await
             .map_err(|e| fail(format!("metadata lookup panicked: {e}")))?
-            .map_err(|e| fail(format!("the cluster did not answer within {timeout:?}: {e}")))?;
+            .map_err(|e| {
+                let mut reason = format!("the cluster did not answer within {timeout:?}: {e}");
+                if let Some(last) = context.last_error() {
+                    reason.push_str(&format!("; last client error: {last}"));
+                }
+                fail(reason)
+            })?;
         if let Some(t) = &config.topic {
             match topic_exists(producer.clone(), t.clone(), timeout).await {
                 Ok(true) => {}
@@ -185,7 +226,7 @@ impl KafkaTransport {
         if !Arc::ptr_eq(seen, &self.current()) {
             return Ok(());
         }
-        let fresh = Arc::new(create(&self.config)?);
+        let fresh = Arc::new(create(&self.config, Context::default())?);
         let old = {
             let mut slot = match self.producer.write() {
                 Ok(p) => p,

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
+use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
 const RULES: Rules = Rules("mqtt");
@@ -42,13 +43,20 @@ pub enum MqttFormat {
 /// url = "mqtt://relay:secret@broker.internal:1883"
 /// topic = "outbox/{topic}"     # outbox topic "order.paid" -> MQTT topic "outbox/order/paid"
 /// format = "envelope"          # or "raw" (loses the headers)
+///
+/// # TLS: an mqtts:// (or ssl://) URL, port 8883 by default; the files are optional.
+/// # url = "mqtts://relay:secret@broker.internal:8883"
+/// # tls_ca_file = "/etc/outbox/mqtt-ca.pem"      # trusted besides the system's trust store
+/// # tls_cert_file = "/etc/outbox/relay.pem"      # a client certificate, for brokers that
+/// # tls_key_file = "/etc/outbox/relay.key"       # require one (require_certificate true)
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MqttConfig {
-    /// Broker URL: `mqtt://[user[:password]@]host[:port]` (or `tcp://`; port 1883 by default).
-    /// TLS is not supported yet. Credentials are redacted in every error and log. Defaults to
-    /// `mqtt://127.0.0.1:1883`.
+    /// Broker URL: `mqtt://[user[:password]@]host[:port]` (or `tcp://`; port 1883 by default),
+    /// or `mqtts://...` (or `ssl://`; port 8883 by default) for TLS, verified against the
+    /// system's trust store and `tls_ca_file`. Credentials are redacted in every error and log.
+    /// Defaults to `mqtt://127.0.0.1:1883`.
     pub url: String,
     /// MQTT topic to publish to. `{topic}` is replaced by the envelope's topic (with `.` turned
     /// into `/` when `dots_to_slashes` is set); the rest is kept as is. Must not contain the
@@ -96,6 +104,16 @@ pub struct MqttConfig {
     /// and doubles). Defaults to `2000`.
     #[serde(with = "outbox_core::duration")]
     pub reconnect_max_delay: Duration,
+    /// PEM file of the CA (or CAs) that signed the broker's certificate, trusted besides the
+    /// system's trust store. Needs an `mqtts://` URL. Read at connect (and by `outbox check`).
+    /// Defaults to none.
+    pub tls_ca_file: Option<String>,
+    /// PEM file of the client certificate (and its chain) presented to the broker (Mosquitto's
+    /// `require_certificate true`); set with `tls_key_file`. Needs an `mqtts://` URL. Defaults to
+    /// none.
+    pub tls_cert_file: Option<String>,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Defaults to none.
+    pub tls_key_file: Option<String>,
 }
 
 impl Default for MqttConfig {
@@ -114,6 +132,9 @@ impl Default for MqttConfig {
             connect_timeout: Duration::from_millis(5000),
             keep_alive: Duration::from_secs(30),
             reconnect_max_delay: Duration::from_millis(2000),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -131,12 +152,19 @@ pub(crate) struct BrokerAddress {
     pub(crate) host: String,
     pub(crate) port: u16,
     pub(crate) credentials: Option<(String, String)>,
+    /// `mqtts://` or `ssl://`.
+    pub(crate) tls: bool,
 }
 
 impl MqttConfig {
-    /// Checks every value; the error names the offending key.
+    /// Checks every value, and reads the TLS files; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
-        self.broker()?;
+        self.checked().map(|_| ())
+    }
+
+    /// Checks every value; the broker and the TLS to use (`None` for `mqtt://`).
+    pub(crate) fn checked(&self) -> Result<(BrokerAddress, Option<TlsMaterial>), TransportError> {
+        let broker = self.broker()?;
         if self.max_topic_levels == 0 || self.max_topic_levels > MAX_TOPIC_BYTES {
             return Err(RULES.invalid("max_topic_levels", format!("must be 1 to {MAX_TOPIC_BYTES}")));
         }
@@ -164,20 +192,49 @@ impl MqttConfig {
         if self.keep_alive < Duration::from_secs(5) || self.keep_alive > Duration::from_secs(65_535) {
             return Err(RULES.invalid("keep_alive", "must be 5 s to 65535 s"));
         }
-        Ok(())
+        let files = TlsMaterial::load(
+            RULES,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        )?;
+        if let Some(files) = &files {
+            // A key that does not fit its certificate shows only here.
+            files.client_config(RULES)?;
+        }
+        let tls = match (broker.tls, files) {
+            (true, files) => Some(files.unwrap_or_else(TlsMaterial::none)),
+            (false, None) => None,
+            (false, Some(_)) => {
+                let key = match (&self.tls_ca_file, &self.tls_cert_file) {
+                    (Some(_), _) => "tls_ca_file",
+                    (None, Some(_)) => "tls_cert_file",
+                    (None, None) => "tls_key_file",
+                };
+                let shown = crate::redact(&self.url);
+                return Err(
+                    RULES.invalid(key, format!("needs an mqtts:// URL for TLS ({shown:?} is not one)"))
+                );
+            }
+        };
+        Ok((broker, tls))
     }
 
     /// Parses `url`.
     pub(crate) fn broker(&self) -> Result<BrokerAddress, TransportError> {
         let shown = crate::redact(&self.url);
-        let rest = self.url.strip_prefix("mqtt://").or_else(|| self.url.strip_prefix("tcp://")).ok_or_else(
-            || {
-                RULES.invalid(
-                    "url",
-                    format!("{shown:?} must start with mqtt:// or tcp:// (TLS is not supported yet)"),
-                )
-            },
-        )?;
+        let scheme = |s: &str| {
+            self.url.get(..s.len()).filter(|p| p.eq_ignore_ascii_case(s)).map(|_| &self.url[s.len()..])
+        };
+        let (rest, tls) = match (scheme("mqtt://"), scheme("tcp://"), scheme("mqtts://"), scheme("ssl://")) {
+            (Some(rest), _, _, _) | (_, Some(rest), _, _) => (rest, false),
+            (_, _, Some(rest), _) | (_, _, _, Some(rest)) => (rest, true),
+            _ => {
+                let reason =
+                    format!("{shown:?} must start with mqtt:// or tcp://, or mqtts:// or ssl:// for TLS");
+                return Err(RULES.invalid("url", reason));
+            }
+        };
         let authority = rest.strip_suffix('/').unwrap_or(rest);
         if authority.contains(['/', '?', '#']) {
             return Err(RULES.invalid("url", format!("{shown:?} must not have a path or query")));
@@ -204,6 +261,7 @@ impl MqttConfig {
             return Err(RULES.invalid("url", format!("{shown:?} has no host")));
         }
         let port = match port {
+            None if tls => 8883,
             None => 1883,
             Some(p) => p
                 .parse::<u16>()
@@ -211,7 +269,7 @@ impl MqttConfig {
                 .filter(|p| *p > 0)
                 .ok_or_else(|| RULES.invalid("url", format!("{shown:?}: {p:?} is not a port number")))?,
         };
-        Ok(BrokerAddress { host, port, credentials })
+        Ok(BrokerAddress { host, port, credentials, tls })
     }
 
     /// The MQTT topic for an envelope topic.
@@ -281,7 +339,8 @@ mod tests {
     #[test]
     fn invalid_values_name_their_key() {
         let bad = |f: fn(&mut MqttConfig)| invalid_key(MqttConfig::default(), f, MqttConfig::validate);
-        assert_eq!(bad(|c| c.url = "mqtts://h".into()), "url");
+        assert_eq!(bad(|c| c.url = "mqtts2://h".into()), "url");
+        assert_eq!(bad(|c| c.url = "http://h".into()), "url");
         assert_eq!(bad(|c| c.url = "mqtt://h:99999".into()), "url");
         assert_eq!(bad(|c| c.url = "mqtt://".into()), "url");
         assert_eq!(bad(|c| c.url = "mqtt://h/path".into()), "url");
@@ -324,8 +383,43 @@ mod tests {
 
     #[test]
     fn errors_and_debug_redact_the_password() {
-        let c = MqttConfig { url: "mqtts://u:hunter2@h".into(), ..MqttConfig::default() };
+        let c = MqttConfig { url: "mqtts://u:hunter2@h:0".into(), ..MqttConfig::default() };
         assert!(!c.validate().unwrap_err().to_string().contains("hunter2"));
         assert!(!format!("{c:?}").contains("hunter2"));
+        let c = MqttConfig {
+            url: "mqtt://u:hunter2@h".into(),
+            tls_ca_file: Some("/nonexistent/ca.pem".into()),
+            ..MqttConfig::default()
+        };
+        assert!(!c.validate().unwrap_err().to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn tls_by_scheme_and_files_only_with_it() {
+        let cases = [
+            ("mqtts://h", 8883, true),
+            ("SSL://h", 8883, true),
+            ("mqtts://h:8884", 8884, true),
+            ("mqtt://h", 1883, false),
+        ];
+        for (url, port, with_tls) in cases {
+            let c = MqttConfig { url: url.into(), ..MqttConfig::default() };
+            let (broker, tls) = c.checked().unwrap();
+            assert_eq!((broker.port, broker.tls, tls.is_some()), (port, with_tls, with_tls), "{url}");
+        }
+        let bad = |f: fn(&mut MqttConfig)| invalid_key(MqttConfig::default(), f, MqttConfig::validate);
+        assert_eq!(bad(|c| c.tls_ca_file = Some("/nonexistent/ca.pem".into())), "tls_ca_file");
+        assert_eq!(
+            bad(|c| {
+                c.url = "mqtts://h".into();
+                c.tls_ca_file = Some("/nonexistent/ca.pem".into());
+            }),
+            "tls_ca_file"
+        );
+        assert_eq!(bad(|c| c.tls_cert_file = Some("/nonexistent/c.pem".into())), "tls_key_file");
+        let pki = outbox_testkit::tls::Pki::new();
+        let c = MqttConfig { tls_ca_file: Some(pki.path("client.key")), ..MqttConfig::default() };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tls_ca_file") && e.contains("holds no PEM certificate"), "{e}");
     }
 }

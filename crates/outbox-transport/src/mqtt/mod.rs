@@ -37,6 +37,25 @@
 //! a 3.1.1 broker answers an oversized packet only by closing the connection. Each `publish`
 //! call is bounded by `timeout`.
 //!
+//! **TLS.** An `mqtts://` (or `ssl://`) URL connects with TLS (rustls), port 8883 by default.
+//! The broker's certificate is verified against the system's trust store plus `tls_ca_file`, and
+//! must be valid for the URL's host name; `tls_cert_file`/`tls_key_file` present a client
+//! certificate (Mosquitto's `require_certificate true`). The files with an `mqtt://` URL are a
+//! configuration error saying to use `mqtts://`.
+//!
+//! ```toml
+//! url = "mqtts://relay:secret@broker.internal:8883"
+//! tls_ca_file = "/etc/outbox/mqtt-ca.pem"
+//! tls_cert_file = "/etc/outbox/relay.pem"
+//! tls_key_file = "/etc/outbox/relay.key"
+//! ```
+//!
+//! A failed handshake is a connect error naming the broker and why: `not signed by a CA this
+//! client trusts`, `not valid for the host name in the URL`, `expired`, `the server refused this
+//! client's certificate`, or `requires a client certificate and none was given`. A file that
+//! cannot be read or holds no PEM certificate or key, or a key that does not fit its certificate,
+//! is a configuration error naming the key (`outbox check` reports it).
+//!
 //! **Outages.** A background task drives the connection and reconnects (clean session, pauses
 //! from 100 ms doubling up to `reconnect_max_delay`); while disconnected, `publish` answers
 //! `Unavailable` at once without queueing, and messages awaiting a PUBACK when the connection

@@ -25,7 +25,8 @@ pub(crate) fn describe(e: &ConnectionError) -> String {
             format!("the broker refused the connection: {}", refusal(*code))
         }
         ConnectionError::NetworkTimeout => "no CONNACK before the connect timeout".into(),
-        other => other.to_string(),
+        // The whole chain: a TLS failure's cause may be in a source.
+        other => outbox_core::tls::chain(other),
     }
 }
 

@@ -24,10 +24,12 @@ use tokio::time::Instant;
 use super::config::{check_topic, MqttConfig, MqttFormat};
 use super::outcome;
 use crate::common::batch::Outcomes;
+use crate::common::config::Rules;
 use crate::common::connect::Connecting;
 use crate::TransportError;
 
 const KIND: &str = "mqtt";
+const RULES: Rules = Rules(KIND);
 /// Capacity of the channel between publishers and the event loop (requests not yet written).
 const REQUEST_QUEUE: usize = 32_768;
 
@@ -138,9 +140,12 @@ impl MqttTransport {
     /// Validates `config`, connects (waiting for the broker's CONNACK) and starts the event-loop
     /// task. Fails with [`TransportError::Config`] naming the key, or [`TransportError::Connect`]
     /// (URL redacted) when the broker is unreachable or refuses the connection.
+    ///
+    /// With an `mqtts://` URL, a failed handshake says why: the broker's certificate not signed
+    /// by a trusted CA, not valid for the host name, expired, or this client's certificate
+    /// refused or missing.
     pub async fn connect(config: MqttConfig) -> Result<Self, TransportError> {
-        config.validate()?;
-        let broker = config.broker()?;
+        let (broker, tls) = config.checked()?;
         let connecting = Connecting::new(KIND, &config.url);
         let client_id = config.client_id.clone().unwrap_or_else(default_client_id);
         let mut options = MqttOptions::new(client_id, broker.host.clone(), broker.port);
@@ -151,6 +156,10 @@ impl MqttTransport {
             .set_inflight(config.inflight);
         if let Some((user, pass)) = &broker.credentials {
             options.set_credentials(user.clone(), pass.clone());
+        }
+        if let Some(files) = &tls {
+            let client_config = files.client_config(RULES)?;
+            options.set_transport(rumqttc::Transport::Tls(rumqttc::TlsConfiguration::Rustls(client_config)));
         }
         let (client, mut eventloop) = AsyncClient::new(options, REQUEST_QUEUE);
         let connect_timeout = config.connect_timeout;

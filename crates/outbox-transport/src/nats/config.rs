@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::common::config::{Naming, Rules};
+use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
 const RULES: Rules = Rules("nats");
@@ -17,13 +18,21 @@ const RULES: Rules = Rules("nats");
 /// subject_prefix = "outbox"      # topic "order.paid" -> subject "outbox.order.paid"
 /// stream = "OUTBOX"              # must exist (or set create_stream) and capture "outbox.>"
 /// timeout = "5s"
+///
+/// # TLS: a `tls://` URL, or any of the three keys, makes TLS required.
+/// # url = "tls://relay:secret@nats.internal:4222"
+/// # tls_ca_file = "/etc/outbox/nats-ca.pem"      # trusted besides the system's trust store
+/// # tls_cert_file = "/etc/outbox/relay.pem"      # a client certificate, for servers that
+/// # tls_key_file = "/etc/outbox/relay.key"       # verify clients (`verify: true`)
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatsConfig {
     /// Server URL, or several separated by commas (`nats://`, `tls://`, or `host:port`). Credentials
     /// may be given as `nats://user:password@host:port` or `nats://token@host:port`; they are
-    /// redacted in every error and log. Defaults to `nats://127.0.0.1:4222`.
+    /// redacted in every error and log. `tls://` requires TLS (the connection fails rather than
+    /// continue in plain text), verified against the system's trust store and `tls_ca_file`.
+    /// Defaults to `nats://127.0.0.1:4222`.
     pub url: String,
     /// A fixed subject for every message, whatever its topic. Mutually exclusive with
     /// `subject_prefix`. Defaults to none (the subject derives from the topic).
@@ -53,6 +62,16 @@ pub struct NatsConfig {
     pub max_payload_bytes: Option<usize>,
     /// Connection name shown in the server's monitoring. Defaults to `outbox-relay`.
     pub name: String,
+    /// PEM file of the CA (or CAs) that signed the server's certificate, trusted besides the
+    /// system's trust store. Setting it (or `tls_cert_file`/`tls_key_file`) makes TLS required,
+    /// as a `tls://` URL does. Read at connect (and by `outbox check`). Defaults to none.
+    pub tls_ca_file: Option<String>,
+    /// PEM file of the client certificate (and its chain) presented to servers that verify
+    /// clients (`tls { verify: true }`); set with `tls_key_file`. Makes TLS required. Defaults to
+    /// none.
+    pub tls_cert_file: Option<String>,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Defaults to none.
+    pub tls_key_file: Option<String>,
 }
 
 impl Default for NatsConfig {
@@ -67,6 +86,9 @@ impl Default for NatsConfig {
             connect_timeout: Duration::from_millis(5000),
             max_payload_bytes: None,
             name: "outbox-relay".into(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -79,8 +101,14 @@ impl std::fmt::Debug for NatsConfig {
 }
 
 impl NatsConfig {
-    /// Checks every value; the error names the offending key.
+    /// Checks every value, and reads the TLS files; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
+        self.checked().map(|_| ())
+    }
+
+    /// Checks every value; the TLS to use (`None`: TLS not required, though a server that
+    /// requires it still gets it, verified against the system's trust store).
+    pub(crate) fn checked(&self) -> Result<Option<TlsMaterial>, TransportError> {
         RULES.not_blank("url", &self.url)?;
         for part in self.url.split(',') {
             part.trim().parse::<async_nats::ServerAddr>().map_err(|e| {
@@ -108,7 +136,22 @@ impl NatsConfig {
         if self.max_payload_bytes == Some(0) {
             return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
-        RULES.label("name", &self.name)
+        RULES.label("name", &self.name)?;
+        let files = TlsMaterial::load(
+            RULES,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        )?;
+        if let Some(files) = &files {
+            // A key that does not fit its certificate shows only here.
+            files.client_config(RULES)?;
+        }
+        Ok(match files {
+            Some(files) => Some(files),
+            None if self.url.split(',').any(|u| is_tls_url(u.trim())) => Some(TlsMaterial::none()),
+            None => None,
+        })
     }
 
     /// The subject is the fixed `subject`, or `<subject_prefix>.<topic>`, or the topic.
@@ -127,6 +170,11 @@ impl NatsConfig {
     pub(crate) fn subject_for(&self, topic: &str) -> String {
         self.naming().name_for(topic)
     }
+}
+
+/// Whether `url` asks for TLS (`tls://`, any case, as async-nats reads it).
+fn is_tls_url(url: &str) -> bool {
+    url.get(..6).is_some_and(|s| s.eq_ignore_ascii_case("tls://"))
 }
 
 /// Longest subject published, in bytes. The server reads a publish as one protocol line
@@ -263,6 +311,22 @@ mod tests {
         assert_eq!(bad(|c| c.connect_timeout = Duration::from_secs(700)), "connect_timeout");
         assert_eq!(bad(|c| c.max_payload_bytes = Some(0)), "max_payload_bytes");
         assert_eq!(bad(|c| c.name = String::new()), "name");
+    }
+
+    #[test]
+    fn tls_by_scheme_or_by_files() {
+        assert!(NatsConfig::default().checked().unwrap().is_none());
+        for url in ["tls://h:4222", "nats://a:4222, TLS://b:4222"] {
+            let c = NatsConfig { url: url.into(), ..NatsConfig::default() };
+            assert!(c.checked().unwrap().is_some(), "{url}");
+        }
+        let bad = |f: fn(&mut NatsConfig)| invalid_key(NatsConfig::default(), f, NatsConfig::validate);
+        assert_eq!(bad(|c| c.tls_ca_file = Some("/nonexistent/ca.pem".into())), "tls_ca_file");
+        assert_eq!(bad(|c| c.tls_cert_file = Some("/nonexistent/c.pem".into())), "tls_key_file");
+        let pki = outbox_testkit::tls::Pki::new();
+        let c = NatsConfig { tls_ca_file: Some(pki.path("client.key")), ..NatsConfig::default() };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tls_ca_file") && e.contains("holds no PEM certificate"), "{e}");
     }
 
     #[test]

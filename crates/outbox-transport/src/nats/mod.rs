@@ -26,6 +26,27 @@
 //! permanently) or the smaller `max_payload_bytes`. A stream's own `max_msg_size` is enforced by
 //! the server (permanent failure). Each `publish` call is bounded by `timeout`.
 //!
+//! **TLS.** A `tls://` URL, or any of `tls_ca_file`, `tls_cert_file`, `tls_key_file`, makes TLS
+//! required (the connection fails rather than continue in plain text). The server's certificate
+//! is verified against the system's trust store plus `tls_ca_file`, and must be valid for the
+//! URL's host name; `tls_cert_file`/`tls_key_file` present a client certificate to servers that
+//! verify clients (`tls { verify: true }`). A `nats://` URL to a server that requires TLS gets
+//! the same verification.
+//!
+//! ```toml
+//! url = "tls://relay:secret@nats.internal:4222"
+//! tls_ca_file = "/etc/outbox/nats-ca.pem"
+//! tls_cert_file = "/etc/outbox/relay.pem"
+//! tls_key_file = "/etc/outbox/relay.key"
+//! ```
+//!
+//! A failed handshake is a connect error naming the server and why: `not signed by a CA this
+//! client trusts`, `not valid for the host name in the URL`, `expired`, or `the server refused
+//! this client's certificate` (nats-server answers a missing client certificate the same way; the
+//! error then adds that none was sent). A file that cannot be read or holds no PEM certificate or
+//! key, or a key that does not fit its certificate, is a configuration error naming the key
+//! (`outbox check` reports it).
+//!
 //! **Outages.** The connection is re-established in the background (retrying forever, at most
 //! every 2 s); while it is down `publish` answers `Unavailable` at once without queueing.
 //!

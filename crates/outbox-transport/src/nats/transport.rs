@@ -1,23 +1,28 @@
 //! The NATS JetStream [`Transport`].
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::connection::State;
 use async_nats::header::{HeaderMap, HeaderName, HeaderValue, NATS_MESSAGE_ID};
 use async_nats::jetstream::{self, message::PublishMessage, ErrorCode};
 use bytes::Bytes;
+use outbox_core::tls::chain;
 use outbox_core::{Envelope, Outcome, Transport};
 use tokio::time::Instant;
 
 use super::config::{check_header_name, check_header_value, check_subject, covers, NatsConfig};
 use super::outcome;
 use crate::common::batch::Outcomes;
+use crate::common::config::Rules;
 use crate::common::connect::Connecting;
+use crate::common::tls::TlsMaterial;
 use crate::validate::quote;
 use crate::TransportError;
 
 const KIND: &str = "nats";
+const RULES: Rules = Rules(KIND);
 
 /// Publishes to NATS JetStream and reports a message delivered only when the stream's
 /// `PublishAck` arrived. One connection, shared by all calls and re-established by the client
@@ -88,8 +93,12 @@ impl NatsTransport {
     /// with [`TransportError::Config`] naming the key, or [`TransportError::Connect`] (URL
     /// redacted) when the server is unreachable, refuses the credentials, or no stream captures
     /// the configured subjects.
+    ///
+    /// With TLS (a `tls://` URL or a `tls_*` key), a failed handshake says why: the server's
+    /// certificate not signed by a trusted CA, not valid for the host name, expired, or this
+    /// client's certificate refused or missing.
     pub async fn connect(config: NatsConfig) -> Result<Self, TransportError> {
-        config.validate()?;
+        let tls = config.checked()?;
         let connecting = Connecting::new(KIND, &config.url);
         let servers = config
             .url
@@ -107,7 +116,17 @@ impl NatsTransport {
             Some(Credentials::Token(token)) => async_nats::ConnectOptions::with_token(token),
             None => async_nats::ConnectOptions::new(),
         };
+        // Every TLS connection uses this crate's rustls configuration (the ring provider, the
+        // system's trust store plus `tls_ca_file`), also when a `nats://` server requires TLS on
+        // its own: async-nats's fallback would need a process-wide rustls provider.
+        let sends_certificate = tls.as_ref().is_some_and(|t| t.client_pem.is_some());
+        let tls_config = match &tls {
+            Some(files) => files.client_config(RULES)?,
+            None => TlsMaterial::none().client_config(RULES)?,
+        };
         let options = options
+            .tls_client_config(Arc::unwrap_or_clone(tls_config))
+            .require_tls(tls.is_some())
             .name(&config.name)
             .connection_timeout(connect_timeout)
             .request_timeout(Some(timeout))
@@ -122,7 +141,12 @@ impl NatsTransport {
             .within(
                 connect_timeout + Duration::from_secs(1),
                 format!("no answer within {connect_timeout:?}"),
-                async_nats::connect_with_options(servers, options),
+                async {
+                    // The whole chain: the TLS cause is in a source.
+                    async_nats::connect_with_options(servers, options)
+                        .await
+                        .map_err(|e| without_certificate(chain(&e), sends_certificate))
+                },
             )
             .await?;
         let js = jetstream::ContextBuilder::new().timeout(timeout).build(client.clone());
@@ -222,6 +246,18 @@ impl NatsTransport {
             return Err(outcome::oversized(size, limit.0, limit.1));
         }
         Ok(Prepared { subject, headers, payload: Bytes::copy_from_slice(env.payload.as_bytes()) })
+    }
+}
+
+/// `reason`, saying so when the server refused the client's certificate and the client sent
+/// none: nats-server answers a missing certificate with the same alert as a wrong one
+/// (`BadCertificate`).
+fn without_certificate(reason: String, sends_certificate: bool) -> String {
+    let refused = reason.to_ascii_lowercase().contains("alert: badcertificate");
+    if refused && !sends_certificate {
+        format!("{reason}; no client certificate was sent (the server may require one: tls_cert_file, tls_key_file)")
+    } else {
+        reason
     }
 }
 

@@ -1,11 +1,13 @@
 //! Configuration of the RabbitMQ transport.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::common::config::Rules;
+use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
 const RULES: Rules = Rules("rabbitmq");
@@ -140,6 +142,18 @@ pub struct RabbitMqConfig {
     /// the default exchange.
     #[serde(default)]
     pub declare: Option<DeclareConfig>,
+    /// A PEM file of the CA (or CAs) that signed the broker's certificate, trusted besides the
+    /// system's trust store. Requires an `amqps://` URL. Defaults to none.
+    #[serde(default)]
+    pub tls_ca_file: Option<String>,
+    /// A PEM client certificate (chain) for brokers that authenticate clients by certificate
+    /// (`ssl_options.verify = verify_peer`, `fail_if_no_peer_cert = true`, or the
+    /// `rabbitmq_auth_mechanism_ssl` plugin). Requires `tls_key_file` and an `amqps://` URL.
+    #[serde(default)]
+    pub tls_cert_file: Option<String>,
+    /// The PEM private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Never printed.
+    #[serde(default)]
+    pub tls_key_file: Option<String>,
 }
 
 /// Topology declared at connect (idempotent declarations; they fail if an existing exchange or
@@ -204,7 +218,28 @@ impl RabbitMqConfig {
             max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
             connect_timeout: default_connect_timeout(),
             declare: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
+    }
+
+    /// Whether the URL asks for TLS (`amqps://`).
+    pub(crate) fn is_tls(&self) -> bool {
+        self.url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("amqps://"))
+    }
+
+    /// The rustls client configuration of an `amqps://` URL: the system's trust store plus
+    /// `tls_ca_file`, and the client certificate when given (the files are read now); `None`
+    /// for `amqp://`.
+    pub(crate) fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, TransportError> {
+        if !self.is_tls() {
+            return Ok(None);
+        }
+        let files =
+            (self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref());
+        let material = TlsMaterial::load(RULES, files.0, files.1, files.2)?.unwrap_or_else(TlsMaterial::none);
+        material.client_config(RULES).map(Some)
     }
 
     /// Checks every value, naming the first wrong key.
@@ -251,6 +286,18 @@ impl RabbitMqConfig {
         }
         if self.connect_timeout.is_zero() {
             return Err(RULES.invalid("connect_timeout", "must be positive"));
+        }
+        let tls_files = [
+            ("tls_ca_file", &self.tls_ca_file),
+            ("tls_cert_file", &self.tls_cert_file),
+            ("tls_key_file", &self.tls_key_file),
+        ];
+        if let Some((key, _)) = tls_files.iter().find(|(_, v)| v.is_some()) {
+            if !self.is_tls() {
+                return Err(
+                    RULES.invalid(key, "is a TLS setting, but the url is amqp:// (plain); use amqps://")
+                );
+            }
         }
         if let Some(d) = &self.declare {
             if d.kind.trim().is_empty() {

@@ -36,6 +36,25 @@
 //! # binding_key = "#"
 //! ```
 //!
+//! # TLS
+//! An `amqps://` URL connects with TLS (port 5671 by default), trusting the system's store
+//! (`/etc/ssl/certs`) and, with `tls_ca_file`, a private CA besides; the broker's certificate
+//! must be valid for the URL's host name. Brokers that authenticate clients by certificate
+//! (`ssl_options.fail_if_no_peer_cert = true`, or the `EXTERNAL` mechanism of
+//! `rabbitmq_auth_mechanism_ssl`) get the one in `tls_cert_file`/`tls_key_file`. The files are
+//! PEM, read when the transport connects (a missing or unreadable file is a configuration error
+//! naming its key); TLS settings with an `amqp://` URL are refused. A failed handshake is
+//! reported with its cause: an unknown CA, a certificate not valid for the host name or
+//! expired, a client certificate the broker refused or required.
+//!
+//! ```toml
+//! url = "amqps://relay:secret@rabbit.internal:5671/%2f"
+//! exchange = "events"
+//! tls_ca_file = "/etc/outbox/rabbit-ca.pem"     # default: the system's trust store only
+//! tls_cert_file = "/etc/outbox/relay.pem"       # with tls_key_file: a client certificate
+//! tls_key_file = "/etc/outbox/relay.key"
+//! ```
+//!
 //! # How a message maps to AMQP
 //! | outbox | AMQP |
 //! | --- | --- |

@@ -99,7 +99,12 @@ pub(crate) fn not_confirmed() -> Outcome {
 
 /// The outcome when the connection or channel could not be (re)opened.
 pub(crate) fn cannot_connect(address: &str, reason: &str) -> Outcome {
-    Outcome::unavailable(format!("cannot connect to RabbitMQ at {address}: {reason}"))
+    match outbox_core::tls::explain(reason) {
+        Some(why) => {
+            Outcome::unavailable(format!("cannot connect to RabbitMQ at {address}: {reason} ({why})"))
+        }
+        None => Outcome::unavailable(format!("cannot connect to RabbitMQ at {address}: {reason}")),
+    }
 }
 
 /// Classifies a client error met while publishing or waiting for a confirm.

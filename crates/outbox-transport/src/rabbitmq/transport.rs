@@ -2,18 +2,22 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
 
 use lapin::options::{
     BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
 use lapin::publisher_confirm::Confirmation;
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::uri::AMQPUri;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind, TcpStream};
 use outbox_core::{Envelope, Outcome, Transport};
 use tokio::sync::Mutex;
 
 use super::config::{check_message, content_header_frame_bytes, scrub, RabbitMqConfig};
 use super::outcome;
+use crate::common::connect::Connecting;
 use crate::validate::{oversized_payload, refuse};
 use crate::TransportError;
 
@@ -35,6 +39,8 @@ pub struct RabbitMqTransport {
     /// reconnects. Held for the whole of a publish, so batches are serialized on the channel
     /// (which is what lets returned messages be matched to the batch that sent them).
     link: Mutex<Option<Link>>,
+    /// The TLS client configuration of an `amqps://` URL (files read once, at connect).
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 struct Link {
@@ -73,14 +79,12 @@ impl RabbitMqTransport {
     /// the credentials, or the exchange does not exist.
     pub async fn connect(config: RabbitMqConfig) -> Result<Self, TransportError> {
         config.validate()?;
-        let address = crate::redact(&config.url);
-        let link = open(&config).await.map_err(|reason| TransportError::Connect {
-            transport: KIND,
-            address: address.clone(),
-            reason,
-        })?;
+        let tls = config.tls()?;
+        let connecting = Connecting::new(KIND, &config.url);
+        let link = open(&config, tls.as_ref()).await.map_err(|reason| connecting.fail(reason))?;
+        let address = connecting.address;
         tracing::info!(address = %address, exchange = %config.exchange, "Connected to RabbitMQ");
-        Ok(RabbitMqTransport { config, address, link: Mutex::new(Some(link)) })
+        Ok(RabbitMqTransport { config, address, link: Mutex::new(Some(link)), tls })
     }
 
     /// The configuration (its `Debug` form redacts the password).
@@ -170,7 +174,7 @@ impl RabbitMqTransport {
             }
             Plan::Reconnect => {
                 *slot = None; // dropping the old link closes it
-                match open(&self.config).await {
+                match open(&self.config, self.tls.as_ref()).await {
                     Ok(link) => {
                         tracing::info!(address = %self.address, "Reconnected to RabbitMQ");
                         *slot = Some(link);
@@ -375,11 +379,18 @@ impl Transport for RabbitMqTransport {
 
 /// Opens a connection and a confirm channel and checks or declares the topology, within
 /// `connect_timeout`. The error is safe to show (no password).
-async fn open(config: &RabbitMqConfig) -> Result<Link, String> {
+async fn open(config: &RabbitMqConfig, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<Link, String> {
     let timeout = config.connect_timeout;
     let attempt = async {
         let props = ConnectionProperties::default().with_connection_name(LongString::from("outbox-relay"));
-        let connection = Connection::connect(&config.url, props).await.map_err(|e| e.to_string())?;
+        let connection = match tls {
+            None => Connection::connect(&config.url, props).await,
+            Some(tls) => {
+                let uri = config.url.parse::<AMQPUri>()?;
+                Connection::connector(uri, Box::new(tls_connector(tls.clone())), props).await
+            }
+        }
+        .map_err(|e| outbox_core::tls::chain(&e))?;
         let channel = confirm_channel(&connection).await.map_err(|e| e.to_string())?;
         topology(&connection, &channel, config).await?;
         Ok::<_, String>(Link { connection, channel, busy: false })
@@ -388,6 +399,92 @@ async fn open(config: &RabbitMqConfig) -> Result<Link, String> {
         Ok(Ok(link)) => Ok(link),
         Ok(Err(reason)) => Err(scrub(&reason, &config.url)),
         Err(_) => Err(format!("timed out after {timeout:?} (connect_timeout)")),
+    }
+}
+
+/// How long a connection waits, after a TLS handshake in which the broker asked for a client
+/// certificate, for the broker to refuse it. With TLS 1.3 the client's handshake ends before the
+/// broker checks the certificate; a refusal then arrives as an alert, which lapin would not read
+/// (it writes first and meets a broken pipe). On acceptance the broker says nothing until the
+/// client speaks, so this is also the time an accepted connection waits once.
+const CLIENT_CERT_VERDICT: Duration = Duration::from_millis(300);
+
+/// Opens the TCP connection of an `amqps://` URI and does the TLS handshake with `tls` (the
+/// destination's trust and client certificate; lapin's own `amqps://` handling would use its
+/// own). Runs on lapin's blocking executor, as lapin's own connector does.
+// `HandshakeResult` is lapin's connector type (its error holds a mid-handshake stream).
+#[allow(clippy::result_large_err)]
+fn tls_connector(
+    tls: Arc<rustls::ClientConfig>,
+) -> impl FnOnce(&AMQPUri) -> lapin::tcp::HandshakeResult + Send + Sync + 'static {
+    use std::io::{Error, ErrorKind, Read};
+
+    let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut config = rustls::ClientConfig::clone(&tls);
+    config.client_auth_cert_resolver =
+        Arc::new(NoticesRequest { inner: config.client_auth_cert_resolver.clone(), asked: asked.clone() });
+    let connector = lapin::tcp::RustlsConnector::from(Arc::new(config));
+    move |uri: &AMQPUri| {
+        let host = uri.authority.host.as_str();
+        let addr = (host, uri.authority.port);
+        let stream = match uri.query.connection_timeout {
+            Some(ms) => TcpStream::connect_timeout(addr, Duration::from_millis(ms)),
+            None => TcpStream::connect(addr),
+        }?;
+        let mut stream = stream.into_rustls(&connector, host)?;
+        if asked.load(std::sync::atomic::Ordering::Relaxed) {
+            stream.set_read_timeout(Some(CLIENT_CERT_VERDICT))?;
+            // An AMQP broker never speaks first: only an alert (or a close) can arrive.
+            match stream.read(&mut [0u8; 1]) {
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) => return Err(e.into()),
+                Ok(0) => {
+                    let sent = if tls.client_auth_cert_resolver.has_certs() { "refused" } else { "required" };
+                    return Err(Error::new(
+                        ErrorKind::ConnectionAborted,
+                        format!(
+                            "the broker closed the connection right after the TLS handshake, in which it \
+                             asked for a client certificate: client certificate {sent}"
+                        ),
+                    )
+                    .into());
+                }
+                Ok(_) => {
+                    return Err(
+                        Error::new(ErrorKind::InvalidData, "the broker spoke before the client").into()
+                    )
+                }
+            }
+            stream.set_read_timeout(None)?;
+        }
+        stream.set_nonblocking(true)?;
+        Ok(stream)
+    }
+}
+
+/// Notes that the server asked for a client certificate (rustls asks the resolver only then).
+#[derive(Debug)]
+struct NoticesRequest {
+    inner: Arc<dyn rustls::client::ResolvesClientCert>,
+    asked: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl rustls::client::ResolvesClientCert for NoticesRequest {
+    fn resolve(
+        &self,
+        root_hint_subjects: &[&[u8]],
+        sigschemes: &[rustls::SignatureScheme],
+    ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        self.asked.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.inner.resolve(root_hint_subjects, sigschemes)
+    }
+
+    fn only_raw_public_keys(&self) -> bool {
+        self.inner.only_raw_public_keys()
+    }
+
+    fn has_certs(&self) -> bool {
+        self.inner.has_certs()
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
+use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
 const RULES: Rules = Rules("redis");
@@ -49,12 +50,20 @@ fn at_most(what: &str, value: &str, max: usize) -> Result<(), String> {
 /// url = "redis://:secret@redis.internal:6379/0"
 /// stream = "outbox:{topic}"   # topic "order.paid" -> stream key "outbox:order.paid"
 /// maxlen = 1000000            # XADD ... MAXLEN ~ 1000000
+///
+/// # TLS: a rediss:// URL; the files are optional.
+/// # url = "rediss://:secret@redis.internal:6380/0"
+/// # tls_ca_file = "/etc/outbox/redis-ca.pem"     # trusted besides the system's trust store
+/// # tls_cert_file = "/etc/outbox/relay.pem"      # a client certificate, for servers with
+/// # tls_key_file = "/etc/outbox/relay.key"       # tls-auth-clients yes (or optional)
 /// ```
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// Server URL: `redis://[[user]:password@]host[:port][/db]` (or `redis+unix:///path`).
-    /// Credentials are redacted in every error and log. Defaults to `redis://127.0.0.1:6379`.
+    /// Server URL: `redis://[[user]:password@]host[:port][/db]` (or `redis+unix:///path`), or
+    /// `rediss://...` for TLS, verified against the system's trust store and `tls_ca_file` (the
+    /// `#insecure` fragment, which skips the verification, is refused). Credentials are redacted
+    /// in every error and log. Defaults to `redis://127.0.0.1:6379`.
     pub url: String,
     /// Key of the stream to append to. `{topic}` is replaced by the envelope's topic; any other
     /// text (including Redis Cluster hash tags such as `{orders}`) is kept as is. Defaults to
@@ -81,6 +90,16 @@ pub struct RedisConfig {
     /// large hurt every consumer of the stream. Header values are bounded by it too. Defaults to
     /// `8388608` (8 MiB); at most `536870912` (512 MiB, Redis's `proto-max-bulk-len`).
     pub max_payload_bytes: usize,
+    /// PEM file of the CA (or CAs) that signed the server's certificate, trusted besides the
+    /// system's trust store. Needs a `rediss://` URL. Read at connect (and by `outbox check`).
+    /// Defaults to none.
+    pub tls_ca_file: Option<String>,
+    /// PEM file of the client certificate (and its chain) presented to the server (for
+    /// `tls-auth-clients yes`); set with `tls_key_file`. Needs a `rediss://` URL. Defaults to
+    /// none.
+    pub tls_cert_file: Option<String>,
+    /// PEM file of the private key of `tls_cert_file` (PKCS#8, PKCS#1 or SEC1). Defaults to none.
+    pub tls_key_file: Option<String>,
 }
 
 impl Default for RedisConfig {
@@ -93,6 +112,9 @@ impl Default for RedisConfig {
             timeout: Duration::from_millis(5000),
             connect_timeout: Duration::from_millis(5000),
             max_payload_bytes: 8 * 1024 * 1024,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
         }
     }
 }
@@ -105,12 +127,34 @@ impl std::fmt::Debug for RedisConfig {
 }
 
 impl RedisConfig {
-    /// Checks every value; the error names the offending key.
+    /// Checks every value, and reads the TLS files; the error names the offending key.
     pub fn validate(&self) -> Result<(), TransportError> {
+        self.checked().map(|_| ())
+    }
+
+    /// Checks every value; the TLS to use (`None` for a plain `redis://` URL).
+    pub(crate) fn checked(&self) -> Result<Option<TlsMaterial>, TransportError> {
         RULES.not_blank("url", &self.url)?;
-        redis::Client::open(self.url.as_str()).map_err(|e| {
-            RULES.invalid("url", format!("{:?} is not a usable Redis URL: {e}", crate::redact(&self.url)))
-        })?;
+        let shown = crate::redact(&self.url);
+        redis::Client::open(self.url.as_str())
+            .map_err(|e| RULES.invalid("url", format!("{shown:?} is not a usable Redis URL: {e}")))?;
+        let tls = is_tls_url(&self.url);
+        if tls && self.url.ends_with("#insecure") {
+            return Err(RULES.invalid(
+                "url",
+                format!("{shown:?}: #insecure (no certificate verification) is not supported; name the CA in tls_ca_file"),
+            ));
+        }
+        let files = TlsMaterial::load(
+            RULES,
+            self.tls_ca_file.as_deref(),
+            self.tls_cert_file.as_deref(),
+            self.tls_key_file.as_deref(),
+        )?;
+        if let Some(files) = &files {
+            // A key that does not fit its certificate shows only here.
+            files.client_config(RULES)?;
+        }
         if self.stream.is_empty() {
             return Err(RULES.invalid("stream", "must not be empty"));
         }
@@ -133,13 +177,30 @@ impl RedisConfig {
         }
         check_stream_key(&self.stream.replace(TOPIC_PLACEHOLDER, "t"))
             .map_err(|r| RULES.invalid("stream", r))?;
-        check_field(&self.header_prefix).map_err(|r| RULES.invalid("header_prefix", r))
+        check_field(&self.header_prefix).map_err(|r| RULES.invalid("header_prefix", r))?;
+        match (tls, files) {
+            (true, files) => Ok(Some(files.unwrap_or_else(TlsMaterial::none))),
+            (false, None) => Ok(None),
+            (false, Some(_)) => {
+                let key = match (&self.tls_ca_file, &self.tls_cert_file) {
+                    (Some(_), _) => "tls_ca_file",
+                    (None, Some(_)) => "tls_cert_file",
+                    (None, None) => "tls_key_file",
+                };
+                Err(RULES.invalid(key, format!("needs a rediss:// URL for TLS ({shown:?} is not one)")))
+            }
+        }
     }
 
     /// The stream key for `topic`.
     pub(crate) fn stream_for(&self, topic: &str) -> String {
         self.stream.replace(TOPIC_PLACEHOLDER, topic)
     }
+}
+
+/// Whether `url` asks for TLS (`rediss://`, any case, as the redis crate reads it).
+fn is_tls_url(url: &str) -> bool {
+    url.get(..9).is_some_and(|s| s.eq_ignore_ascii_case("rediss://"))
 }
 
 #[cfg(test)]
@@ -169,6 +230,40 @@ mod tests {
         assert_eq!(bad(|c| c.max_payload_bytes = 0), "max_payload_bytes");
         assert_eq!(bad(|c| c.max_payload_bytes = PROTO_MAX_BULK_LEN + 1), "max_payload_bytes");
         assert_eq!(bad(|c| c.stream = "s".repeat(MAX_KEY_BYTES + 1)), "stream");
+    }
+
+    #[test]
+    fn tls_by_scheme_and_files_only_with_it() {
+        let c = RedisConfig { url: "rediss://h:6380".into(), ..RedisConfig::default() };
+        assert!(c.checked().unwrap().is_some());
+        let c = RedisConfig { url: "REDISS://h:6380/2".into(), ..RedisConfig::default() };
+        assert!(c.checked().unwrap().is_some());
+        assert!(RedisConfig::default().checked().unwrap().is_none());
+        let bad = |f: fn(&mut RedisConfig)| invalid_key(RedisConfig::default(), f, RedisConfig::validate);
+        assert_eq!(bad(|c| c.url = "rediss://h/#insecure".into()), "url");
+        assert_eq!(bad(|c| c.tls_ca_file = Some("/nonexistent/ca.pem".into())), "tls_ca_file");
+        assert_eq!(
+            bad(|c| {
+                c.url = "rediss://h".into();
+                c.tls_key_file = Some("/nonexistent/k.pem".into());
+            }),
+            "tls_cert_file"
+        );
+        let pki = outbox_testkit::tls::Pki::new();
+        let c = RedisConfig { tls_ca_file: Some(pki.path("client.key")), ..RedisConfig::default() };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tls_ca_file") && e.contains("holds no PEM certificate"), "{e}");
+        // A good file with a plain URL: use rediss://.
+        let ca = pki.path("ca.pem");
+        let c =
+            RedisConfig { url: "redis://:hunter2@h".into(), tls_ca_file: Some(ca), ..RedisConfig::default() };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("tls_ca_file") && e.contains("needs a rediss:// URL") && !e.contains("hunter2"),
+            "{e}"
+        );
+        let c = RedisConfig { url: "rediss://h".into(), ..c };
+        assert!(c.checked().unwrap().unwrap().ca_pem.is_some());
     }
 
     #[test]

@@ -29,6 +29,27 @@
 //! not followed (point the transport at a standalone server, a primary behind Sentinel's
 //! address, or a cluster proxy).
 //!
+//! **TLS.** A `rediss://` URL connects with TLS (rustls). The server's certificate is verified
+//! against the system's trust store plus `tls_ca_file`, and must be valid for the URL's host name
+//! (the `#insecure` fragment, which would skip that, is refused); `tls_cert_file`/`tls_key_file`
+//! present a client certificate (`tls-auth-clients yes` or `optional`). The files with a
+//! `redis://` URL are a configuration error saying to use `rediss://`.
+//!
+//! ```toml
+//! url = "rediss://:secret@redis.internal:6380/0"
+//! tls_ca_file = "/etc/outbox/redis-ca.pem"
+//! tls_cert_file = "/etc/outbox/relay.pem"
+//! tls_key_file = "/etc/outbox/relay.key"
+//! ```
+//!
+//! A failed handshake is a connect error naming the server and why: `not signed by a CA this
+//! client trusts`, `not valid for the host name in the URL`, `expired`, `the server refused this
+//! client's certificate`, or `requires a client certificate and none was given`. A file that
+//! cannot be read or holds no PEM certificate or key, or a key that does not fit its certificate,
+//! is a configuration error naming the key (`outbox check` reports it). The redis client builds
+//! its rustls configuration with the process's default crypto provider: when the process has
+//! none, connecting installs ring's (the provider this crate uses everywhere).
+//!
 //! **Outages.** The `ConnectionManager` reconnects when a command finds the connection broken;
 //! while Redis is unreachable `publish` answers `Unavailable` within the timeout, and the first
 //! publish after the server is back succeeds or triggers the reconnection the next one uses.

@@ -743,3 +743,46 @@ pub(crate) fn assert_unknown_key_refused<C: serde::de::DeserializeOwned + std::f
     let e = serde_json::from_str::<C>(json).unwrap_err().to_string();
     assert!(e.contains(key), "{e}");
 }
+
+/// A rustls client configuration for a test's own consumer of a TLS server from
+/// `outbox_testkit::tls`: the ring provider (the process has no default one: two providers are
+/// compiled in), the test CA alone, and the test's client certificate with `client_cert`.
+pub(crate) fn test_tls_config(pki: &outbox_testkit::tls::Pki, client_cert: bool) -> rustls::ClientConfig {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let builder =
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+    if client_cert {
+        let chain =
+            CertificateDer::pem_file_iter(pki.path("client.pem")).unwrap().map(Result::unwrap).collect();
+        let key = PrivateKeyDer::from_pem_file(pki.path("client.key")).unwrap();
+        builder.with_client_auth_cert(chain, key).unwrap()
+    } else {
+        builder.with_no_client_auth()
+    }
+}
+
+/// The text of the connect error `result` must be (panics on success or another error).
+pub(crate) fn connect_error<T>(result: Result<T, TransportError>) -> String {
+    match result {
+        Err(e @ TransportError::Connect { .. }) => e.to_string(),
+        Err(other) => panic!("expected a connect error, got {other}"),
+        Ok(_) => panic!("connected, expected a connect error"),
+    }
+}
+
+/// The text of the configuration error `result` must be, naming `key`.
+pub(crate) fn config_error<T>(result: Result<T, TransportError>, key: &str) -> String {
+    match result {
+        Err(e @ TransportError::Config { key: k, .. }) if k == key => e.to_string(),
+        Err(other) => panic!("expected a config error naming {key}, got {other}"),
+        Ok(_) => panic!("connected, expected a config error naming {key}"),
+    }
+}
