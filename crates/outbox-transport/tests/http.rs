@@ -8,7 +8,6 @@ mod tls_listener;
 
 use common::*;
 use outbox_testkit::tls::Pki;
-use outbox_transport::TransportError;
 use tls_listener::{ClientAuth, Handshakes, TlsListener};
 
 use std::collections::{BTreeMap, HashMap};
@@ -635,27 +634,19 @@ async fn https_client_certificates_are_sent_and_refusals_explained() {
 #[tokio::test]
 async fn tls_file_errors_name_the_key() {
     let pki = Pki::new();
-    let url = "https://localhost:9/in".to_owned();
-    let err = |cfg: HttpConfig| async move {
-        match HttpTransport::connect(cfg).await {
-            Err(TransportError::Config { transport: "http", key, reason }) => (key, reason),
-            other => panic!("expected a configuration error, got {other:?}"),
-        }
+    let config = |url: &str, [ca, cert, key]: TlsFiles| HttpConfig {
+        tls_ca_file: ca,
+        tls_cert_file: cert,
+        tls_key_file: key,
+        ..HttpConfig::new(url, SECRET)
     };
-    let (key, reason) = err(with_tls(url.clone(), Some("/nonexistent/ca.pem".into()), None)).await;
-    assert_eq!(key, "tls_ca_file");
-    assert!(reason.contains("cannot read \"/nonexistent/ca.pem\""), "{reason}");
-    let (key, reason) = err(with_tls(url.clone(), Some(pki.path("server.key")), None)).await;
-    assert_eq!(key, "tls_ca_file");
-    assert!(reason.contains("holds no PEM certificate"), "{reason}");
-    let cfg =
-        HttpConfig { tls_cert_file: Some(pki.path("client.pem")), ..HttpConfig::new(url.clone(), SECRET) };
-    assert_eq!(err(cfg).await.0, "tls_key_file");
-    let (key, reason) =
-        err(with_tls(url.clone(), None, Some((pki.path("client.pem"), pki.path("stranger.key"))))).await;
-    assert_eq!(key, "tls_key_file");
-    assert!(reason.contains("does not fit tls_cert_file"), "{reason}");
-    let (key, reason) = err(with_tls("http://localhost:9/in".into(), Some(pki.path("ca.pem")), None)).await;
-    assert_eq!(key, "tls_ca_file");
-    assert!(reason.contains("use https://"), "{reason}");
+    assert_unusable_tls_files_refused(
+        &pki,
+        "https://localhost:9/in",
+        Some(("http://localhost:9/in", "needs an https:// URL")),
+        config,
+        HttpConfig::validate,
+        HttpTransport::connect,
+    )
+    .await;
 }

@@ -540,39 +540,16 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let cfg = |f: fn(&mut NatsConfig, &Pki)| {
-            let mut c = tls_config("tls://localhost:4222".into(), None);
-            f(&mut c, &pki);
-            c
-        };
-        let missing = cfg(|c, p| c.tls_ca_file = Some(format!("{}/missing.pem", p.dir().display())));
-        let err = config_error(NatsTransport::connect(missing.clone()).await, "tls_ca_file");
-        assert!(err.contains("cannot read") && err.contains("missing.pem"), "{err}");
-        assert_eq!(missing.validate().unwrap_err().to_string(), err, "outbox check says the same");
-        // A key is no certificate; a certificate is no key.
-        let err = config_error(
-            NatsTransport::connect(cfg(|c, p| c.tls_ca_file = Some(p.path("client.key")))).await,
-            "tls_ca_file",
-        );
-        assert!(err.contains("holds no PEM certificate"), "{err}");
-        let swapped = cfg(|c, p| {
-            c.tls_cert_file = Some(p.path("client.pem"));
-            c.tls_key_file = Some(p.path("client.pem"));
-        });
-        let err = config_error(NatsTransport::connect(swapped).await, "tls_key_file");
-        assert!(err.contains("holds no PEM private key"), "{err}");
-        let mismatched = cfg(|c, p| {
-            c.tls_cert_file = Some(p.path("client.pem"));
-            c.tls_key_file = Some(p.path("stranger.key"));
-        });
-        let err = config_error(NatsTransport::connect(mismatched).await, "tls_key_file");
-        assert!(err.contains("does not fit tls_cert_file"), "{err}");
-        let half = cfg(|c, p| c.tls_cert_file = Some(p.path("client.pem")));
-        config_error(NatsTransport::connect(half).await, "tls_key_file");
-    })
-    .await;
+    let pki = Pki::new();
+    // With nats://, the files make TLS required (no plain-URL case).
+    let config = |url: &str, [ca, cert, key]: TlsFiles| NatsConfig {
+        tls_ca_file: ca,
+        tls_cert_file: cert,
+        tls_key_file: key,
+        ..tls_config(url.into(), None)
+    };
+    let (validate, connect) = (NatsConfig::validate, NatsTransport::connect);
+    assert_unusable_tls_files_refused(&pki, "tls://localhost:4222", None, config, validate, connect).await;
 }

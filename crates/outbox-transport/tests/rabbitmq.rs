@@ -731,24 +731,19 @@ async fn amqps_client_certificates_are_sent_and_refusals_explained() {
 #[tokio::test]
 async fn tls_settings_need_amqps_and_readable_files() {
     let pki = Pki::new();
-    let err = |cfg: RabbitMqConfig| async move {
-        match RabbitMqTransport::connect(cfg).await {
-            Err(TransportError::Config { transport: "rabbitmq", key, reason }) => (key, reason),
-            other => panic!("expected a configuration error, got {other:?}"),
-        }
+    let config = |url: &str, [ca, cert, key]: TlsFiles| RabbitMqConfig {
+        tls_ca_file: ca,
+        tls_cert_file: cert,
+        tls_key_file: key,
+        ..RabbitMqConfig::new(url, "x")
     };
-    let plain = "amqp://guest:guest@localhost:1/%2f".to_owned();
-    let (key, reason) = err(over_tls(plain, "x", Some(pki.path("ca.pem")), None)).await;
-    assert_eq!(key, "tls_ca_file");
-    assert!(reason.contains("use amqps://"), "{reason}");
-    let tls = amqps_url("localhost", 1);
-    let (key, reason) = err(over_tls(tls.clone(), "x", Some("/nonexistent/ca.pem".into()), None)).await;
-    assert_eq!(key, "tls_ca_file");
-    assert!(reason.contains("cannot read \"/nonexistent/ca.pem\""), "{reason}");
-    let (key, reason) =
-        err(over_tls(tls.clone(), "x", None, Some((pki.path("client.key"), pki.path("client.key"))))).await;
-    assert_eq!(key, "tls_cert_file");
-    assert!(reason.contains("holds no PEM certificate"), "{reason}");
-    let cfg = RabbitMqConfig { tls_key_file: Some(pki.path("client.key")), ..RabbitMqConfig::new(tls, "x") };
-    assert_eq!(err(cfg).await.0, "tls_cert_file");
+    assert_unusable_tls_files_refused(
+        &pki,
+        "amqps://guest:guest@localhost:1/%2f",
+        Some(("amqp://guest:guest@localhost:1/%2f", "needs an amqps:// URL")),
+        config,
+        RabbitMqConfig::validate,
+        RabbitMqTransport::connect,
+    )
+    .await;
 }

@@ -383,34 +383,22 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let cfg = |url: &str, f: fn(&mut RedisConfig, &Pki)| {
-            let mut c = tls_config(url.into(), None);
-            f(&mut c, &pki);
-            c
-        };
-        let missing = cfg("rediss://localhost", |c, p| {
-            c.tls_ca_file = Some(format!("{}/missing.pem", p.dir().display()))
-        });
-        let err = config_error(RedisTransport::connect(missing.clone()).await, "tls_ca_file");
-        assert!(err.contains("cannot read") && err.contains("missing.pem"), "{err}");
-        assert_eq!(missing.validate().unwrap_err().to_string(), err, "outbox check says the same");
-        let not_pem = cfg("rediss://localhost", |c, p| c.tls_ca_file = Some(p.path("client.key")));
-        let err = config_error(RedisTransport::connect(not_pem).await, "tls_ca_file");
-        assert!(err.contains("holds no PEM certificate"), "{err}");
-        let mismatched = cfg("rediss://localhost", |c, p| {
-            c.tls_cert_file = Some(p.path("client.pem"));
-            c.tls_key_file = Some(p.path("stranger.key"));
-        });
-        let err = config_error(RedisTransport::connect(mismatched).await, "tls_key_file");
-        assert!(err.contains("does not fit tls_cert_file"), "{err}");
-        // Files with a plain URL: TLS is asked for by rediss://.
-        let plain = cfg("redis://localhost", |c, p| c.tls_ca_file = Some(p.path("ca.pem")));
-        let err = config_error(RedisTransport::connect(plain).await, "tls_ca_file");
-        assert!(err.contains("needs a rediss:// URL"), "{err}");
-    })
+    let pki = Pki::new();
+    let config = |url: &str, [ca, cert, key]: TlsFiles| RedisConfig {
+        tls_ca_file: ca,
+        tls_cert_file: cert,
+        tls_key_file: key,
+        ..tls_config(url.into(), None)
+    };
+    assert_unusable_tls_files_refused(
+        &pki,
+        "rediss://localhost",
+        Some(("redis://localhost", "needs a rediss:// URL")),
+        config,
+        RedisConfig::validate,
+        RedisTransport::connect,
+    )
     .await;
 }

@@ -33,7 +33,7 @@ pub(crate) struct TlsMaterial {
 
 impl TlsMaterial {
     /// Reads and checks the three files; `None` when none is named. A certificate without its
-    /// key (or the reverse) is refused.
+    /// key (or the reverse), or a key that does not fit its certificate, is refused.
     pub(crate) fn load(
         rules: Rules,
         ca_file: Option<&str>,
@@ -65,7 +65,37 @@ impl TlsMaterial {
             (Some(_), None) => return Err(rules.invalid("tls_key_file", "must be set with tls_cert_file")),
             (None, Some(_)) => return Err(rules.invalid("tls_cert_file", "must be set with tls_key_file")),
         };
-        Ok(Some(TlsMaterial { ca_pem, ca, client_pem, client }))
+        let material = TlsMaterial { ca_pem, ca, client_pem, client };
+        if material.client.is_some() {
+            // A key that does not fit its certificate shows only when a configuration is built.
+            material.client_config(rules)?;
+        }
+        Ok(Some(material))
+    }
+
+    /// The TLS of a destination whose URL asks for TLS (`tls`) or not: the files (see
+    /// [`load`](Self::load)), the system's store alone for a TLS URL without files, `None` for a plain URL. Files
+    /// with a plain URL are refused, naming the first key set and the scheme that `scheme` says
+    /// to use (e.g. `"an mqtts://"`); `shown` is the URL as it may be printed.
+    pub(crate) fn for_url(
+        rules: Rules,
+        tls: bool,
+        [ca, cert, key]: [Option<&str>; 3],
+        scheme: &str,
+        shown: &str,
+    ) -> Result<Option<TlsMaterial>> {
+        match (tls, TlsMaterial::load(rules, ca, cert, key)?) {
+            (true, files) => Ok(Some(files.unwrap_or_else(TlsMaterial::none))),
+            (false, None) => Ok(None),
+            (false, Some(_)) => {
+                let key = match (ca, cert) {
+                    (Some(_), _) => "tls_ca_file",
+                    (None, Some(_)) => "tls_cert_file",
+                    (None, None) => "tls_key_file",
+                };
+                Err(rules.invalid(key, format!("needs {scheme} URL for TLS ({shown:?} is not one); use it")))
+            }
+        }
     }
 
     /// No files named: [`client_config`](Self::client_config) then trusts the system's store

@@ -299,13 +299,15 @@ impl HttpConfig {
     /// The rustls client configuration of every `https://` request: the system's trust store
     /// plus `tls_ca_file`, and the client certificate when given (the files are read now).
     pub(crate) fn tls(&self) -> Result<Arc<rustls::ClientConfig>, TransportError> {
-        let material = TlsMaterial::load(
-            RULES,
-            self.tls_ca_file.as_deref(),
-            self.tls_cert_file.as_deref(),
-            self.tls_key_file.as_deref(),
-        )?;
-        material.unwrap_or_else(TlsMaterial::none).client_config(RULES)
+        self.tls_files()?.unwrap_or_else(TlsMaterial::none).client_config(RULES)
+    }
+
+    /// The TLS files, read and checked (`None` when none is named).
+    fn tls_files(&self) -> Result<Option<TlsMaterial>, TransportError> {
+        let https = self.url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+        let files =
+            [self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref()];
+        TlsMaterial::for_url(RULES, https, files, "an https://", &crate::redact(&self.url))
     }
 
     /// Checks every value, naming the first wrong key.
@@ -374,19 +376,7 @@ impl HttpConfig {
         if self.max_payload_bytes == 0 {
             return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
-        let tls_files = [
-            ("tls_ca_file", &self.tls_ca_file),
-            ("tls_cert_file", &self.tls_cert_file),
-            ("tls_key_file", &self.tls_key_file),
-        ];
-        let https = self.url.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"));
-        if let Some((key, _)) = tls_files.iter().find(|(_, v)| v.is_some()) {
-            if !https {
-                return Err(
-                    RULES.invalid(key, "is a TLS setting, but the url is http:// (plain); use https://")
-                );
-            }
-        }
+        self.tls_files()?;
         for (name, value) in &self.headers {
             let lower = name.to_ascii_lowercase();
             if HeaderName::from_bytes(name.as_bytes()).is_err() {

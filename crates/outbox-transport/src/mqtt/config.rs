@@ -192,31 +192,9 @@ impl MqttConfig {
         if self.keep_alive < Duration::from_secs(5) || self.keep_alive > Duration::from_secs(65_535) {
             return Err(RULES.invalid("keep_alive", "must be 5 s to 65535 s"));
         }
-        let files = TlsMaterial::load(
-            RULES,
-            self.tls_ca_file.as_deref(),
-            self.tls_cert_file.as_deref(),
-            self.tls_key_file.as_deref(),
-        )?;
-        if let Some(files) = &files {
-            // A key that does not fit its certificate shows only here.
-            files.client_config(RULES)?;
-        }
-        let tls = match (broker.tls, files) {
-            (true, files) => Some(files.unwrap_or_else(TlsMaterial::none)),
-            (false, None) => None,
-            (false, Some(_)) => {
-                let key = match (&self.tls_ca_file, &self.tls_cert_file) {
-                    (Some(_), _) => "tls_ca_file",
-                    (None, Some(_)) => "tls_cert_file",
-                    (None, None) => "tls_key_file",
-                };
-                let shown = crate::redact(&self.url);
-                return Err(
-                    RULES.invalid(key, format!("needs an mqtts:// URL for TLS ({shown:?} is not one)"))
-                );
-            }
-        };
+        let files =
+            [self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref()];
+        let tls = TlsMaterial::for_url(RULES, broker.tls, files, "an mqtts://", &crate::redact(&self.url))?;
         Ok((broker, tls))
     }
 

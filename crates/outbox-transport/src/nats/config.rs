@@ -137,16 +137,10 @@ impl NatsConfig {
             return Err(RULES.invalid("max_payload_bytes", "must be positive"));
         }
         RULES.label("name", &self.name)?;
-        let files = TlsMaterial::load(
-            RULES,
-            self.tls_ca_file.as_deref(),
-            self.tls_cert_file.as_deref(),
-            self.tls_key_file.as_deref(),
-        )?;
-        if let Some(files) = &files {
-            // A key that does not fit its certificate shows only here.
-            files.client_config(RULES)?;
-        }
+        // The files make TLS required, whatever the URL's scheme.
+        let named =
+            [self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref()];
+        let files = TlsMaterial::load(RULES, named[0], named[1], named[2])?;
         Ok(match files {
             Some(files) => Some(files),
             None if self.url.split(',').any(|u| is_tls_url(u.trim())) => Some(TlsMaterial::none()),

@@ -233,13 +233,11 @@ impl RabbitMqConfig {
     /// `tls_ca_file`, and the client certificate when given (the files are read now); `None`
     /// for `amqp://`.
     pub(crate) fn tls(&self) -> Result<Option<Arc<rustls::ClientConfig>>, TransportError> {
-        if !self.is_tls() {
-            return Ok(None);
-        }
         let files =
-            (self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref());
-        let material = TlsMaterial::load(RULES, files.0, files.1, files.2)?.unwrap_or_else(TlsMaterial::none);
-        material.client_config(RULES).map(Some)
+            [self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref()];
+        TlsMaterial::for_url(RULES, self.is_tls(), files, "an amqps://", &crate::redact(&self.url))?
+            .map(|material| material.client_config(RULES))
+            .transpose()
     }
 
     /// Checks every value, naming the first wrong key.
@@ -287,18 +285,7 @@ impl RabbitMqConfig {
         if self.connect_timeout.is_zero() {
             return Err(RULES.invalid("connect_timeout", "must be positive"));
         }
-        let tls_files = [
-            ("tls_ca_file", &self.tls_ca_file),
-            ("tls_cert_file", &self.tls_cert_file),
-            ("tls_key_file", &self.tls_key_file),
-        ];
-        if let Some((key, _)) = tls_files.iter().find(|(_, v)| v.is_some()) {
-            if !self.is_tls() {
-                return Err(
-                    RULES.invalid(key, "is a TLS setting, but the url is amqp:// (plain); use amqps://")
-                );
-            }
-        }
+        self.tls()?;
         if let Some(d) = &self.declare {
             if d.kind.trim().is_empty() {
                 return Err(RULES.invalid("declare.kind", "must not be empty"));

@@ -145,16 +145,9 @@ impl RedisConfig {
                 format!("{shown:?}: #insecure (no certificate verification) is not supported; name the CA in tls_ca_file"),
             ));
         }
-        let files = TlsMaterial::load(
-            RULES,
-            self.tls_ca_file.as_deref(),
-            self.tls_cert_file.as_deref(),
-            self.tls_key_file.as_deref(),
-        )?;
-        if let Some(files) = &files {
-            // A key that does not fit its certificate shows only here.
-            files.client_config(RULES)?;
-        }
+        let files =
+            [self.tls_ca_file.as_deref(), self.tls_cert_file.as_deref(), self.tls_key_file.as_deref()];
+        let tls = TlsMaterial::for_url(RULES, tls, files, "a rediss://", &shown)?;
         if self.stream.is_empty() {
             return Err(RULES.invalid("stream", "must not be empty"));
         }
@@ -178,18 +171,7 @@ impl RedisConfig {
         check_stream_key(&self.stream.replace(TOPIC_PLACEHOLDER, "t"))
             .map_err(|r| RULES.invalid("stream", r))?;
         check_field(&self.header_prefix).map_err(|r| RULES.invalid("header_prefix", r))?;
-        match (tls, files) {
-            (true, files) => Ok(Some(files.unwrap_or_else(TlsMaterial::none))),
-            (false, None) => Ok(None),
-            (false, Some(_)) => {
-                let key = match (&self.tls_ca_file, &self.tls_cert_file) {
-                    (Some(_), _) => "tls_ca_file",
-                    (None, Some(_)) => "tls_cert_file",
-                    (None, None) => "tls_key_file",
-                };
-                Err(RULES.invalid(key, format!("needs a rediss:// URL for TLS ({shown:?} is not one)")))
-            }
-        }
+        Ok(tls)
     }
 
     /// The stream key for `topic`.

@@ -786,3 +786,45 @@ pub(crate) fn config_error<T>(result: Result<T, TransportError>, key: &str) -> S
         Ok(_) => panic!("connected, expected a config error naming {key}"),
     }
 }
+
+/// The TLS files of a destination (`tls_ca_file`, `tls_cert_file`, `tls_key_file`).
+pub(crate) type TlsFiles = [Option<String>; 3];
+
+/// Checks every transport's handling of TLS files it cannot use: `config` builds the
+/// transport's configuration for `url` with the files; `connect` must refuse each case with a
+/// configuration error naming the key and saying why, and `validate` (what `outbox check` runs)
+/// must say the same. With `plain` (a URL without TLS, and what the error must say), a CA file
+/// with that URL must be refused too.
+pub(crate) async fn assert_unusable_tls_files_refused<C, T, Fut>(
+    pki: &outbox_testkit::tls::Pki,
+    tls_url: &str,
+    plain: Option<(&str, &str)>,
+    config: impl Fn(&str, TlsFiles) -> C,
+    validate: impl Fn(&C) -> Result<(), TransportError>,
+    connect: impl Fn(C) -> Fut,
+) where
+    Fut: Future<Output = Result<T, TransportError>>,
+{
+    let p = |name: &str| Some(pki.path(name));
+    let missing = Some(format!("{}/missing.pem", pki.dir().display()));
+    let mut cases: Vec<(&str, TlsFiles, &str, &str)> = vec![
+        (tls_url, [missing, None, None], "tls_ca_file", "cannot read"),
+        (tls_url, [p("client.key"), None, None], "tls_ca_file", "holds no PEM certificate"),
+        (tls_url, [None, p("client.pem"), p("client.pem")], "tls_key_file", "holds no PEM private key"),
+        (tls_url, [None, p("client.pem"), p("stranger.key")], "tls_key_file", "does not fit tls_cert_file"),
+        (tls_url, [None, p("client.pem"), None], "tls_key_file", "must be set with tls_cert_file"),
+    ];
+    if let Some((plain_url, needs)) = plain {
+        cases.push((plain_url, [p("ca.pem"), None, None], "tls_ca_file", needs));
+    }
+    for (url, files, key, says) in cases {
+        let c = config(url, files.clone());
+        let checked = match validate(&c) {
+            Err(e) => e.to_string(),
+            Ok(()) => panic!("{files:?} with {url} passed validation"),
+        };
+        let err = config_error(connect(c).await, key);
+        assert!(err.contains(says), "{files:?} with {url}: {err}");
+        assert_eq!(checked, err, "outbox check says the same");
+    }
+}
