@@ -57,6 +57,8 @@ pub(crate) enum Command {
     ///   outbox migrate --database-url postgres://app@db/shop
     ///   OUTBOX_DATABASE_URL=mysql://root@127.0.0.1/shop outbox migrate --json
     ///   outbox migrate --database-url sqlite:app.db
+    ///   outbox migrate --database-url postgres://app@db/shop --schema billing --table-prefix app_
+    ///   outbox migrate --print --dialect mysql --table-prefix app_ > outbox.sql
     #[command(verbatim_doc_comment)]
     Migrate(MigrateArgs),
     /// Run the whole flow on an embedded SQLite database, with no servers.
@@ -147,11 +149,52 @@ pub(crate) enum Command {
 
 #[derive(Debug, Args)]
 pub(crate) struct MigrateArgs {
+    /// Database URL: postgres://, mysql:// (also MariaDB) or sqlite:PATH. Not needed with
+    /// `--print --dialect`.
+    #[arg(long, env = "OUTBOX_DATABASE_URL", hide_env_values = true, required_unless_present = "dialect")]
+    pub(crate) database_url: Option<String>,
     #[command(flatten)]
-    pub(crate) db: DatabaseArgs,
-    /// Print the result as JSON.
+    pub(crate) names: NameArgs,
+    /// Print the SQL of every migration for these names instead of applying it (nothing is
+    /// connected to): the plain `.sql` files, renamed, for teams that run their own migrations.
     #[arg(long)]
+    pub(crate) print: bool,
+    /// With `--print`: the dialect to print for (else the database URL's).
+    #[arg(long, value_enum, requires = "print")]
+    pub(crate) dialect: Option<DialectArg>,
+    /// Print the result as JSON.
+    #[arg(long, conflicts_with = "print")]
     pub(crate) json: bool,
+}
+
+/// A database dialect, for `outbox migrate --print`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum DialectArg {
+    /// PostgreSQL.
+    Postgres,
+    /// MySQL or MariaDB.
+    Mysql,
+    /// SQLite.
+    Sqlite,
+}
+
+/// The schema and table prefix of the outbox tables (`[[stores]] schema` / `table_prefix`).
+#[derive(Debug, Clone, Args)]
+pub(crate) struct NameArgs {
+    /// PostgreSQL schema / MySQL database of the outbox tables (not on SQLite). Default: the
+    /// connection's own.
+    #[arg(long, env = "OUTBOX_SCHEMA")]
+    pub(crate) schema: Option<String>,
+    /// What every object name starts with instead of `outbox_`.
+    #[arg(long, env = "OUTBOX_TABLE_PREFIX", default_value = "outbox_")]
+    pub(crate) table_prefix: String,
+}
+
+impl NameArgs {
+    /// The checked names (an error names the value and the rule).
+    pub(crate) fn tables(&self) -> anyhow::Result<outbox_store::Tables> {
+        Ok(outbox_store::Tables::new(self.schema.as_deref(), &self.table_prefix)?)
+    }
 }
 
 #[derive(Debug, Args)]
@@ -173,6 +216,8 @@ pub(crate) struct DatabaseArgs {
     /// Database URL: postgres://, mysql:// (also MariaDB) or sqlite:PATH.
     #[arg(long, env = "OUTBOX_DATABASE_URL", hide_env_values = true)]
     pub(crate) database_url: String,
+    #[command(flatten)]
+    pub(crate) names: NameArgs,
 }
 
 #[derive(Debug, Args)]

@@ -35,7 +35,10 @@ pub trait InboxDatabase: Migrator {
     }
 
     /// [`migrate`](Self::migrate) for the object names `tables`.
-    fn migrate_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<MigrationReport>> + Send {
+    fn migrate_in(
+        pool: &Pool<Self>,
+        tables: &Tables,
+    ) -> impl Future<Output = Result<MigrationReport>> + Send {
         async move {
             tables.check_for(Self::DIALECT)?;
             Self::migrate_schema(pool, &SCHEMA, tables, Self::MIGRATIONS).await

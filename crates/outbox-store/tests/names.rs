@@ -9,8 +9,8 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use outbox_store::{
-    AnyOutbox, ClaimMode, Claims, ListFilter, MessageAdmin, NewMessage, Outbox, OutboxConnection, OutboxDatabase,
-    Settlement, Status, Tables, SCHEMA_VERSION,
+    AnyOutbox, ClaimMode, Claims, ListFilter, MessageAdmin, NewMessage, Outbox, OutboxConnection,
+    OutboxDatabase, Settlement, Status, Tables, SCHEMA_VERSION,
 };
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -36,7 +36,8 @@ where
     outbox.check_schema().await.unwrap();
 
     let mut tx = outbox.pool().begin().await.unwrap();
-    let first = tx.enqueue_in(outbox.tables(), &NewMessage::new(topic, "{}").biz("order", "42")).await.unwrap();
+    let first =
+        tx.enqueue_in(outbox.tables(), &NewMessage::new(topic, "{}").biz("order", "42")).await.unwrap();
     assert!(first.created, "{topic}: the business key is taken in another outbox only");
     tx.commit().await.unwrap();
     for _ in 1..n {
@@ -59,7 +60,10 @@ where
     let ids: Vec<_> = claimed.messages.iter().map(|m| m.id).collect();
     // The delivery rows, read through the claim's own lock or lease (none written yet).
     assert!(outbox.deliveries_held(&mut claimed.hold, &ids).await.unwrap().is_empty());
-    let report = outbox.settle_held(claimed.hold, "relay", &Settlement { sent: ids, ..Settlement::default() }).await.unwrap();
+    let report = outbox
+        .settle_held(claimed.hold, "relay", &Settlement { sent: ids, ..Settlement::default() })
+        .await
+        .unwrap();
     assert_eq!(report.settled, n, "{topic}");
     let stats = outbox.stats().await.unwrap();
     assert_eq!((stats.count(Status::Sent), stats.total), (n as u64, n as u64), "{topic}");
@@ -75,10 +79,12 @@ macro_rules! suite {
                 let db = $fresh().await;
                 let (sa, sb): (Option<String>, Option<String>) = ($schemas)(&db.name);
                 let plain: Outbox<$db> = Outbox::new(db.pool.clone());
-                let a: Outbox<$db> =
-                    Outbox::new(db.pool.clone()).with_tables(Tables::new(sa.as_deref(), "app_a_").unwrap()).unwrap();
-                let b: Outbox<$db> =
-                    Outbox::new(db.pool.clone()).with_tables(Tables::new(sb.as_deref(), "b_").unwrap()).unwrap();
+                let a: Outbox<$db> = Outbox::new(db.pool.clone())
+                    .with_tables(Tables::new(sa.as_deref(), "app_a_").unwrap())
+                    .unwrap();
+                let b: Outbox<$db> = Outbox::new(db.pool.clone())
+                    .with_tables(Tables::new(sb.as_deref(), "b_").unwrap())
+                    .unwrap();
 
                 exercise(&a, "a.topic", 3).await;
                 // The others are not migrated by A's run: their version tables are their own.
@@ -91,7 +97,10 @@ macro_rules! suite {
                 drain(&b, $lock, "b.topic", 2).await;
                 drain(&a, ClaimMode::Lease, "a.topic", 3).await;
                 let c = plain.claim_with(ClaimMode::Lease, "relay", 100, LEASE).await.unwrap();
-                assert_eq!(c.messages.iter().map(|m| m.topic.as_str()).collect::<Vec<_>>(), vec!["plain.topic"]);
+                assert_eq!(
+                    c.messages.iter().map(|m| m.topic.as_str()).collect::<Vec<_>>(),
+                    vec!["plain.topic"]
+                );
                 assert_eq!(topics(&a).await, BTreeSet::from(["a.topic".to_owned()]));
                 assert_eq!(topics(&b).await, BTreeSet::from(["b.topic".to_owned()]));
                 assert_eq!(plain.stats().await.unwrap().count(Status::Sending), 1);
@@ -198,11 +207,13 @@ suite!(
         let pool = pool.clone();
         let table = table.to_owned();
         async move {
-            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?")
-                .bind(table)
-                .fetch_one(&pool)
-                .await
-                .unwrap()
+            sqlx::query_scalar::<_, i64>(
+                "SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = ?",
+            )
+            .bind(table)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
                 == 1
         }
     }
@@ -229,7 +240,8 @@ async fn bad_names_are_refused_before_any_sql() {
     }
     let path = std::env::temp_dir().join(format!("outbox_names_{}.db", std::process::id()));
     let url = format!("sqlite:{}", path.display());
-    let err = AnyOutbox::connect_with_tables(&url, 1, Tables::new(Some("s"), "x_").unwrap()).await.unwrap_err();
+    let err =
+        AnyOutbox::connect_with_tables(&url, 1, Tables::new(Some("s"), "x_").unwrap()).await.unwrap_err();
     assert!(err.to_string().contains("SQLite has no schemas"), "{err}");
     assert!(!path.exists(), "refused before connecting");
 

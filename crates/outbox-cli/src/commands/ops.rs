@@ -28,7 +28,8 @@ pub(crate) async fn open(db: &DatabaseArgs) -> anyhow::Result<(AnyOutbox, String
             );
         }
     }
-    let outbox = AnyOutbox::connect(&db.database_url, 2).await?;
+    let tables = db.names.tables()?;
+    let outbox = AnyOutbox::connect_with_tables(&db.database_url, 2, tables).await?;
     match outbox.check_schema().await {
         Ok(()) => Ok((outbox, shown)),
         Err(Error::SchemaNotMigrated { found, required }) => bail!(

@@ -46,7 +46,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         let shown = redact_url(s.url.get_ref());
         let outbox = AnyOutbox::connect(s.url.get_ref(), s.max_connections)
             .await
-            .with_context(|| format!("store {name:?} ({shown}) is unreachable at start"))?;
+            .with_context(|| format!("store {name:?} ({shown}) is unreachable at start"))?
+            .with_tables(s.tables()?)
+            .with_context(|| format!("store {name:?}"))?;
         if s.migrate {
             let r = outbox.migrate().await.with_context(|| format!("migrating store {name:?}"))?;
             tracing::info!(store = %name, from = r.from, to = r.to, "Schema migrated");

@@ -323,6 +323,24 @@ pub(crate) struct StoreConfig {
     /// Apply migrations at start. Defaults to false (the schema is checked, not changed).
     #[serde(default)]
     pub(crate) migrate: bool,
+    /// The PostgreSQL schema / MySQL database of the outbox tables (not on SQLite). Defaults
+    /// to the connection's own (`search_path` / the URL's database).
+    #[serde(default)]
+    pub(crate) schema: Option<String>,
+    /// What every object name starts with instead of `outbox_` (`app_` makes `app_message`,
+    /// `app_delivery`, ...). Defaults to `outbox_`.
+    #[serde(default)]
+    pub(crate) table_prefix: Option<String>,
+}
+
+impl StoreConfig {
+    /// The names of this store's tables (checked at load: see `validate`).
+    pub(crate) fn tables(&self) -> anyhow::Result<outbox_store::Tables> {
+        Ok(outbox_store::Tables::new(
+            self.schema.as_deref(),
+            self.table_prefix.as_deref().unwrap_or(outbox_store::CANONICAL_PREFIX),
+        )?)
+    }
 }
 
 fn default_pool() -> u32 {

@@ -457,3 +457,36 @@ fn telemetry_is_checked() {
         assert!(!e.contains("pw@"), "no credential echoed: {e}");
     }
 }
+
+#[test]
+fn store_schema_and_table_prefix_are_checked_at_load() {
+    let pg = GOOD.replace("sqlite:shop.db", "postgres://relay@db/shop").replace(
+        "url = \"postgres://relay@db/shop\"",
+        "url = \"postgres://relay@db/shop\"\nschema = \"billing\"\ntable_prefix = \"app_\"",
+    );
+    let c = parse(&pg.replace("lease = \"20s\"", "lease = \"20s\"\nlock_claims = false")).unwrap();
+    let t = c.stores[0].tables().unwrap();
+    assert_eq!((t.schema(), t.prefix()), (Some("billing"), "app_"));
+    // Defaults: the connection's schema, prefix outbox_.
+    assert!(parse(GOOD).unwrap().stores[0].tables().unwrap().is_canonical());
+    for (bad, key) in [
+        ("schema = \"billing\"", "schema = \"x; drop table t\""),
+        ("schema = \"billing\"", "schema = \"Billing\""),
+        ("schema = \"billing\"", "schema = \"\""),
+        ("table_prefix = \"app_\"", "table_prefix = \"App_\""),
+        ("table_prefix = \"app_\"", "table_prefix = \"\u{e9}_\""),
+        ("table_prefix = \"app_\"", "table_prefix = \"a_prefix_longer_than_twenty_four_\""),
+    ] {
+        let text = pg.replace(bad, key).replace("lease = \"20s\"", "lease = \"20s\"\nlock_claims = false");
+        let e = err(&text);
+        let field = if key.starts_with("schema") { "stores[0].schema" } else { "stores[0].table_prefix" };
+        assert!(e.contains(field) && e.contains("store \"shop\"") && e.contains("must match"), "{e}");
+    }
+    // SQLite has no schemas.
+    let e = err(&GOOD.replace("url = \"sqlite:shop.db\"", "url = \"sqlite:shop.db\"\nschema = \"s\""));
+    assert!(e.contains("stores[0].schema") && e.contains("SQLite has no schemas"), "{e}");
+    assert!(parse(
+        &GOOD.replace("url = \"sqlite:shop.db\"", "url = \"sqlite:shop.db\"\ntable_prefix = \"x_\"")
+    )
+    .is_ok());
+}

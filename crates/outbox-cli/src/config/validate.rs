@@ -162,6 +162,16 @@ impl Config {
             }
             let url_key = format!("stores[{i}].url");
             let dialect = dialect_of(s.url.get_ref()).map_err(|e| err(&url_key, e))?;
+            // Identifiers that reach SQL: checked here, before anything connects.
+            if let Some(schema) = &s.schema {
+                outbox_store::Tables::new(Some(schema), outbox_store::CANONICAL_PREFIX)
+                    .and_then(|t| t.check_for(dialect))
+                    .map_err(|e| err(&format!("stores[{i}].schema"), store_error(name, e)))?;
+            }
+            if let Some(prefix) = &s.table_prefix {
+                outbox_store::Tables::new(None, prefix)
+                    .map_err(|e| err(&format!("stores[{i}].table_prefix"), store_error(name, e)))?;
+            }
             if s.max_connections == 0 || s.max_connections > MAX_POOL {
                 return Err(err(
                     &format!("stores[{i}].max_connections"),
@@ -442,4 +452,11 @@ fn humantime_like(d: Duration) -> String {
         s if s % 60 == 0 => format!("{}m", s / 60),
         s => format!("{s}s"),
     }
+}
+
+/// A store option's error, naming the store.
+fn store_error(store: &str, e: outbox_store::Error) -> String {
+    let text = e.to_string();
+    let text = text.strip_prefix("invalid configuration: ").unwrap_or(&text).to_owned();
+    format!("store {:?}: {text}", shown(store))
 }
