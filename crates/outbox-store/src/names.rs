@@ -276,11 +276,9 @@ impl Tables {
             return Cow::Borrowed(sql);
         };
         let schema = names.schema.as_deref();
-        if !sql.contains(CANONICAL_PREFIX)
-            && !(schema.is_some()
-                && dialect == Dialect::MySql
-                && sql.to_ascii_uppercase().contains("DATABASE()"))
-        {
+        let database_call =
+            schema.is_some() && dialect == Dialect::MySql && sql.to_ascii_uppercase().contains("DATABASE()");
+        if !database_call && !sql.contains(CANONICAL_PREFIX) {
             return Cow::Borrowed(sql);
         }
         let r = Renderer { dialect, schema, prefix: &names.prefix };
