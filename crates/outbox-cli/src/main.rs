@@ -18,6 +18,9 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    // One rustls crypto provider for the whole process (the binary's dependencies enable two, and
+    // rustls then picks none by itself): ring, which sqlx and the transports use.
+    outbox_store::ensure_crypto_provider();
     // The demo prints its own story; only warnings and errors go to the log unless -v.
     let quiet = matches!(cli.command, cli::Command::Demo(_));
     // The relay's configuration is read once, before the log is set up: its spans are

@@ -84,9 +84,25 @@ fn chain_only(url: &str) -> bool {
         || url.contains("sslmode=verify_ca")
 }
 
+/// Installs ring as the process's default rustls crypto provider when none is installed, and
+/// says whether this call installed it.
+///
+/// sqlx's `verify-ca` / `VERIFY_CA` verifier (sqlx 0.8) takes the process default provider, and
+/// rustls has none to take when a build enables two providers (ring, which sqlx uses, and
+/// aws-lc-rs, which reqwest's default brings, as in the `outbox` binary): connecting would then
+/// panic. [`AnyOutbox::connect`] calls this first; an application that builds its own sqlx pool
+/// with `verify-ca` in such a build calls it (or installs a provider of its choice) once at
+/// start. A provider the application installed is kept.
+pub fn ensure_crypto_provider() -> bool {
+    rustls::crypto::CryptoProvider::get_default().is_none()
+        && rustls::crypto::ring::default_provider().install_default().is_ok()
+}
+
 impl AnyOutbox {
-    /// Connects a small pool (`max_connections`) to `url`.
+    /// Connects a small pool (`max_connections`) to `url` (over TLS as the URL says; see
+    /// [`ensure_crypto_provider`]).
     pub async fn connect(url: &str, max_connections: u32) -> Result<AnyOutbox> {
+        ensure_crypto_provider();
         let unreachable = |e: sqlx::Error| {
             let message = format!("cannot connect to {}: {e}", redact_url(url));
             let mut message = outbox_core::tls::with_explanation(message, &e);

@@ -44,7 +44,7 @@ pub use admin::{
     MAX_PURGE_AGE, MAX_RELAYS, RESENT_FROM,
 };
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub use any::{redact_url, AnyLock, AnyOutbox, Dialect};
+pub use any::{ensure_crypto_provider, redact_url, AnyLock, AnyOutbox, Dialect};
 #[doc(hidden)]
 pub use error::{map_sqlx_error, name_in};
 pub use migrate::{Migration, MigrationReport, Migrator, Schema};
