@@ -447,27 +447,14 @@ async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_ref
         let server = tls::mosquitto(&pki, true);
         let port = server.port();
         let url = format!("mqtts://localhost:{port}");
-        let with = |cert: Option<&str>| MqttConfig {
-            tls_cert_file: cert.map(|c| pki.path(&format!("{c}.pem"))),
-            tls_key_file: cert.map(|c| pki.path(&format!("{c}.key"))),
-            ..tls_config(url.clone(), Some(pki.path("ca.pem")))
-        };
         let mut sub =
             Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(&pki, true))).await;
-        let t = MqttTransport::connect(with(Some("client"))).await.unwrap();
-        assert_eq!(
-            t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
-            vec![Outcome::Delivered]
-        );
+        let cfg = tls_config(url.clone(), Some(pki.path("ca.pem")));
+        let (missing, foreign) = client_certificate_required(&pki, cfg, "mqtt", &url).await;
+        assert!(missing.contains("requires a client certificate and none was given"), "{missing}");
+        assert!(foreign.contains("the server refused this client's certificate"), "{foreign}");
         let got: Vec<Got> = sub.take(1, Duration::from_secs(5)).await.iter().map(unwrap_envelope).collect();
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
-
-        let err = connect_error(MqttTransport::connect(with(None)).await);
-        assert!(err.starts_with(&format!("cannot connect mqtt to {url}: ")), "{err}");
-        assert!(err.contains("requires a client certificate and none was given"), "{err}");
-        let err = connect_error(MqttTransport::connect(with(Some("stranger"))).await);
-        assert!(err.starts_with(&format!("cannot connect mqtt to {url}: ")), "{err}");
-        assert!(err.contains("the server refused this client's certificate"), "{err}");
     })
     .await;
 }
@@ -477,43 +464,15 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
     within(TEST_TIMEOUT, async {
         let pki = Pki::new();
         let server = tls::mosquitto(&pki, false);
-        let port = server.port();
-        let url = format!("mqtts://relay:s3cret-pw@localhost:{port}");
-        for ca in [None, Some(pki.path("other-ca.pem"))] {
-            let err = connect_error(MqttTransport::connect(tls_config(url.clone(), ca)).await);
-            assert!(
-                err.starts_with(&format!("cannot connect mqtt to mqtts://relay:***@localhost:{port}: ")),
-                "{err}"
-            );
-            assert!(
-                err.contains("the server's certificate is not signed by a CA this client trusts"),
-                "{err}"
-            );
-            assert!(!err.contains("s3cret"), "{err}");
-        }
-        let cfg = tls_config(format!("mqtts://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
-        let err = connect_error(MqttTransport::connect(cfg).await);
-        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+        let url = ("mqtts", "relay", server.port());
+        assert_unknown_ca_and_wrong_host_explained(&pki, tls_config, "mqtt", url).await;
     })
     .await;
 }
 
 #[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    let pki = Pki::new();
-    let config = |url: &str, [ca, cert, key]: TlsFiles| MqttConfig {
-        tls_ca_file: ca,
-        tls_cert_file: cert,
-        tls_key_file: key,
-        ..tls_config(url.into(), None)
-    };
-    assert_unusable_tls_files_refused(
-        &pki,
-        "mqtts://localhost",
-        Some(("mqtt://localhost", "needs an mqtts:// URL")),
-        config,
-        MqttConfig::validate,
-        MqttTransport::connect,
-    )
-    .await;
+    let config = |url: &str| tls_config(url.into(), None);
+    let plain = ("mqtt://localhost", "needs an mqtts:// URL");
+    assert_unusable_tls_files_refused(config, "mqtts://localhost", Some(plain)).await;
 }

@@ -328,25 +328,12 @@ async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_ref
         let pki = Pki::new();
         let server = tls::redis(&pki, true);
         let url = format!("rediss://localhost:{}", server.port());
-        let with = |cert: Option<&str>| RedisConfig {
-            tls_cert_file: cert.map(|c| pki.path(&format!("{c}.pem"))),
-            tls_key_file: cert.map(|c| pki.path(&format!("{c}.key"))),
-            ..tls_config(url.clone(), Some(pki.path("ca.pem")))
-        };
-        let t = RedisTransport::connect(with(Some("client"))).await.unwrap();
-        assert_eq!(
-            t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
-            vec![Outcome::Delivered]
-        );
+        let cfg = tls_config(url.clone(), Some(pki.path("ca.pem")));
+        let (missing, foreign) = client_certificate_required(&pki, cfg, "redis", &url).await;
         let got = read_from(&mut tls_conn(&pki, server.port(), true).await, "tls:order.paid").await;
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
-
-        let err = connect_error(RedisTransport::connect(with(None)).await);
-        assert!(err.starts_with(&format!("cannot connect redis to {url}: ")), "{err}");
-        assert!(err.contains("requires a client certificate and none was given"), "{err}");
-        let err = connect_error(RedisTransport::connect(with(Some("stranger"))).await);
-        assert!(err.starts_with(&format!("cannot connect redis to {url}: ")), "{err}");
-        assert!(err.contains("the server refused this client's certificate"), "{err}");
+        assert!(missing.contains("requires a client certificate and none was given"), "{missing}");
+        assert!(foreign.contains("the server refused this client's certificate"), "{foreign}");
     })
     .await;
 }
@@ -357,22 +344,7 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
         let pki = Pki::new();
         let server = tls::redis(&pki, false);
         let port = server.port();
-        let url = format!("rediss://:s3cret-pw@localhost:{port}");
-        for ca in [None, Some(pki.path("other-ca.pem"))] {
-            let err = connect_error(RedisTransport::connect(tls_config(url.clone(), ca)).await);
-            assert!(
-                err.starts_with(&format!("cannot connect redis to rediss://:***@localhost:{port}: ")),
-                "{err}"
-            );
-            assert!(
-                err.contains("the server's certificate is not signed by a CA this client trusts"),
-                "{err}"
-            );
-            assert!(!err.contains("s3cret"), "{err}");
-        }
-        let cfg = tls_config(format!("rediss://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
-        let err = connect_error(RedisTransport::connect(cfg).await);
-        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+        assert_unknown_ca_and_wrong_host_explained(&pki, tls_config, "redis", ("rediss", "", port)).await;
         // A plain redis:// URL to the TLS port: no answer in Redis's protocol.
         let cfg = RedisConfig {
             connect_timeout: Duration::from_secs(1),
@@ -385,20 +357,7 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
 
 #[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    let pki = Pki::new();
-    let config = |url: &str, [ca, cert, key]: TlsFiles| RedisConfig {
-        tls_ca_file: ca,
-        tls_cert_file: cert,
-        tls_key_file: key,
-        ..tls_config(url.into(), None)
-    };
-    assert_unusable_tls_files_refused(
-        &pki,
-        "rediss://localhost",
-        Some(("redis://localhost", "needs a rediss:// URL")),
-        config,
-        RedisConfig::validate,
-        RedisTransport::connect,
-    )
-    .await;
+    let config = |url: &str| tls_config(url.into(), None);
+    let plain = ("redis://localhost", "needs a rediss:// URL");
+    assert_unusable_tls_files_refused(config, "rediss://localhost", Some(plain)).await;
 }

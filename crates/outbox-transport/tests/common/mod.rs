@@ -790,21 +790,88 @@ pub(crate) fn config_error<T>(result: Result<T, TransportError>, key: &str) -> S
 /// The TLS files of a destination (`tls_ca_file`, `tls_cert_file`, `tls_key_file`).
 pub(crate) type TlsFiles = [Option<String>; 3];
 
+/// The configuration of a transport that names TLS files, and how that transport checks it and
+/// connects with it: what the TLS tests every such transport runs need (implemented by
+/// [`tls_configs!`] for each one compiled in).
+pub(crate) trait TlsConfig: Clone + Sized {
+    /// The transport the configuration connects.
+    type Transport: Transport;
+    /// The transport's kind, as its errors name it.
+    const KIND: &'static str;
+    /// The configuration's `tls_ca_file`, `tls_cert_file` and `tls_key_file`.
+    fn tls_files_mut(&mut self) -> [&mut Option<String>; 3];
+    /// What `outbox check` runs: the transport's `validate`.
+    fn check(&self) -> Result<(), TransportError>;
+    /// The transport's `connect`.
+    fn connect_with(self) -> impl Future<Output = Result<Self::Transport, TransportError>>;
+
+    /// The configuration with these TLS files instead of its own.
+    fn with_tls_files(mut self, files: TlsFiles) -> Self {
+        for (slot, file) in self.tls_files_mut().into_iter().zip(files) {
+            *slot = file;
+        }
+        self
+    }
+
+    /// The configuration presenting `pki`'s certificate and key named `name` (`client`,
+    /// `stranger`), or none.
+    fn with_client_cert(mut self, pki: &outbox_testkit::tls::Pki, name: Option<&str>) -> Self {
+        let [_, cert, key] = self.tls_files_mut();
+        *cert = name.map(|c| pki.path(&format!("{c}.pem")));
+        *key = name.map(|c| pki.path(&format!("{c}.key")));
+        self
+    }
+}
+
+/// Implements [`TlsConfig`] for each `"feature": Config => Transport`, when the feature is on.
+macro_rules! tls_configs {
+    ($($feature:literal: $config:ty => $transport:ty),* $(,)?) => {$(
+        #[cfg(feature = $feature)]
+        impl TlsConfig for $config {
+            type Transport = $transport;
+            const KIND: &'static str = $feature;
+            fn tls_files_mut(&mut self) -> [&mut Option<String>; 3] {
+                [&mut self.tls_ca_file, &mut self.tls_cert_file, &mut self.tls_key_file]
+            }
+            fn check(&self) -> Result<(), TransportError> {
+                self.validate()
+            }
+            fn connect_with(self) -> impl Future<Output = Result<$transport, TransportError>> {
+                <$transport>::connect(self)
+            }
+        }
+    )*};
+}
+
+tls_configs!(
+    "nats": outbox_transport::nats::NatsConfig => outbox_transport::nats::NatsTransport,
+    "rabbitmq": outbox_transport::rabbitmq::RabbitMqConfig => outbox_transport::rabbitmq::RabbitMqTransport,
+    "redis": outbox_transport::redis::RedisConfig => outbox_transport::redis::RedisTransport,
+    "mqtt": outbox_transport::mqtt::MqttConfig => outbox_transport::mqtt::MqttTransport,
+    "http": outbox_transport::http::HttpConfig => outbox_transport::http::HttpTransport,
+);
+
+/// The text of the connect error, of its own transport, that `config` meets (panics on success
+/// or another error).
+pub(crate) async fn connect_refusal<C: TlsConfig>(config: C) -> String {
+    match config.connect_with().await {
+        Err(e @ TransportError::Connect { transport, .. }) if transport == C::KIND => e.to_string(),
+        Err(other) => panic!("expected a connect error of {}, got {other}", C::KIND),
+        Ok(_) => panic!("connected, expected a connect error of {}", C::KIND),
+    }
+}
+
 /// Checks every transport's handling of TLS files it cannot use: `config` builds the
-/// transport's configuration for `url` with the files; `connect` must refuse each case with a
-/// configuration error naming the key and saying why, and `validate` (what `outbox check` runs)
-/// must say the same. With `plain` (a URL without TLS, and what the error must say), a CA file
-/// with that URL must be refused too.
-pub(crate) async fn assert_unusable_tls_files_refused<C, T, Fut>(
-    pki: &outbox_testkit::tls::Pki,
+/// transport's configuration for a URL, which gets the files; `connect` must refuse each case
+/// with a configuration error naming the key and saying why, and `validate` (what `outbox
+/// check` runs) must say the same. With `plain` (a URL without TLS, and what the error must
+/// say), a CA file with that URL must be refused too.
+pub(crate) async fn assert_unusable_tls_files_refused<C: TlsConfig>(
+    config: impl Fn(&str) -> C,
     tls_url: &str,
     plain: Option<(&str, &str)>,
-    config: impl Fn(&str, TlsFiles) -> C,
-    validate: impl Fn(&C) -> Result<(), TransportError>,
-    connect: impl Fn(C) -> Fut,
-) where
-    Fut: Future<Output = Result<T, TransportError>>,
-{
+) {
+    let pki = outbox_testkit::tls::Pki::new();
     let p = |name: &str| Some(pki.path(name));
     let missing = Some(format!("{}/missing.pem", pki.dir().display()));
     let mut cases: Vec<(&str, TlsFiles, &str, &str)> = vec![
@@ -818,13 +885,63 @@ pub(crate) async fn assert_unusable_tls_files_refused<C, T, Fut>(
         cases.push((plain_url, [p("ca.pem"), None, None], "tls_ca_file", needs));
     }
     for (url, files, key, says) in cases {
-        let c = config(url, files.clone());
-        let checked = match validate(&c) {
+        let c = config(url).with_tls_files(files.clone());
+        let checked = match c.check() {
             Err(e) => e.to_string(),
             Ok(()) => panic!("{files:?} with {url} passed validation"),
         };
-        let err = config_error(connect(c).await, key);
+        let err = config_error(c.connect_with().await, key);
         assert!(err.contains(says), "{files:?} with {url}: {err}");
         assert_eq!(checked, err, "outbox check says the same");
     }
+}
+
+/// Against a TLS server that requires a client certificate, `config` (trusting the test CA of
+/// `pki`) with the client's certificate connects and delivers the envelope `by certificate`
+/// (id 7, topic `order.paid`), for the caller to find at the broker; without a certificate, and
+/// with one another CA signed (`stranger`), `connect` fails with an error of the transport
+/// `kind` naming `url`. Returns those two errors' texts, for the caller to check why.
+pub(crate) async fn client_certificate_required<C: TlsConfig>(
+    pki: &outbox_testkit::tls::Pki,
+    config: C,
+    kind: &str,
+    url: &str,
+) -> (String, String) {
+    let t = config.clone().with_client_cert(pki, Some("client")).connect_with().await.unwrap();
+    assert_eq!(
+        t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
+        vec![Outcome::Delivered]
+    );
+    let mut refused = Vec::new();
+    for cert in [None, Some("stranger")] {
+        let err = connect_error(config.clone().with_client_cert(pki, cert).connect_with().await);
+        assert!(err.starts_with(&format!("cannot connect {kind} to {url}: ")), "{cert:?}: {err}");
+        refused.push(err);
+    }
+    let [missing, foreign] = <[String; 2]>::try_from(refused).unwrap();
+    (missing, foreign)
+}
+
+/// With a TLS server on `port` (its certificate from `pki`): the URL
+/// `<scheme>://<user>:s3cret-pw@localhost:<port>` with no CA file, and with another CA's, is
+/// refused as signed by an unknown CA, the error of the transport `kind` naming the URL with
+/// its password redacted; with the right CA and the host `127.0.0.1`, for the host name.
+/// `tls_config` builds the configuration for a URL and a CA file.
+pub(crate) async fn assert_unknown_ca_and_wrong_host_explained<C: TlsConfig>(
+    pki: &outbox_testkit::tls::Pki,
+    tls_config: impl Fn(String, Option<String>) -> C,
+    kind: &str,
+    (scheme, user, port): (&str, &str, u16),
+) {
+    let url = format!("{scheme}://{user}:s3cret-pw@localhost:{port}");
+    for ca in [None, Some(pki.path("other-ca.pem"))] {
+        let err = connect_error(tls_config(url.clone(), ca).connect_with().await);
+        let shown = format!("cannot connect {kind} to {scheme}://{user}:***@localhost:{port}: ");
+        assert!(err.starts_with(&shown), "{err}");
+        assert!(err.contains("the server's certificate is not signed by a CA this client trusts"), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+    let cfg = tls_config(format!("{scheme}://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
+    let err = connect_error(cfg.connect_with().await);
+    assert!(err.contains("not valid for the host name in the URL"), "{err}");
 }
