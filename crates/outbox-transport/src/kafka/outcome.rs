@@ -121,22 +121,38 @@ mod tests {
 
     #[test]
     fn classification() {
-        let k = |c| kind(&produce_error(&KafkaError::MessageProduction(c), "t"));
-        assert_eq!(k(C::MessageSizeTooLarge), FailureKind::Permanent);
-        assert_eq!(k(C::UnknownTopicOrPartition), FailureKind::Permanent);
-        assert_eq!(k(C::TopicAuthorizationFailed), FailureKind::Permanent);
-        assert_eq!(k(C::MessageTimedOut), FailureKind::Unavailable);
-        assert_eq!(k(C::AllBrokersDown), FailureKind::Unavailable);
-        assert_eq!(k(C::NotEnoughReplicas), FailureKind::Unavailable);
-        assert_eq!(k(C::QueueFull), FailureKind::Unavailable);
-        assert_eq!(k(C::Fatal), FailureKind::Unavailable);
-        assert_eq!(k(C::ProducerFenced), FailureKind::Unavailable);
-        assert_eq!(k(C::UnknownProducerId), FailureKind::Unavailable);
+        for (expected, codes) in [
+            (
+                FailureKind::Permanent,
+                &[
+                    C::MessageSizeTooLarge,
+                    C::UnknownTopicOrPartition,
+                    C::TopicAuthorizationFailed,
+                    C::BadMessage,
+                    C::InvalidArgument,
+                ][..],
+            ),
+            (
+                FailureKind::Unavailable,
+                &[
+                    C::MessageTimedOut,
+                    C::AllBrokersDown,
+                    C::NotEnoughReplicas,
+                    C::QueueFull,
+                    C::Fatal,
+                    C::ProducerFenced,
+                    C::UnknownProducerId,
+                ],
+            ),
+            (FailureKind::Retryable, &[C::InvalidMessage]),
+        ] {
+            for &c in codes {
+                let o = produce_error(&KafkaError::MessageProduction(c), "t");
+                assert_eq!(kind(&o), expected, "{c:?}");
+            }
+        }
         assert!(needs_rebuild(&KafkaError::MessageProduction(C::OutOfOrderSequenceNumber)));
         assert!(!needs_rebuild(&KafkaError::MessageProduction(C::MessageTimedOut)));
-        assert_eq!(k(C::InvalidMessage), FailureKind::Retryable);
-        assert_eq!(k(C::BadMessage), FailureKind::Permanent);
-        assert_eq!(k(C::InvalidArgument), FailureKind::Permanent);
         let long = produce_error(&KafkaError::MessageProduction(C::MessageTimedOut), &"t".repeat(10_000));
         assert!(format!("{long:?}").len() < 400, "the topic is quoted bounded");
         assert_eq!(kind(&oversized(10, 5)), FailureKind::Permanent);

@@ -114,13 +114,19 @@ mod tests {
 
     #[test]
     fn client_side_kinds() {
-        let k = |k| kind(&publish_error(&PublishError::new(k), "a.b"));
-        assert_eq!(k(PublishErrorKind::StreamNotFound), FailureKind::Unavailable);
-        assert_eq!(k(PublishErrorKind::TimedOut), FailureKind::Unavailable);
-        assert_eq!(k(PublishErrorKind::BrokenPipe), FailureKind::Unavailable);
-        assert_eq!(k(PublishErrorKind::MaxAckPending), FailureKind::Unavailable);
-        assert_eq!(k(PublishErrorKind::WrongLastSequence), FailureKind::Permanent);
-        assert_eq!(k(PublishErrorKind::Other), FailureKind::Retryable);
+        use PublishErrorKind as K;
+        for (expected, kinds) in [
+            (
+                FailureKind::Unavailable,
+                &[K::StreamNotFound, K::TimedOut, K::BrokenPipe, K::MaxAckPending][..],
+            ),
+            (FailureKind::Permanent, &[K::WrongLastSequence]),
+            (FailureKind::Retryable, &[K::Other]),
+        ] {
+            for &k in kinds {
+                assert_eq!(kind(&publish_error(&PublishError::new(k), "a.b")), expected, "{k:?}");
+            }
+        }
         let no_stream = publish_error(&PublishError::new(PublishErrorKind::StreamNotFound), "x.y");
         assert!(format!("{no_stream:?}").contains("\\\"x.y\\\""), "{no_stream:?}");
         let refused =

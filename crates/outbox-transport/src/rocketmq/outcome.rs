@@ -148,13 +148,19 @@ mod tests {
 
     #[test]
     fn errors() {
-        let broker = |c| kind(&error(&ClientError::broker_operation_failed("send", c, "x"), "T"));
-        assert_eq!(broker(code::MESSAGE_ILLEGAL), FailureKind::Permanent);
-        assert_eq!(broker(code::TOPIC_NOT_EXIST), FailureKind::Permanent);
-        assert_eq!(broker(code::NO_PERMISSION), FailureKind::Permanent);
-        assert_eq!(broker(code::SYSTEM_BUSY), FailureKind::Unavailable);
-        assert_eq!(broker(code::SERVICE_NOT_AVAILABLE), FailureKind::Unavailable);
-        assert_eq!(broker(code::SYSTEM_ERROR), FailureKind::Retryable);
+        for (expected, codes) in [
+            (
+                FailureKind::Permanent,
+                &[code::MESSAGE_ILLEGAL, code::TOPIC_NOT_EXIST, code::NO_PERMISSION][..],
+            ),
+            (FailureKind::Unavailable, &[code::SYSTEM_BUSY, code::SERVICE_NOT_AVAILABLE]),
+            (FailureKind::Retryable, &[code::SYSTEM_ERROR]),
+        ] {
+            for &c in codes {
+                let e = ClientError::broker_operation_failed("send", c, "x");
+                assert_eq!(kind(&error(&e, "T")), expected, "broker code {c}");
+            }
+        }
         assert_eq!(kind(&error(&ClientError::route_not_found("T"), "T")), FailureKind::Permanent);
         assert_eq!(kind(&error(&ClientError::timeout("send", 10), "T")), FailureKind::Unavailable);
         assert_eq!(kind(&error(&ClientError::illegal_argument("bad"), "T")), FailureKind::Permanent);
