@@ -65,109 +65,80 @@ pub mod redis;
 #[cfg(feature = "rocketmq")]
 pub mod rocketmq;
 
-/// A transport chosen in the configuration file by `type`, with that transport's own keys
-/// (`[destinations.<name>.transport]`). Closed on purpose: the set of brokers lives here.
-#[derive(Debug, Clone, serde::Deserialize)]
-#[serde(tag = "type", rename_all = "lowercase")]
-#[non_exhaustive]
-pub enum TransportConfig {
-    /// NATS JetStream.
-    #[cfg(feature = "nats")]
-    Nats(nats::NatsConfig),
-    /// RabbitMQ.
-    #[cfg(feature = "rabbitmq")]
-    Rabbitmq(rabbitmq::RabbitMqConfig),
-    /// Redis Streams.
-    #[cfg(feature = "redis")]
-    Redis(redis::RedisConfig),
-    /// MQTT.
-    #[cfg(feature = "mqtt")]
-    Mqtt(mqtt::MqttConfig),
-    /// HTTP webhook.
-    #[cfg(feature = "http")]
-    Http(http::HttpConfig),
-    /// Kafka.
-    #[cfg(feature = "kafka")]
-    Kafka(kafka::KafkaConfig),
-    /// RocketMQ.
-    #[cfg(feature = "rocketmq")]
-    Rocketmq(rocketmq::RocketMqConfig),
-}
-
-impl TransportConfig {
-    /// The transport kind, as written in `type`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            #[cfg(feature = "nats")]
-            TransportConfig::Nats(_) => "nats",
-            #[cfg(feature = "rabbitmq")]
-            TransportConfig::Rabbitmq(_) => "rabbitmq",
-            #[cfg(feature = "redis")]
-            TransportConfig::Redis(_) => "redis",
-            #[cfg(feature = "mqtt")]
-            TransportConfig::Mqtt(_) => "mqtt",
-            #[cfg(feature = "http")]
-            TransportConfig::Http(_) => "http",
-            #[cfg(feature = "kafka")]
-            TransportConfig::Kafka(_) => "kafka",
-            #[cfg(feature = "rocketmq")]
-            TransportConfig::Rocketmq(_) => "rocketmq",
-            #[allow(unreachable_patterns)]
-            _ => "unknown",
+/// Defines [`TransportConfig`] from the list of brokers, each given once: its feature (also
+/// its `type` in the configuration file), its variant and doc line, its module's configuration
+/// and transport. Every match over the variants is written here, once.
+macro_rules! transport_configs {
+    ($(
+        $feature:literal => $variant:ident($doc:literal, $module:ident::$config:ident, $transport:ident)
+    ),* $(,)?) => {
+        /// A transport chosen in the configuration file by `type`, with that transport's own keys
+        /// (`[destinations.<name>.transport]`). Closed on purpose: the set of brokers lives here.
+        #[derive(Debug, Clone, serde::Deserialize)]
+        #[serde(tag = "type", rename_all = "lowercase")]
+        #[non_exhaustive]
+        pub enum TransportConfig {
+            $(
+                #[doc = $doc]
+                #[cfg(feature = $feature)]
+                $variant($module::$config),
+            )*
         }
-    }
 
-    /// Checks the values without connecting.
-    pub fn validate(&self) -> Result<()> {
-        match self {
-            #[cfg(feature = "nats")]
-            TransportConfig::Nats(c) => c.validate(),
-            #[cfg(feature = "rabbitmq")]
-            TransportConfig::Rabbitmq(c) => c.validate(),
-            #[cfg(feature = "redis")]
-            TransportConfig::Redis(c) => c.validate(),
-            #[cfg(feature = "mqtt")]
-            TransportConfig::Mqtt(c) => c.validate(),
-            #[cfg(feature = "http")]
-            TransportConfig::Http(c) => c.validate(),
-            #[cfg(feature = "kafka")]
-            TransportConfig::Kafka(c) => c.validate(),
-            #[cfg(feature = "rocketmq")]
-            TransportConfig::Rocketmq(c) => c.validate(),
-            #[allow(unreachable_patterns)]
-            _ => Ok(()),
-        }
-    }
+        impl TransportConfig {
+            /// The transport kind, as written in `type`.
+            pub fn kind(&self) -> &'static str {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        TransportConfig::$variant(_) => $feature,
+                    )*
+                    #[allow(unreachable_patterns)]
+                    _ => "unknown",
+                }
+            }
 
-    /// Validates, connects, and returns the transport.
-    pub async fn build(self) -> Result<std::sync::Arc<dyn outbox_core::Transport>> {
-        Ok(match self {
-            #[cfg(feature = "nats")]
-            TransportConfig::Nats(c) => std::sync::Arc::new(nats::NatsTransport::connect(c).await?),
-            #[cfg(feature = "rabbitmq")]
-            TransportConfig::Rabbitmq(c) => {
-                std::sync::Arc::new(rabbitmq::RabbitMqTransport::connect(c).await?)
+            /// Checks the values without connecting.
+            pub fn validate(&self) -> Result<()> {
+                match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        TransportConfig::$variant(c) => c.validate(),
+                    )*
+                    #[allow(unreachable_patterns)]
+                    _ => Ok(()),
+                }
             }
-            #[cfg(feature = "redis")]
-            TransportConfig::Redis(c) => std::sync::Arc::new(redis::RedisTransport::connect(c).await?),
-            #[cfg(feature = "mqtt")]
-            TransportConfig::Mqtt(c) => std::sync::Arc::new(mqtt::MqttTransport::connect(c).await?),
-            #[cfg(feature = "http")]
-            TransportConfig::Http(c) => std::sync::Arc::new(http::HttpTransport::connect(c).await?),
-            #[cfg(feature = "kafka")]
-            TransportConfig::Kafka(c) => std::sync::Arc::new(kafka::KafkaTransport::connect(c).await?),
-            #[cfg(feature = "rocketmq")]
-            TransportConfig::Rocketmq(c) => {
-                std::sync::Arc::new(rocketmq::RocketMqTransport::connect(c).await?)
-            }
-            #[allow(unreachable_patterns)]
-            _ => {
-                return Err(TransportError::Config {
-                    transport: "unknown",
-                    key: "type",
-                    reason: "this transport is not compiled into this build".into(),
+
+            /// Validates, connects, and returns the transport.
+            pub async fn build(self) -> Result<std::sync::Arc<dyn outbox_core::Transport>> {
+                Ok(match self {
+                    $(
+                        #[cfg(feature = $feature)]
+                        TransportConfig::$variant(c) => {
+                            std::sync::Arc::new($module::$transport::connect(c).await?)
+                        }
+                    )*
+                    #[allow(unreachable_patterns)]
+                    _ => {
+                        return Err(TransportError::Config {
+                            transport: "unknown",
+                            key: "type",
+                            reason: "this transport is not compiled into this build".into(),
+                        })
+                    }
                 })
             }
-        })
-    }
+        }
+    };
 }
+
+transport_configs!(
+    "nats" => Nats("NATS JetStream.", nats::NatsConfig, NatsTransport),
+    "rabbitmq" => Rabbitmq("RabbitMQ.", rabbitmq::RabbitMqConfig, RabbitMqTransport),
+    "redis" => Redis("Redis Streams.", redis::RedisConfig, RedisTransport),
+    "mqtt" => Mqtt("MQTT.", mqtt::MqttConfig, MqttTransport),
+    "http" => Http("HTTP webhook.", http::HttpConfig, HttpTransport),
+    "kafka" => Kafka("Kafka.", kafka::KafkaConfig, KafkaTransport),
+    "rocketmq" => Rocketmq("RocketMQ.", rocketmq::RocketMqConfig, RocketMqTransport),
+);
