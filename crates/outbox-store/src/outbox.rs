@@ -170,10 +170,16 @@ pub(crate) fn traced_batch(msgs: &[NewMessage]) -> std::borrow::Cow<'_, [NewMess
 }
 
 /// Implements [`OutboxDatabase`] for a dialect with the functions of its module (`MIGRATIONS`,
-/// `enqueue`, `enqueue_batch`, `get`), and [`OutboxConnection`] for its connection.
+/// `enqueue`, `enqueue_batch`, `get`), [`OutboxConnection`] for its connection, and the
+/// module's `render` (its SQL for a set of [`Tables`] names).
 #[allow(unused_macros)]
 macro_rules! impl_dialect {
     ($conn:ty, $db:ty, $dialect:expr) => {
+        /// `sql` for the names `tables` on this database.
+        pub(crate) fn render<'a>(tables: &$crate::Tables, sql: &'a str) -> ::std::borrow::Cow<'a, str> {
+            tables.render($dialect, sql)
+        }
+
         impl $crate::OutboxDatabase for $db {
             const MIGRATIONS: &'static [$crate::Migration] = MIGRATIONS;
             const DIALECT: $crate::names::Dialect = $dialect;

@@ -73,11 +73,6 @@ pub(crate) const MESSAGE_COLUMNS: &str = "id, biz_type, biz_key, topic, msg_key,
     last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by, created_at, updated_at";
 
 mod ack;
-/// `sql` for the names `tables` on this database.
-pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
-    tables.render(Dialect::MySql, sql)
-}
-
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;

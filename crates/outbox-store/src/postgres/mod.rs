@@ -165,11 +165,6 @@ macro_rules! message_columns {
 pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
 mod ack;
-/// `sql` for the names `tables` on this database.
-pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
-    tables.render(Dialect::Postgres, sql)
-}
-
 mod admin;
 mod relay;
 pub(crate) use relay::deliveries_locked;

@@ -84,11 +84,6 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
         .foreign_keys(true))
 }
 
-/// `sql` for the names `tables` on this database.
-pub(crate) fn render<'a>(tables: &Tables, sql: &'a str) -> std::borrow::Cow<'a, str> {
-    tables.render(Dialect::Sqlite, sql)
-}
-
 mod admin;
 mod relay;
 
