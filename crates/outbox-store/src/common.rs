@@ -359,8 +359,64 @@ fn poison_reason(what: &str) -> String {
     ))
 }
 
+/// A dialect's `FAIL_ONE`: marks one message the relay holds (`pending` under its lock, or
+/// `sending` under its lease) `failed` with a reason, for a row it cannot read or whose outcome
+/// could not be written. `statement` binds the reason, the message id, then the lease owner.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) struct FailSql<DB: sqlx::Database> {
+    pub(crate) statement: &'static str,
+    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+impl<DB> FailSql<DB>
+where
+    DB: crate::OutboxDatabase,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    i64: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+    String: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
+{
+    /// Marks message `id` `failed` with `reason`; returns the rows written (0 when the row is no
+    /// longer held).
+    pub(crate) async fn fail_one(
+        &self,
+        conn: &mut DB::Connection,
+        tables: &crate::Tables,
+        owner: &str,
+        id: i64,
+        reason: &str,
+    ) -> Result<u64> {
+        let done = sqlx::query::<DB>(&tables.render(DB::DIALECT, self.statement))
+            .bind(reason.to_owned())
+            .bind(id)
+            .bind(owner.to_owned())
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        Ok((self.rows_affected)(&done))
+    }
+
+    /// Logs and fails the claimed rows that could not be read, each alone (a row whose own
+    /// write fails is left to its lease or lock, and logged).
+    pub(crate) async fn fail_poison(
+        &self,
+        conn: &mut DB::Connection,
+        tables: &crate::Tables,
+        owner: &str,
+        poison: &[Poison],
+    ) {
+        log_poison(poison);
+        for p in poison {
+            if let Err(e) = self.fail_one(conn, tables, owner, p.id, &p.reason).await {
+                tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
+            }
+        }
+    }
+}
+
 /// Logs the rows a claim failed because they could not be read.
-pub(crate) fn log_poison(poison: &[Poison]) {
+fn log_poison(poison: &[Poison]) {
     for p in poison {
         tracing::error!(message_id = p.id, reason = %p.reason, "Message failed: its row cannot be read");
     }

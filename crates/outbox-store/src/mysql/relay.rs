@@ -30,7 +30,7 @@ use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
 use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
-use crate::common::{decode_rows, log_poison, Poison};
+use crate::common::{decode_rows, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -153,12 +153,7 @@ async fn lock_candidates(
     kept.sort_by_key(|m| m.id);
     if !poison.is_empty() {
         // The rows are locked by this transaction (`pending`): fail them in it.
-        log_poison(&poison);
-        for p in &poison {
-            if let Err(e) = fail_one(&mut tx, tables, "", p.id, &p.reason).await {
-                tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
-            }
-        }
+        FAIL.fail_poison(&mut tx, tables, "", &poison).await;
     }
     Ok((tx, kept, poison))
 }
@@ -173,22 +168,7 @@ const FAIL_ONE: &str = "UPDATE outbox_message SET status = 'failed', attempts = 
      created_at = IF(created_at >= '1970-01-01', created_at, UTC_TIMESTAMP(6)) \
      WHERE id = ? AND (status = 'pending' OR (status = 'sending' AND lease_owner = ?))";
 
-async fn fail_one(
-    conn: &mut MySqlConnection,
-    tables: &Tables,
-    owner: &str,
-    id: i64,
-    reason: &str,
-) -> Result<u64> {
-    let done = sqlx::query(&render(tables, FAIL_ONE))
-        .bind(reason)
-        .bind(id)
-        .bind(owner)
-        .execute(&mut *conn)
-        .await
-        .map_err(db)?;
-    Ok(done.rows_affected())
-}
+const FAIL: FailSql<MySql> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
 
 /// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
 struct MySqlWrites<'a> {
@@ -203,7 +183,7 @@ impl SettleWrites<MySql> for MySqlWrites<'_> {
     }
 
     async fn fail(&self, conn: &mut MySqlConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.tables, self.owner, id, reason).await
+        FAIL.fail_one(conn, self.tables, self.owner, id, reason).await
     }
 }
 

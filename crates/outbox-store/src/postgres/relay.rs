@@ -19,7 +19,7 @@ use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
-use crate::common::{decode_rows, log_poison, Poison};
+use crate::common::{decode_rows, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -205,11 +205,13 @@ SET status = CASE WHEN d.status = 'acked' THEN d.status ELSE EXCLUDED.status END
 /// repaired so that the row passes the table's checks again.
 const FAIL_ONE: &str = "\
 UPDATE outbox_message
-SET status = 'failed', attempts = attempts + 1, last_error = $2, next_attempt_at = now(),
+SET status = 'failed', attempts = attempts + 1, last_error = $1, next_attempt_at = now(),
     last_attempt_at = now(), lease_owner = NULL, lease_until = NULL, updated_at = now(),
     created_at = CASE WHEN created_at BETWEEN '1970-01-01 00:00:00+00' AND '9999-12-31 00:00:00+00'
                       THEN created_at ELSE now() END
-WHERE id = $1 AND (status = 'pending' OR (status = 'sending' AND lease_owner = $3))";
+WHERE id = $2 AND (status = 'pending' OR (status = 'sending' AND lease_owner = $3))";
+
+const FAIL: FailSql<Postgres> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -294,37 +296,8 @@ impl SettleWrites<Postgres> for PgWrites<'_> {
     }
 
     async fn fail(&self, conn: &mut PgConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.tables, self.owner, id, reason).await
+        FAIL.fail_one(conn, self.tables, self.owner, id, reason).await
     }
-}
-
-async fn fail_one(
-    conn: &mut PgConnection,
-    tables: &Tables,
-    owner: &str,
-    id: i64,
-    reason: &str,
-) -> Result<u64> {
-    let done = sqlx::query(&render(tables, FAIL_ONE))
-        .bind(id)
-        .bind(reason)
-        .bind(owner)
-        .execute(&mut *conn)
-        .await
-        .map_err(db)?;
-    Ok(done.rows_affected())
-}
-
-/// Fails the claimed rows that could not be read, each alone (a row whose own write fails is
-/// left to its lease or lock, and logged).
-async fn fail_poison(conn: &mut PgConnection, tables: &Tables, owner: &str, poison: &[Poison]) -> Result<()> {
-    log_poison(poison);
-    for p in poison {
-        if let Err(e) = fail_one(conn, tables, owner, p.id, &p.reason).await {
-            tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
-        }
-    }
-    Ok(())
 }
 
 /// The per-destination rows of these messages.
@@ -454,7 +427,7 @@ impl Outbox<Postgres> {
         let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
         if !poison.is_empty() {
             let mut conn = self.pool().acquire().await.map_err(db)?;
-            fail_poison(&mut conn, tables, owner, &poison).await?;
+            FAIL.fail_poison(&mut conn, tables, owner, &poison).await;
         }
         out.sort_by_key(|m| m.id);
         Ok(out)
@@ -507,7 +480,7 @@ impl Outbox<Postgres> {
         }
         if !poison.is_empty() {
             // Written in the claim's transaction: committed with the batch's settlement.
-            fail_poison(&mut tx, tables, owner, &poison).await?;
+            FAIL.fail_poison(&mut tx, tables, owner, &poison).await;
         }
         if out.is_empty() {
             if !poison.is_empty() {

@@ -13,7 +13,7 @@ use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
 use crate::common::{ack_step, delivery_status, expire_each, record_ack, AckSql, ExpireSql};
-use crate::common::{decode_rows, log_poison};
+use crate::common::{decode_rows, FailSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -235,38 +235,23 @@ impl SettleWrites<Sqlite> for SqliteWrites<'_> {
     }
 
     async fn fail(&self, conn: &mut SqliteConnection, id: i64, reason: &str) -> Result<u64> {
-        fail_one(conn, self.tables, self.owner, id, reason).await
+        FAIL.fail_one(conn, self.tables, self.owner, id, reason).await
     }
 }
 
 /// One message `failed` with its reason (a row `owner` leases): a row that cannot be read, or
 /// whose outcome could not be written.
 const FAIL_ONE: &str = concat!(
-    "UPDATE outbox_message SET status = 'failed', attempts = attempts + 1, last_error = ?2, next_attempt_at = ",
+    "UPDATE outbox_message SET status = 'failed', attempts = attempts + 1, last_error = ?1, next_attempt_at = ",
     now_ms!(),
     ", last_attempt_at = ",
     now_ms!(),
     ", lease_owner = NULL, lease_until = NULL, updated_at = ",
     now_ms!(),
-    " WHERE id = ?1 AND status = 'sending' AND lease_owner = ?3"
+    " WHERE id = ?2 AND status = 'sending' AND lease_owner = ?3"
 );
 
-async fn fail_one(
-    conn: &mut SqliteConnection,
-    tables: &Tables,
-    owner: &str,
-    id: i64,
-    reason: &str,
-) -> Result<u64> {
-    let done = sqlx::query(&render(tables, FAIL_ONE))
-        .bind(id)
-        .bind(reason)
-        .bind(owner)
-        .execute(&mut *conn)
-        .await
-        .map_err(db)?;
-    Ok(done.rows_affected())
-}
+const FAIL: FailSql<Sqlite> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
 
 /// SQLite leases every claim: holding its single writer lock for the length of a publish would
 /// block every business transaction, so its [`Claims::Lock`] is [`NoLocks`].
@@ -292,13 +277,8 @@ impl Claims for Outbox<Sqlite> {
             .map_err(db)?;
         let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
         if !poison.is_empty() {
-            log_poison(&poison);
             let mut conn = self.pool().acquire().await.map_err(db)?;
-            for p in &poison {
-                if let Err(e) = fail_one(&mut conn, tables, owner, p.id, &p.reason).await {
-                    tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
-                }
-            }
+            FAIL.fail_poison(&mut conn, tables, owner, &poison).await;
         }
         out.sort_by_key(|m| m.id);
         Ok(Claimed::leased(out))
