@@ -76,12 +76,19 @@ pub trait InboxDatabase: Migrator {
     ) -> impl Future<Output = Result<u64>> + Send + 'a;
 }
 
-/// Implements [`InboxDatabase`] for one dialect from its SQL: the claim statement (group,
-/// message id, topic), the prune statement (age in the dialect's unit, batch), how a
-/// retention becomes that age, and which insert error means "already there" (dialects with
-/// `ON CONFLICT DO NOTHING` never see one and pass `|_| false`).
+/// Implements [`InboxDatabase`] for one dialect from its module's `MIGRATIONS` and SQL: the
+/// claim statement `CLAIM_SQL` (group, message id, topic) and the prune statement `PRUNE` (age
+/// in the dialect's unit, batch); `age` turns a retention into that age, and `duplicate` says
+/// which insert error means "already there" (only dialects without `ON CONFLICT DO NOTHING`
+/// see one; the others leave it out).
 macro_rules! inbox_database {
-    ($db:ty, $conn:ty, $dialect:expr, claim: $claim:expr, prune: $prune:expr, age: $age:expr, duplicate: $dup:expr $(,)?) => {
+    (@duplicate) => {
+        |_: &sqlx::Error| false
+    };
+    (@duplicate $dup:expr) => {
+        $dup
+    };
+    ($db:ty, $conn:ty, $dialect:expr, age: $age:expr $(, duplicate: $dup:expr)? $(,)?) => {
         impl $crate::inbox::InboxDatabase for $db {
             const MIGRATIONS: &'static [$crate::migrate::Migration] = MIGRATIONS;
             const DIALECT: outbox_store::Dialect = $dialect;
@@ -93,11 +100,11 @@ macro_rules! inbox_database {
                 message_id: &'a str,
                 topic: Option<&'a str>,
             ) -> outbox_core::Result<bool> {
-                let sql = tables.render($dialect, $claim);
+                let sql = tables.render($dialect, CLAIM_SQL);
                 let insert = sqlx::query(&sql).bind(group).bind(message_id).bind(topic);
                 match insert.execute(&mut *conn).await {
                     Ok(done) => Ok(done.rows_affected() == 1),
-                    Err(e) if ($dup)(&e) => Ok(false),
+                    Err(e) if ($crate::inbox::inbox_database!(@duplicate $($dup)?))(&e) => Ok(false),
                     Err(e) => Err($crate::error::db(e)),
                 }
             }
@@ -108,7 +115,7 @@ macro_rules! inbox_database {
                 older_than: std::time::Duration,
                 batch: u32,
             ) -> outbox_core::Result<u64> {
-                let sql = tables.render($dialect, $prune);
+                let sql = tables.render($dialect, PRUNE);
                 let delete = sqlx::query(&sql).bind(($age)(older_than)?).bind(i64::from(batch));
                 Ok(delete.execute(pool).await.map_err($crate::error::db)?.rows_affected())
             }

@@ -31,11 +31,5 @@ fn is_duplicate(err: &sqlx::Error) -> bool {
 }
 
 crate::inbox::inbox_database!(
-    MySql,
-    MySqlConnection,
-    outbox_store::Dialect::MySql,
-    claim: CLAIM_SQL,
-    prune: PRUNE,
-    age: crate::micros,
-    duplicate: is_duplicate,
+    MySql, MySqlConnection, outbox_store::Dialect::MySql, age: crate::micros, duplicate: is_duplicate
 );

@@ -23,12 +23,4 @@ const PRUNE: &str = "DELETE FROM outbox_inbox WHERE (consumer_group, message_id)
     WHERE processed_at < now() - $1::bigint * interval '1 microsecond' \
     ORDER BY processed_at LIMIT $2 FOR UPDATE SKIP LOCKED)";
 
-crate::inbox::inbox_database!(
-    Postgres,
-    PgConnection,
-    outbox_store::Dialect::Postgres,
-    claim: CLAIM_SQL,
-    prune: PRUNE,
-    age: crate::micros,
-    duplicate: |_: &sqlx::Error| false,
-);
+crate::inbox::inbox_database!(Postgres, PgConnection, outbox_store::Dialect::Postgres, age: crate::micros);

@@ -34,12 +34,4 @@ fn millis(older_than: Duration) -> Result<i64> {
         .map_err(|_| Error::Config(format!("retention {older_than:?} is too long")))
 }
 
-crate::inbox::inbox_database!(
-    Sqlite,
-    SqliteConnection,
-    outbox_store::Dialect::Sqlite,
-    claim: CLAIM_SQL,
-    prune: PRUNE,
-    age: millis,
-    duplicate: |_: &sqlx::Error| false,
-);
+crate::inbox::inbox_database!(Sqlite, SqliteConnection, outbox_store::Dialect::Sqlite, age: millis);
