@@ -329,6 +329,13 @@ mod tests {
 
     use super::*;
 
+    /// A waiter queued for the next outgoing publish, as `publish` queues one.
+    fn queue_waiter(s: &mut Shared) -> oneshot::Receiver<Outcome> {
+        let (waiter, answer) = oneshot::channel();
+        s.queued.push_back(waiter);
+        answer
+    }
+
     #[test]
     fn packet_sizes_match_the_wire() {
         // 2 (topic length) + 11 + 2 (packet id) + 100 = 115 remaining -> 1 length byte.
@@ -344,10 +351,8 @@ mod tests {
     #[test]
     fn acks_resolve_the_waiter_of_their_packet_id() {
         let mut s = Shared::default();
-        let (a, mut ra) = oneshot::channel();
-        let (b, mut rb) = oneshot::channel();
-        s.queued.push_back(a);
-        s.queued.push_back(b);
+        let mut ra = queue_waiter(&mut s);
+        let mut rb = queue_waiter(&mut s);
         s.on_event(&Event::Outgoing(Outgoing::Publish(7)));
         s.on_event(&Event::Outgoing(Outgoing::Publish(8)));
         s.on_event(&Event::Incoming(Packet::PubAck(PubAck::new(8))));
@@ -361,11 +366,9 @@ mod tests {
     #[test]
     fn a_collision_parks_the_waiter_until_its_packet_id_is_free() {
         let mut s = Shared::default();
-        let (a, mut ra) = oneshot::channel();
-        let (b, mut rb) = oneshot::channel();
-        s.queued.push_back(a);
+        let mut ra = queue_waiter(&mut s);
         s.on_event(&Event::Outgoing(Outgoing::Publish(1)));
-        s.queued.push_back(b);
+        let mut rb = queue_waiter(&mut s);
         s.on_event(&Event::Outgoing(Outgoing::AwaitAck(1)));
         s.on_event(&Event::Incoming(Packet::PubAck(PubAck::new(1))));
         assert_eq!(ra.try_recv().unwrap(), Outcome::Delivered);
