@@ -101,6 +101,20 @@ mod tests {
         }
     }
 
+    /// The reason of a decision to fail the message for good with `attempts` attempts spent;
+    /// any other decision panics.
+    fn failed_for_good(decision: Decision, attempts: i32) -> String {
+        match decision {
+            Decision::Settle(TargetResult::Failed {
+                attempts: spent,
+                kind: FailureKind::Permanent,
+                reason,
+                ..
+            }) if spent == attempts => reason,
+            other => panic!("{other:?}"),
+        }
+    }
+
     fn rules(retry: &RetryPolicy) -> Rules<'_> {
         Rules { retry, ack: false, payload_limit: None }
     }
@@ -143,17 +157,9 @@ mod tests {
             decide(&m, true, Some(&row(Status::Pending, 2, Duration::ZERO)), ack),
             Decision::Publish { attempts: 2 }
         );
-        match decide(&m, true, Some(&row(Status::Pending, 3, Duration::ZERO)), ack) {
-            Decision::Settle(TargetResult::Failed {
-                attempts: 2,
-                kind: FailureKind::Permanent,
-                reason,
-                ..
-            }) => {
-                assert!(reason.contains("no ACK"), "{reason}");
-            }
-            other => panic!("{other:?}"),
-        }
+        let reason =
+            failed_for_good(decide(&m, true, Some(&row(Status::Pending, 3, Duration::ZERO)), ack), 2);
+        assert!(reason.contains("no ACK"), "{reason}");
         // The message's own max_attempts wins over the destination's.
         let own = message(0, Some(1));
         assert!(matches!(
@@ -169,16 +175,7 @@ mod tests {
         let fits = Rules { payload_limit: Some(m.payload.len()), ..rules(&p) };
         assert_eq!(decide(&m, false, None, fits), Decision::Publish { attempts: 1 });
         let small = Rules { payload_limit: Some(m.payload.len() - 1), ..rules(&p) };
-        match decide(&m, false, None, small) {
-            Decision::Settle(TargetResult::Failed {
-                attempts: 1,
-                kind: FailureKind::Permanent,
-                reason,
-                ..
-            }) => {
-                assert!(reason.contains("larger than the destination's limit"), "{reason}");
-            }
-            other => panic!("{other:?}"),
-        }
+        let reason = failed_for_good(decide(&m, false, None, small), 1);
+        assert!(reason.contains("larger than the destination's limit"), "{reason}");
     }
 }

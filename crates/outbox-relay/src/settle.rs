@@ -293,6 +293,10 @@ mod tests {
         RetryPolicy { max_attempts: 3, jitter: 0.0, ..RetryPolicy::default() }
     }
 
+    fn target<'a>(destination: &'a str, policy: &'a RetryPolicy, result: TargetResult) -> Target<'a> {
+        Target { destination, policy, ack: None, result }
+    }
+
     fn failed(attempts: i32, kind: FailureKind) -> TargetResult {
         TargetResult::Failed { attempts, kind, reason: "boom".into(), retry_after: None }
     }
@@ -300,12 +304,7 @@ mod tests {
     #[test]
     fn delivered_everywhere_is_sent_with_no_extra_rows() {
         let p = policy();
-        let t = [Target {
-            destination: "a",
-            policy: &p,
-            ack: None,
-            result: TargetResult::Delivered { attempts: 0 },
-        }];
+        let t = [target("a", &p, TargetResult::Delivered { attempts: 0 })];
         let plan = plan(&msg(0, None), &t, false, || 0.5);
         assert!(plan.sent && plan.message.is_none() && plan.deliveries.is_empty());
     }
@@ -313,15 +312,13 @@ mod tests {
     #[test]
     fn retryable_backs_off_then_fails_when_exhausted() {
         let p = policy();
-        let t =
-            [Target { destination: "a", policy: &p, ack: None, result: failed(1, FailureKind::Retryable) }];
+        let t = [target("a", &p, failed(1, FailureKind::Retryable))];
         let plan1 = plan(&msg(1, None), &t, false, || 0.5);
         let m = plan1.message.unwrap();
         assert_eq!((m.status, m.attempts, m.retry_in), (Status::Pending, 2, Duration::from_secs(2)));
         assert_eq!(m.last_error.as_deref(), Some("[a] boom"));
 
-        let t =
-            [Target { destination: "a", policy: &p, ack: None, result: failed(2, FailureKind::Retryable) }];
+        let t = [target("a", &p, failed(2, FailureKind::Retryable))];
         let plan2 = plan(&msg(2, None), &t, false, || 0.5);
         let m = plan2.message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Failed, 3));
@@ -331,8 +328,7 @@ mod tests {
     #[test]
     fn per_message_max_attempts_overrides_the_policy() {
         let p = policy();
-        let t =
-            [Target { destination: "a", policy: &p, ack: None, result: failed(0, FailureKind::Retryable) }];
+        let t = [target("a", &p, failed(0, FailureKind::Retryable))];
         let m = plan(&msg(0, Some(1)), &t, false, || 0.5).message.unwrap();
         assert_eq!(m.status, Status::Failed);
     }
@@ -340,14 +336,12 @@ mod tests {
     #[test]
     fn permanent_fails_at_once_and_unavailable_costs_no_attempt() {
         let p = policy();
-        let t =
-            [Target { destination: "a", policy: &p, ack: None, result: failed(0, FailureKind::Permanent) }];
+        let t = [target("a", &p, failed(0, FailureKind::Permanent))];
         let pl = plan(&msg(0, None), &t, false, || 0.5);
         assert_eq!(pl.message.unwrap().status, Status::Failed);
         assert!(pl.failed.is_some());
 
-        let t =
-            [Target { destination: "a", policy: &p, ack: None, result: failed(2, FailureKind::Unavailable) }];
+        let t = [target("a", &p, failed(2, FailureKind::Unavailable))];
         let m = plan(&msg(2, None), &t, false, || 0.5).message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Pending, 2), "still pending, attempts untouched");
     }
@@ -355,17 +349,16 @@ mod tests {
     #[test]
     fn retry_after_is_honoured() {
         let p = policy();
-        let t = [Target {
-            destination: "a",
-            policy: &p,
-            ack: None,
-            result: TargetResult::Failed {
+        let t = [target(
+            "a",
+            &p,
+            TargetResult::Failed {
                 attempts: 0,
                 kind: FailureKind::Retryable,
                 reason: "429".into(),
                 retry_after: Some(Duration::from_secs(30)),
             },
-        }];
+        )];
         assert_eq!(plan(&msg(0, None), &t, false, || 0.5).message.unwrap().retry_in, Duration::from_secs(30));
     }
 
@@ -373,14 +366,9 @@ mod tests {
     fn fan_out_keeps_each_destination_and_the_failing_one_does_not_undo_the_others() {
         let p = policy();
         let t = [
-            Target {
-                destination: "a",
-                policy: &p,
-                ack: None,
-                result: TargetResult::Delivered { attempts: 0 },
-            },
-            Target { destination: "b", policy: &p, ack: None, result: failed(0, FailureKind::Retryable) },
-            Target { destination: "c", policy: &p, ack: None, result: TargetResult::AlreadyDone },
+            target("a", &p, TargetResult::Delivered { attempts: 0 }),
+            target("b", &p, failed(0, FailureKind::Retryable)),
+            target("c", &p, TargetResult::AlreadyDone),
         ];
         let pl = plan(&msg(0, None), &t, true, || 0.5);
         assert!(!pl.sent);
@@ -392,14 +380,9 @@ mod tests {
 
         // Next round: b delivers, a and c are done: the message is sent.
         let t = [
-            Target { destination: "a", policy: &p, ack: None, result: TargetResult::AlreadyDone },
-            Target {
-                destination: "b",
-                policy: &p,
-                ack: None,
-                result: TargetResult::Delivered { attempts: 1 },
-            },
-            Target { destination: "c", policy: &p, ack: None, result: TargetResult::AlreadyDone },
+            target("a", &p, TargetResult::AlreadyDone),
+            target("b", &p, TargetResult::Delivered { attempts: 1 }),
+            target("c", &p, TargetResult::AlreadyDone),
         ];
         assert!(plan(&msg(1, None), &t, true, || 0.5).sent);
     }
@@ -408,13 +391,8 @@ mod tests {
     fn fan_out_with_one_failed_for_good_ends_failed_once_the_others_are_done() {
         let p = policy();
         let t = [
-            Target {
-                destination: "a",
-                policy: &p,
-                ack: None,
-                result: TargetResult::Delivered { attempts: 0 },
-            },
-            Target { destination: "b", policy: &p, ack: None, result: failed(0, FailureKind::Permanent) },
+            target("a", &p, TargetResult::Delivered { attempts: 0 }),
+            target("b", &p, failed(0, FailureKind::Permanent)),
         ];
         let pl = plan(&msg(0, None), &t, true, || 0.5);
         assert_eq!(pl.message.unwrap().status, Status::Failed);
@@ -425,18 +403,8 @@ mod tests {
     fn waiting_destination_sets_the_next_due_time() {
         let p = policy();
         let t = [
-            Target {
-                destination: "a",
-                policy: &p,
-                ack: None,
-                result: TargetResult::Delivered { attempts: 0 },
-            },
-            Target {
-                destination: "b",
-                policy: &p,
-                ack: None,
-                result: TargetResult::Waiting { attempts: 1, wait: Duration::from_secs(5) },
-            },
+            target("a", &p, TargetResult::Delivered { attempts: 0 }),
+            target("b", &p, TargetResult::Waiting { attempts: 1, wait: Duration::from_secs(5) }),
         ];
         let m = plan(&msg(1, None), &t, true, || 0.5).message.unwrap();
         assert_eq!((m.status, m.retry_in), (Status::Pending, Duration::from_secs(5)));

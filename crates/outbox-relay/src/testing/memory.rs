@@ -54,6 +54,16 @@ pub struct MemoryStore {
     signal: CommitSignal,
 }
 
+/// Spends one of the refusals scripted in `left` (`refuse_claims`, `refuse_settlements`): the
+/// error the store returns for this `what`, or `Ok` when none is left.
+fn scripted_refusal(left: &mut u32, what: &str) -> Result<()> {
+    if *left > 0 {
+        *left -= 1;
+        return Err(Error::Database(format!("the in-memory store refuses this {what} (scripted)").into()));
+    }
+    Ok(())
+}
+
 fn is_open(s: Status) -> bool {
     matches!(s, Status::Pending | Status::Sending | Status::Failed)
 }
@@ -176,10 +186,7 @@ impl Claims for MemoryStore {
     ) -> Result<Claimed<NoLocks>> {
         let mut mem = self.mem();
         mem.claims += 1;
-        if mem.refuse_claims > 0 {
-            mem.refuse_claims -= 1;
-            return Err(Error::Database("the in-memory store refuses this claim (scripted)".into()));
-        }
+        scripted_refusal(&mut mem.refuse_claims, "claim")?;
         let now = Instant::now();
         let mut keys_seen: HashSet<String> = HashSet::new();
         let mut out = Vec::new();
@@ -244,10 +251,7 @@ impl Claims for MemoryStore {
         let s = s.bounded();
         let mut mem = self.mem();
         mem.settlements += 1;
-        if mem.refuse_settlements > 0 {
-            mem.refuse_settlements -= 1;
-            return Err(Error::Database("the in-memory store refuses this settlement (scripted)".into()));
-        }
+        scripted_refusal(&mut mem.refuse_settlements, "settlement")?;
         let now = Instant::now();
         let held = |mem: &Mem, id: MessageId| {
             mem.rows.get(&id.0).is_some_and(|r| {
