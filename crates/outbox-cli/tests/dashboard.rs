@@ -10,12 +10,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use outbox_testkit::fs::temp_dir;
-use outbox_testkit::process::{RelayConfig, RelayProcess};
+mod common;
+use common::{insert_numbered, AdminDaemon};
 
-const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
 const READ: &str = "read-token-0123456789";
-const REDIS: &str = "redis://127.0.0.1:6379";
 
 /// Runs headless Chromium on `url` with `args`; its output.
 fn chromium(profile: &Path, url: &str, args: &[&str]) -> Output {
@@ -32,25 +30,12 @@ fn chromium(profile: &Path, url: &str, args: &[&str]) -> Output {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_renders_the_store_in_a_real_browser() {
-    let dir = temp_dir("outbox-dashboard");
-    let store_url = format!("sqlite:{}", dir.join("shop.db").display());
-    let stream = format!("outbox-dashboard-{}", std::process::id());
-    let port = outbox_testkit::net::free_port();
-    let cfg = RelayConfig::to_redis_stream(&store_url, REDIS, &stream)
-        .admin(port, READ, "admin-token-0123456789")
-        .write(&dir.join("outbox.toml"));
-    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
-    outbox_testkit::net::wait_port(port, Duration::from_secs(60), "the admin listener");
+    let AdminDaemon { dir, store_url, stream, port, mut relay } =
+        AdminDaemon::start("outbox-dashboard", READ, "admin-token-0123456789");
     // Three messages the relay delivers, and two that failed for the same cause with
     // different numbers (one group), written as a foreign program would.
     let pool = sqlx::SqlitePool::connect(&store_url).await.unwrap();
-    for i in 0..3 {
-        sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', ?1)")
-            .bind(format!("{{\"n\":{i}}}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+    insert_numbered(&pool, "INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', ?1)", 3).await;
     for n in [41_234, 58_811] {
         sqlx::query(
             "INSERT INTO outbox_message (topic, payload, status, attempts, last_error) \

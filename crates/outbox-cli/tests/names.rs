@@ -5,35 +5,14 @@
 //! relays two `[[stores]]` of one database with their own `schema` / `table_prefix`.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use std::process::{Command, Output};
 use std::time::Duration;
 
 use outbox_testkit::fs::temp_dir;
 use outbox_testkit::process::{RelayConfig, RelayProcess};
 use serde_json::Value;
 
-const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
-
-fn outbox(args: &[&str]) -> Output {
-    Command::new(OUTBOX)
-        .args(args)
-        .env_remove("OUTBOX_DATABASE_URL")
-        .env_remove("OUTBOX_SCHEMA")
-        .env_remove("OUTBOX_TABLE_PREFIX")
-        .output()
-        .expect("run outbox")
-}
-
-fn ok(args: &[&str]) -> String {
-    let out = outbox(args);
-    assert!(
-        out.status.success(),
-        "outbox {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
+mod common;
+use common::{insert_numbered, ok, outbox, OUTBOX};
 
 fn status(url: &str, names: &[&str]) -> Value {
     let mut args = vec!["status", "--database-url", url, "--json"];
@@ -136,20 +115,8 @@ async fn the_daemon_relays_two_stores_of_one_database_with_their_own_names() {
     })
     .await;
     relay.assert_alive("migrating both stores");
-    for i in 0..3 {
-        sqlx::query("INSERT INTO sales.shop_a_message (topic, payload) VALUES ('a', $1)")
-            .bind(format!("{{\"n\":{i}}}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
-    for i in 0..2 {
-        sqlx::query("INSERT INTO shop_b_message (topic, payload) VALUES ('b', $1)")
-            .bind(format!("{{\"n\":{i}}}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+    insert_numbered(&pool, "INSERT INTO sales.shop_a_message (topic, payload) VALUES ('a', $1)", 3).await;
+    insert_numbered(&pool, "INSERT INTO shop_b_message (topic, payload) VALUES ('b', $1)", 2).await;
     let sent = async |table: &str| -> i64 {
         sqlx::query_scalar(&format!("SELECT COUNT(*) FROM {table} WHERE status = 'sent'"))
             .fetch_one(&pool)

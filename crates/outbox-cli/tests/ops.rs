@@ -4,33 +4,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use outbox_testkit::fs::temp_dir;
 use serde_json::Value;
 
+mod common;
+use common::{ok, outbox};
+
 const NOW_MS: &str = "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)";
-
-fn outbox(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_outbox"))
-        .args(args)
-        .env_remove("OUTBOX_DATABASE_URL")
-        .env_remove("OUTBOX_ACTOR")
-        .output()
-        .expect("run outbox")
-}
-
-/// Runs `outbox` and expects success; returns stdout.
-fn ok(args: &[&str]) -> String {
-    let out = outbox(args);
-    assert!(
-        out.status.success(),
-        "outbox {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// Runs `outbox ... --json` and parses stdout.
 fn json(args: &[&str]) -> Value {

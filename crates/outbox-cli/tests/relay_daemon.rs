@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use outbox_testkit::fs::temp_dir;
 use outbox_testkit::process::{RelayConfig, RelayProcess};
 
-const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
-const REDIS: &str = "redis://127.0.0.1:6379";
+mod common;
+use common::{AdminDaemon, OUTBOX, REDIS};
 
 fn config(dir: &Path, store_url: &str, redis_url: &str, stream: &str) -> PathBuf {
     RelayConfig::to_redis_stream(store_url, redis_url, stream).write(&dir.join("outbox.toml"))
@@ -156,16 +156,9 @@ fn number(v: Option<prometheus_parse::Value>) -> f64 {
 /// a pause through the API that holds new messages (deferred, no attempt spent) until resumed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
-    let dir = temp_dir("outbox-daemon-admin");
-    let store_url = format!("sqlite:{}", dir.join("shop.db").display());
-    let stream = format!("outbox-daemon-admin-{}", std::process::id());
-    let port = outbox_testkit::net::free_port();
     let (read, admin) = ("read-token-0123456789", "admin-token-0123456789");
-    let cfg = RelayConfig::to_redis_stream(&store_url, REDIS, &stream)
-        .admin(port, read, admin)
-        .write(&dir.join("outbox.toml"));
-    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
-    outbox_testkit::net::wait_port(port, Duration::from_secs(60), "the admin listener");
+    let AdminDaemon { dir, store_url, stream, port, mut relay } =
+        AdminDaemon::start("outbox-daemon-admin", read, admin);
     assert_eq!(http(port, "GET", "/readyz", read).await.0, 200, "{}", relay.log_text());
     let pool = sqlx::SqlitePool::connect(&store_url).await.unwrap();
     let insert = |n: usize| {

@@ -5,6 +5,7 @@
 //! at start with an error naming which one and why; the CLI's database commands say the same.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -12,7 +13,8 @@ use outbox_testkit::fs::temp_dir;
 use outbox_testkit::process::{RelayConfig, RelayProcess};
 use outbox_testkit::tls::{self, Pki};
 
-const OUTBOX: &str = env!("CARGO_BIN_EXE_outbox");
+mod common;
+use common::{insert_numbered, OUTBOX};
 
 fn store_url(port: u16, ca: &str) -> String {
     format!("postgres://postgres:pgs3cret@localhost:{port}/postgres?sslmode=verify-full&sslrootcert={ca}")
@@ -27,20 +29,47 @@ fn redis_transport(port: u16, pki: &Pki, ca: &str, stream: &str) -> String {
     )
 }
 
+/// A test's own TLS-only PostgreSQL and Redis (which requires a client certificate), their
+/// PKI and a directory for the daemon's files (dropped in this order, the servers first).
+struct TlsServers {
+    pg: tls::TlsServer,
+    redis: tls::TlsServer,
+    pki: Pki,
+    /// The CA that signed both servers.
+    ca: String,
+    dir: PathBuf,
+}
+
+impl TlsServers {
+    fn start(name: &str) -> TlsServers {
+        let dir = temp_dir(name);
+        let pki = Pki::new();
+        let pg = tls::postgres(&pki);
+        let redis = tls::redis(&pki, true);
+        let ca = pki.path("ca.pem");
+        TlsServers { dir, pki, pg, redis, ca }
+    }
+
+    /// Starts `outbox relay` from `store_url` to the Redis stream destination `transport`, with
+    /// its config and log named after `name`.
+    fn relay(&self, name: &str, settings: &str, store_url: &str, transport: &str) -> RelayProcess {
+        let cfg = RelayConfig::new(settings, store_url)
+            .migrate()
+            .destination("stream", "", transport)
+            .route("#", &["stream"])
+            .write(&self.dir.join(format!("{name}.toml")));
+        RelayProcess::start(OUTBOX, &cfg, &self.dir.join(format!("{name}.log")))
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_relay_delivers_from_a_tls_database_to_a_tls_broker_with_a_client_certificate() {
-    let dir = temp_dir("outbox-tls-daemon");
-    let pki = Pki::new();
-    let pg = tls::postgres(&pki);
-    let redis = tls::redis(&pki, true);
-    let ca = pki.path("ca.pem");
-    let url = store_url(pg.port(), &ca);
-    let cfg = RelayConfig::new("idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"", &url)
-        .migrate()
-        .destination("stream", "", &redis_transport(redis.port(), &pki, &ca, "orders"))
-        .route("#", &["stream"])
-        .write(&dir.join("outbox.toml"));
-    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("relay.log"));
+    let servers = TlsServers::start("outbox-tls-daemon");
+    let TlsServers { pki, pg, redis, ca, .. } = &servers;
+    let url = store_url(pg.port(), ca);
+    let transport = redis_transport(redis.port(), pki, ca, "orders");
+    let settings = "idle_interval = \"200ms\"\nshutdown_timeout = \"5s\"";
+    let mut relay = servers.relay("relay", settings, &url, &transport);
 
     // The writer knows only the table, and connects over TLS too.
     let pool = sqlx::PgPool::connect(&url).await.unwrap();
@@ -53,13 +82,7 @@ async fn the_relay_delivers_from_a_tls_database_to_a_tls_broker_with_a_client_ce
         sqlx::query("SELECT 1 FROM outbox_message LIMIT 1").execute(&pool).await.is_ok()
     })
     .await;
-    for i in 0..20 {
-        sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', $1)")
-            .bind(format!("{{\"n\":{i}}}"))
-            .execute(&pool)
-            .await
-            .unwrap();
-    }
+    insert_numbered(&pool, "INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', $1)", 20).await;
     // `sent` is written only after Redis confirmed the XADD, over the verified TLS connection.
     outbox_testkit::eventually("20 messages confirmed by the TLS Redis", || async {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE status = 'sent'")
@@ -77,20 +100,13 @@ async fn the_relay_delivers_from_a_tls_database_to_a_tls_broker_with_a_client_ce
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_or_destination_it_cannot_verify_stops_the_relay_naming_it_and_why() {
-    let dir = temp_dir("outbox-tls-refused");
-    let pki = Pki::new();
-    let pg = tls::postgres(&pki);
-    let redis = tls::redis(&pki, true);
-    let ca = pki.path("ca.pem");
+    let servers = TlsServers::start("outbox-tls-refused");
+    let TlsServers { pki, pg, redis, ca, .. } = &servers;
     let other = pki.path("other-ca.pem");
 
     // The store's CA is not the one that signed the server: the daemon exits at start.
-    let cfg = RelayConfig::new("", &store_url(pg.port(), &other))
-        .migrate()
-        .destination("stream", "", &redis_transport(redis.port(), &pki, &ca, "s"))
-        .route("#", &["stream"])
-        .write(&dir.join("bad-store.toml"));
-    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("bad-store.log"));
+    let transport = redis_transport(redis.port(), pki, ca, "s");
+    let mut relay = servers.relay("bad-store", "", &store_url(pg.port(), &other), &transport);
     assert!(!relay.child.wait_exit(Duration::from_secs(60)).success());
     let log = relay.log_text();
     assert!(log.contains("store \"shop\""), "{log}");
@@ -98,14 +114,8 @@ async fn a_store_or_destination_it_cannot_verify_stops_the_relay_naming_it_and_w
     assert!(!log.contains("pgs3cret"), "{log}");
 
     // The broker's certificate is not valid for 127.0.0.1.
-    let transport =
-        redis_transport(redis.port(), &pki, &ca, "s").replace("rediss://localhost", "rediss://127.0.0.1");
-    let cfg = RelayConfig::new("", &store_url(pg.port(), &ca))
-        .migrate()
-        .destination("stream", "", &transport)
-        .route("#", &["stream"])
-        .write(&dir.join("bad-host.toml"));
-    let mut relay = RelayProcess::start(OUTBOX, &cfg, &dir.join("bad-host.log"));
+    let transport = transport.replace("rediss://localhost", "rediss://127.0.0.1");
+    let mut relay = servers.relay("bad-host", "", &store_url(pg.port(), ca), &transport);
     assert!(!relay.child.wait_exit(Duration::from_secs(60)).success());
     let log = relay.log_text();
     assert!(log.contains("stream"), "names the destination: {log}");
