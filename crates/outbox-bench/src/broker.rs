@@ -24,6 +24,21 @@ fn broker(e: impl std::fmt::Display) -> Error {
     Error::Broker(e.to_string())
 }
 
+/// Waits for the broker's confirmations until at most `most` are pending; a refused one is
+/// the run's error.
+async fn confirm_down_to<F, T, E>(pending: &mut FuturesUnordered<F>, most: usize) -> Result<()>
+where
+    F: std::future::Future<Output = std::result::Result<T, E>>,
+    E: std::fmt::Display,
+{
+    while pending.len() > most {
+        if let Some(r) = pending.next().await {
+            r.map_err(broker)?;
+        }
+    }
+    Ok(())
+}
+
 /// The broker objects of one scenario.
 pub(crate) struct Broker {
     kind: TransportKind,
@@ -252,15 +267,9 @@ impl Broker {
                     let msg = PublishMessage::build().headers(h).payload(payload(i as u64, KEYS).into());
                     let ack = js.send_publish(subject.clone(), msg).await.map_err(broker)?;
                     acks.push(ack.into_future());
-                    while acks.len() >= WINDOW {
-                        if let Some(r) = acks.next().await {
-                            r.map_err(broker)?;
-                        }
-                    }
+                    confirm_down_to(&mut acks, WINDOW - 1).await?;
                 }
-                while let Some(r) = acks.next().await {
-                    r.map_err(broker)?;
-                }
+                confirm_down_to(&mut acks, 0).await?;
             }
             TransportKind::Redis => {
                 let client = redis::Client::open(self.cfg.redis_url.as_str()).map_err(broker)?;
@@ -353,15 +362,9 @@ impl Broker {
                         .await
                         .map_err(broker)?;
                     confirms.push(confirm.into_future());
-                    while confirms.len() >= WINDOW {
-                        if let Some(r) = confirms.next().await {
-                            r.map_err(broker)?;
-                        }
-                    }
+                    confirm_down_to(&mut confirms, WINDOW - 1).await?;
                 }
-                while let Some(r) = confirms.next().await {
-                    r.map_err(broker)?;
-                }
+                confirm_down_to(&mut confirms, 0).await?;
                 let _ = ch.queue_delete(&ex, QueueDeleteOptions::default()).await;
                 let _ = ch.exchange_delete(&ex, ExchangeDeleteOptions::default()).await;
                 let _ = conn.close(200, "OK").await;

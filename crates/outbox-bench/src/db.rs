@@ -20,6 +20,26 @@ pub(crate) const KEYS: u64 = 1_000;
 /// Rows of the business table.
 pub(crate) const ACCOUNTS: i64 = 1_000;
 
+/// Runs a dialect's set-based insert of the messages `lo..=hi` whose parameters are, in
+/// order: the topic, `lo`, `hi`, the status, the number of keys and the note's padding.
+async fn insert_series<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    sql: &str,
+    (lo, hi): (i64, i64),
+    status: &str,
+    keys: i64,
+    pad: &str,
+) -> Result<()>
+where
+    for<'q> &'q str: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> <DB as sqlx::Database>::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'c> &'c mut <DB as sqlx::Database>::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    sqlx::query(sql).bind(TOPIC).bind(lo).bind(hi).bind(status).bind(keys).bind(pad).execute(pool).await?;
+    Ok(())
+}
+
 /// A database created for one scenario.
 pub(crate) struct BenchDb {
     pub(crate) outbox: AnyOutbox,
@@ -141,21 +161,12 @@ impl BenchDb {
         let keys = i64::try_from(keys.max(1)).unwrap_or(i64::MAX);
         match &self.outbox {
             AnyOutbox::Postgres(o) => {
-                sqlx::query(
-                    "INSERT INTO outbox_message (topic, msg_key, payload, status) \
+                let sql = "INSERT INTO outbox_message (topic, msg_key, payload, status) \
                      SELECT $1, 'k-' || (g % $5), \
                        '{\"seq\":' || g || ',\"customer\":\"c-' || lpad((g % $5)::text, 4, '0') || \
                        '\",\"amount_cents\":' || ((g * 7919) % 100000) || ',\"currency\":\"EUR\",\"note\":\"' || $6 || '\"}', \
-                       $4 FROM generate_series($2::int8, $3::int8) AS g",
-                )
-                .bind(TOPIC)
-                .bind(lo)
-                .bind(hi)
-                .bind(status)
-                .bind(keys)
-                .bind(&pad)
-                .execute(o.pool())
-                .await?;
+                       $4 FROM generate_series($2::int8, $3::int8) AS g";
+                insert_series(o.pool(), sql, (lo, hi), status, keys, &pad).await?;
             }
             AnyOutbox::MySql(o) => {
                 // MariaDB's SEQUENCE engine: seq_<lo>_to_<hi> is a virtual table of integers.
@@ -176,22 +187,13 @@ impl BenchDb {
                     .await?;
             }
             AnyOutbox::Sqlite(o) => {
-                sqlx::query(
-                    "WITH RECURSIVE s(g) AS (SELECT ?2 UNION ALL SELECT g + 1 FROM s WHERE g < ?3) \
+                let sql = "WITH RECURSIVE s(g) AS (SELECT ?2 UNION ALL SELECT g + 1 FROM s WHERE g < ?3) \
                      INSERT INTO outbox_message (topic, msg_key, payload, status) \
                      SELECT ?1, 'k-' || (g % ?5), \
                        '{\"seq\":' || g || ',\"customer\":\"c-' || printf('%04d', g % ?5) || \
                        '\",\"amount_cents\":' || ((g * 7919) % 100000) || ',\"currency\":\"EUR\",\"note\":\"' || ?6 || '\"}', \
-                       ?4 FROM s",
-                )
-                .bind(TOPIC)
-                .bind(lo)
-                .bind(hi)
-                .bind(status)
-                .bind(keys)
-                .bind(&pad)
-                .execute(o.pool())
-                .await?;
+                       ?4 FROM s";
+                insert_series(o.pool(), sql, (lo, hi), status, keys, &pad).await?;
             }
             #[allow(unreachable_patterns)]
             _ => {}

@@ -18,19 +18,16 @@ pub fn write(report: &Report, dir: &Path) -> Result<Vec<PathBuf>, Error> {
     std::fs::write(&json, text)?;
     files.push(json);
     let mut charts = Vec::new();
-    let bars = throughput_bars(report);
-    if !bars.is_empty() {
-        let p = dir.join("throughput.svg");
-        bar_chart(&p, "Throughput, msgs/s (higher is better)", &bars)?;
-        charts.push(("Throughput", "throughput.svg"));
-        files.push(p);
-    }
-    let bars = latency_bars(report);
-    if !bars.is_empty() {
-        let p = dir.join("latency.svg");
-        bar_chart(&p, "Latency, ms (lower is better)", &bars)?;
-        charts.push(("Latency", "latency.svg"));
-        files.push(p);
+    for (name, file, title, bars) in [
+        ("Throughput", "throughput.svg", "Throughput, msgs/s (higher is better)", throughput_bars(report)),
+        ("Latency", "latency.svg", "Latency, ms (lower is better)", latency_bars(report)),
+    ] {
+        if !bars.is_empty() {
+            let p = dir.join(file);
+            bar_chart(&p, title, &bars)?;
+            charts.push((name, file));
+            files.push(p);
+        }
     }
     let md = dir.join("report.md");
     std::fs::write(&md, markdown(report, &charts))?;
