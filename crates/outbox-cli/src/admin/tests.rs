@@ -499,42 +499,6 @@ async fn destinations_pause_and_resume(s: &AdminState, outbox: &AnyOutbox) {
     assert!(outbox.paused_destinations().await.unwrap().is_empty(), "nothing paused by the refused calls");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = AnyOutbox::Postgres(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    the_api_searches_pages_shows_and_acts(outbox).await;
-    db.drop_db().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mariadb() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = AnyOutbox::MySql(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    the_api_searches_pages_shows_and_acts(outbox).await;
-    db.drop_db().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failure_groups_on_postgres() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = AnyOutbox::Postgres(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    failures_are_grouped_and_acted_on_in_bulk(outbox).await;
-    db.drop_db().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failure_groups_on_mariadb() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = AnyOutbox::MySql(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    failures_are_grouped_and_acted_on_in_bulk(outbox).await;
-    db.drop_db().await;
-}
-
 /// 401 without or with a wrong token (problem+json, `WWW-Authenticate: Bearer`), 403 for the
 /// read token on an action; the probes are open; garbage is a 4xx problem, never a 500.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -833,20 +797,26 @@ async fn a_hundred_thousand_messages_are_searched_and_paged(outbox: AnyOutbox) {
     assert_eq!((code, detail["message"]["id"].as_i64()), (StatusCode::OK, Some(all[MANY - 1])));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_on_postgres() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = AnyOutbox::Postgres(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    a_hundred_thousand_messages_are_searched_and_paged(outbox).await;
-    db.drop_db().await;
+/// One test per row: the scenario runs on a migrated outbox in a fresh database of that server
+/// (`outbox_testkit::fresh_pg` / `fresh_mysql`), dropped after.
+macro_rules! on_fresh_databases {
+    ($($test:ident: $fresh:ident, $dialect:ident => $scenario:ident;)*) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let db = outbox_testkit::$fresh().await;
+            let outbox = AnyOutbox::$dialect(Outbox::new(db.pool.clone()));
+            outbox.migrate().await.unwrap();
+            $scenario(outbox).await;
+            db.drop_db().await;
+        }
+    )*};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_hundred_thousand_on_mariadb() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = AnyOutbox::MySql(Outbox::new(db.pool.clone()));
-    outbox.migrate().await.unwrap();
-    a_hundred_thousand_messages_are_searched_and_paged(outbox).await;
-    db.drop_db().await;
+on_fresh_databases! {
+    postgres: fresh_pg, Postgres => the_api_searches_pages_shows_and_acts;
+    mariadb: fresh_mysql, MySql => the_api_searches_pages_shows_and_acts;
+    failure_groups_on_postgres: fresh_pg, Postgres => failures_are_grouped_and_acted_on_in_bulk;
+    failure_groups_on_mariadb: fresh_mysql, MySql => failures_are_grouped_and_acted_on_in_bulk;
+    a_hundred_thousand_on_postgres: fresh_pg, Postgres => a_hundred_thousand_messages_are_searched_and_paged;
+    a_hundred_thousand_on_mariadb: fresh_mysql, MySql => a_hundred_thousand_messages_are_searched_and_paged;
 }
