@@ -55,10 +55,17 @@ UNION ALL
 const HEADS: &str = "SELECT MIN(id) FROM outbox_message WHERE open_key IS NOT NULL GROUP BY open_key";
 
 /// Per-key order: a keyed message is claimable only as the head of its key (no older open
-/// message with the same key), so at most one message per key is in flight cluster-wide. One
-/// probe of `(open_key, id)`.
-const NOT_BLOCKED: &str = "(m.msg_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM outbox_message o WHERE o.open_key = m.msg_key AND o.id < m.id))";
+/// message with the same key), so at most one message per key is in flight cluster-wide.
+///
+/// One probe of `(open_key, id)` that reads ONE index entry: the oldest open id of the key, in
+/// index order (`LIMIT 1`), which is not older than the row (or there is none). Written as
+/// `NOT EXISTS (... o.open_key = m.msg_key AND o.id < m.id)`, MariaDB probed it by `ref` on
+/// `open_key` alone and filtered `o.id < m.id` row by row, so each head read every open entry of
+/// its key: with 10^6 due rows, the locking step's read of a 1,000-row window took 72-84 ms on
+/// 1,000 keys and 76-161 ms on 10 hot keys; this form takes 7-9 ms and 1.8 ms, and returns the
+/// same rows (MariaDB 10.11, `SHOW PROFILES`).
+const NOT_BLOCKED: &str = "(m.msg_key IS NULL OR COALESCE((
+        SELECT o.id FROM outbox_message o WHERE o.open_key = m.msg_key ORDER BY o.id LIMIT 1), m.id) >= m.id)";
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
