@@ -625,7 +625,13 @@ where
     install_refusing_trigger(&outbox).await;
     let t = TestTransport::new();
     let stuck = outbox.enqueue(&NewMessage::new("order.paid", "stuck")).await.unwrap().id;
-    let running = start(relay(&outbox, "r1", &t, fast_retry(5)));
+    // The row is held back for the lease: one far longer than this test can take (each wait
+    // below may last `eventually`'s 60 s), so a slow run on busy cores cannot let the hold
+    // expire, and "published once" below means "never again", not "not within 10 s".
+    let mut cfg = config("r1");
+    cfg.lease = Duration::from_secs(300);
+    let destination = Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5));
+    let running = start(relay_to(&outbox, cfg, destination));
     eventually("the stuck one published", || async { t.delivered_count(stuck) >= 1 }).await;
     let mut good = Vec::new();
     for i in 0..20 {
