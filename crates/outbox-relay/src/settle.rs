@@ -293,8 +293,17 @@ mod tests {
         RetryPolicy { max_attempts: 3, jitter: 0.0, ..RetryPolicy::default() }
     }
 
-    fn target<'a>(destination: &'a str, policy: &'a RetryPolicy, result: TargetResult) -> Target<'a> {
-        Target { destination, policy, ack: None, result }
+    /// The plan for `msg` whose destinations `a`, `b`, `c` (each with [`policy`]) answered
+    /// `results`, in that order; per-destination rows are kept when there is more than one.
+    fn plan_of<const N: usize>(msg: &OutboxMessage, results: [TargetResult; N]) -> Plan {
+        let p = policy();
+        let targets: Vec<Target<'_>> = ["a", "b", "c"]
+            .into_iter()
+            .zip(results)
+            .map(|(destination, result)| Target { destination, policy: &p, ack: None, result })
+            .collect();
+        assert_eq!(targets.len(), N, "at most three destinations");
+        plan(msg, &targets, N > 1, || 0.5)
     }
 
     fn failed(attempts: i32, kind: FailureKind) -> TargetResult {
@@ -303,23 +312,18 @@ mod tests {
 
     #[test]
     fn delivered_everywhere_is_sent_with_no_extra_rows() {
-        let p = policy();
-        let t = [target("a", &p, TargetResult::Delivered { attempts: 0 })];
-        let plan = plan(&msg(0, None), &t, false, || 0.5);
+        let plan = plan_of(&msg(0, None), [TargetResult::Delivered { attempts: 0 }]);
         assert!(plan.sent && plan.message.is_none() && plan.deliveries.is_empty());
     }
 
     #[test]
     fn retryable_backs_off_then_fails_when_exhausted() {
-        let p = policy();
-        let t = [target("a", &p, failed(1, FailureKind::Retryable))];
-        let plan1 = plan(&msg(1, None), &t, false, || 0.5);
+        let plan1 = plan_of(&msg(1, None), [failed(1, FailureKind::Retryable)]);
         let m = plan1.message.unwrap();
         assert_eq!((m.status, m.attempts, m.retry_in), (Status::Pending, 2, Duration::from_secs(2)));
         assert_eq!(m.last_error.as_deref(), Some("[a] boom"));
 
-        let t = [target("a", &p, failed(2, FailureKind::Retryable))];
-        let plan2 = plan(&msg(2, None), &t, false, || 0.5);
+        let plan2 = plan_of(&msg(2, None), [failed(2, FailureKind::Retryable)]);
         let m = plan2.message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Failed, 3));
         assert!(plan2.failed.unwrap().contains("gave up after 3 attempts"));
@@ -327,50 +331,41 @@ mod tests {
 
     #[test]
     fn per_message_max_attempts_overrides_the_policy() {
-        let p = policy();
-        let t = [target("a", &p, failed(0, FailureKind::Retryable))];
-        let m = plan(&msg(0, Some(1)), &t, false, || 0.5).message.unwrap();
+        let m = plan_of(&msg(0, Some(1)), [failed(0, FailureKind::Retryable)]).message.unwrap();
         assert_eq!(m.status, Status::Failed);
     }
 
     #[test]
     fn permanent_fails_at_once_and_unavailable_costs_no_attempt() {
-        let p = policy();
-        let t = [target("a", &p, failed(0, FailureKind::Permanent))];
-        let pl = plan(&msg(0, None), &t, false, || 0.5);
+        let pl = plan_of(&msg(0, None), [failed(0, FailureKind::Permanent)]);
         assert_eq!(pl.message.unwrap().status, Status::Failed);
         assert!(pl.failed.is_some());
 
-        let t = [target("a", &p, failed(2, FailureKind::Unavailable))];
-        let m = plan(&msg(2, None), &t, false, || 0.5).message.unwrap();
+        let m = plan_of(&msg(2, None), [failed(2, FailureKind::Unavailable)]).message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Pending, 2), "still pending, attempts untouched");
     }
 
     #[test]
     fn retry_after_is_honoured() {
-        let p = policy();
-        let t = [target(
-            "a",
-            &p,
-            TargetResult::Failed {
-                attempts: 0,
-                kind: FailureKind::Retryable,
-                reason: "429".into(),
-                retry_after: Some(Duration::from_secs(30)),
-            },
-        )];
-        assert_eq!(plan(&msg(0, None), &t, false, || 0.5).message.unwrap().retry_in, Duration::from_secs(30));
+        let result = TargetResult::Failed {
+            attempts: 0,
+            kind: FailureKind::Retryable,
+            reason: "429".into(),
+            retry_after: Some(Duration::from_secs(30)),
+        };
+        assert_eq!(plan_of(&msg(0, None), [result]).message.unwrap().retry_in, Duration::from_secs(30));
     }
 
     #[test]
     fn fan_out_keeps_each_destination_and_the_failing_one_does_not_undo_the_others() {
-        let p = policy();
-        let t = [
-            target("a", &p, TargetResult::Delivered { attempts: 0 }),
-            target("b", &p, failed(0, FailureKind::Retryable)),
-            target("c", &p, TargetResult::AlreadyDone),
-        ];
-        let pl = plan(&msg(0, None), &t, true, || 0.5);
+        let pl = plan_of(
+            &msg(0, None),
+            [
+                TargetResult::Delivered { attempts: 0 },
+                failed(0, FailureKind::Retryable),
+                TargetResult::AlreadyDone,
+            ],
+        );
         assert!(!pl.sent);
         let m = pl.message.unwrap();
         assert_eq!((m.status, m.attempts), (Status::Pending, 1));
@@ -379,34 +374,34 @@ mod tests {
         assert_eq!(pl.deliveries[1].status, Status::Pending);
 
         // Next round: b delivers, a and c are done: the message is sent.
-        let t = [
-            target("a", &p, TargetResult::AlreadyDone),
-            target("b", &p, TargetResult::Delivered { attempts: 1 }),
-            target("c", &p, TargetResult::AlreadyDone),
-        ];
-        assert!(plan(&msg(1, None), &t, true, || 0.5).sent);
+        let pl = plan_of(
+            &msg(1, None),
+            [TargetResult::AlreadyDone, TargetResult::Delivered { attempts: 1 }, TargetResult::AlreadyDone],
+        );
+        assert!(pl.sent);
     }
 
     #[test]
     fn fan_out_with_one_failed_for_good_ends_failed_once_the_others_are_done() {
-        let p = policy();
-        let t = [
-            target("a", &p, TargetResult::Delivered { attempts: 0 }),
-            target("b", &p, failed(0, FailureKind::Permanent)),
-        ];
-        let pl = plan(&msg(0, None), &t, true, || 0.5);
+        let pl = plan_of(
+            &msg(0, None),
+            [TargetResult::Delivered { attempts: 0 }, failed(0, FailureKind::Permanent)],
+        );
         assert_eq!(pl.message.unwrap().status, Status::Failed);
         assert!(pl.failed.unwrap().starts_with("[b]"));
     }
 
     #[test]
     fn waiting_destination_sets_the_next_due_time() {
-        let p = policy();
-        let t = [
-            target("a", &p, TargetResult::Delivered { attempts: 0 }),
-            target("b", &p, TargetResult::Waiting { attempts: 1, wait: Duration::from_secs(5) }),
-        ];
-        let m = plan(&msg(1, None), &t, true, || 0.5).message.unwrap();
+        let m = plan_of(
+            &msg(1, None),
+            [
+                TargetResult::Delivered { attempts: 0 },
+                TargetResult::Waiting { attempts: 1, wait: Duration::from_secs(5) },
+            ],
+        )
+        .message
+        .unwrap();
         assert_eq!((m.status, m.retry_in), (Status::Pending, Duration::from_secs(5)));
     }
 
