@@ -1,0 +1,566 @@
+//! The bridge on real PostgreSQL and real MariaDB/MySQL, with the seed articles' own tables:
+//! seed 004's `t_local_message` (status 0 pending / 1 sending / 2 sent / 3 failed, retry_count,
+//! next_retry_time, last_exec_time, fail_reason), seed 001's `message` (status 0/1, try_num,
+//! next_time) and seed 000's `message_deliver_task` (message_status 0 sending / 1 handled,
+//! retry_times). A plain-SQL writer that knows only the legacy table; the outbox side is driven
+//! through the store's own claim and settle (the relay's path), so what the legacy table shows
+//! is exactly what the relay's writes make of it.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::time::Duration;
+
+use outbox_adopt::{check, install, remove, BridgeConfig, Db};
+use outbox_store::{
+    ClaimMode, Claims, MessageId, MessageWrite, Outbox, OutboxDatabase, Settlement, Status, Tables,
+};
+use sqlx::{MySqlPool, PgPool};
+
+/// The legacy database, whichever it is: the test's plain-SQL writer.
+#[derive(Clone, Copy)]
+enum Legacy<'a> {
+    Pg(&'a PgPool),
+    My(&'a MySqlPool),
+}
+
+impl Legacy<'_> {
+    fn db(&self) -> Db<'_> {
+        match self {
+            Legacy::Pg(p) => Db::Postgres(p),
+            Legacy::My(p) => Db::MySql(p),
+        }
+    }
+
+    async fn exec(&self, sql: &str) {
+        match self {
+            Legacy::Pg(p) => sqlx::raw_sql(sql).execute(*p).await.map(|_| ()),
+            Legacy::My(p) => sqlx::raw_sql(sql).execute(*p).await.map(|_| ()),
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    /// Runs `statements` in one transaction, committed or rolled back.
+    async fn tx(&self, statements: &[&str], commit: bool) {
+        match self {
+            Legacy::Pg(p) => {
+                let mut tx = p.begin().await.unwrap();
+                for s in statements {
+                    sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
+                }
+                if commit { tx.commit().await } else { tx.rollback().await }.unwrap();
+            }
+            Legacy::My(p) => {
+                let mut tx = p.begin().await.unwrap();
+                for s in statements {
+                    sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
+                }
+                if commit { tx.commit().await } else { tx.rollback().await }.unwrap();
+            }
+        }
+    }
+
+    /// One row of text columns (NULL as "NULL").
+    async fn row(&self, sql: &str) -> Vec<String> {
+        let wrapped = |cols: usize, get: &dyn Fn(usize) -> Option<String>| -> Vec<String> {
+            (0..cols).map(|i| get(i).unwrap_or_else(|| "NULL".into())).collect()
+        };
+        use sqlx::Row;
+        match self {
+            Legacy::Pg(p) => {
+                let r = sqlx::query(sql).fetch_one(*p).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                wrapped(r.len(), &|i| r.get::<Option<String>, _>(i))
+            }
+            Legacy::My(p) => {
+                let r = sqlx::query(sql).fetch_one(*p).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+                wrapped(r.len(), &|i| r.get::<Option<String>, _>(i))
+            }
+        }
+    }
+
+    async fn count(&self, sql: &str) -> i64 {
+        match self {
+            Legacy::Pg(p) => sqlx::query_scalar(sql).fetch_one(*p).await,
+            Legacy::My(p) => sqlx::query_scalar(sql).fetch_one(*p).await,
+        }
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+}
+
+fn bridge(toml_text: &str) -> outbox_adopt::Bridge {
+    let c: BridgeConfig = toml::from_str(toml_text).unwrap();
+    c.check().unwrap()
+}
+
+const T_LOCAL_MESSAGE_MYSQL: &str = "CREATE TABLE `t_local_message` (
+`id` bigint NOT NULL AUTO_INCREMENT COMMENT '主键ID',
+`biz_type` varchar(64) NOT NULL COMMENT '业务类型',
+`biz_key` varchar(128) NOT NULL COMMENT '业务幂等键',
+`topic` varchar(255) NOT NULL COMMENT 'RocketMQ Topic',
+`message_body` text NOT NULL COMMENT '消息内容(JSON格式)',
+`status` tinyint NOT NULL COMMENT '消息状态:0-待发送,1-发送中,2-已发送,3-发送失败',
+`retry_count` int NOT NULL DEFAULT 0 COMMENT '消息已重试次数',
+`next_retry_time` datetime DEFAULT NULL COMMENT '下一次重试时间',
+`last_exec_time` datetime DEFAULT NULL COMMENT '最后一次发送时间',
+`fail_reason` varchar(512) DEFAULT NULL COMMENT '最后一次失败原因',
+`created_by` varchar(64) NOT NULL COMMENT '创建人或系统代码标识',
+`updated_by` varchar(64) NOT NULL COMMENT '修改人或系统代码标识',
+`gmt_create` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '创建时间',
+`gmt_modified` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP COMMENT '修改时间',
+PRIMARY KEY (`id`),
+UNIQUE KEY `uk_biz_type_key` (`biz_type`, `biz_key`) COMMENT '业务幂等约束',
+KEY `idx_status_next_retry` (`status`, `next_retry_time`) COMMENT '扫描待重试的消息',
+KEY `idx_topic` (`topic`) COMMENT '按 topic 查找'
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='本地消息表(生产者侧)'";
+
+/// The same table in PostgreSQL: types adapted, comments dropped, `ON UPDATE` left to the app.
+const T_LOCAL_MESSAGE_PG: &str = "CREATE TABLE t_local_message (
+id bigserial PRIMARY KEY,
+biz_type varchar(64) NOT NULL,
+biz_key varchar(128) NOT NULL,
+topic varchar(255) NOT NULL,
+message_body text NOT NULL,
+status smallint NOT NULL,
+retry_count int NOT NULL DEFAULT 0,
+next_retry_time timestamp DEFAULT NULL,
+last_exec_time timestamp DEFAULT NULL,
+fail_reason varchar(512) DEFAULT NULL,
+created_by varchar(64) NOT NULL,
+updated_by varchar(64) NOT NULL,
+gmt_create timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
+gmt_modified timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
+CONSTRAINT uk_biz_type_key UNIQUE (biz_type, biz_key)
+);
+CREATE INDEX idx_status_next_retry ON t_local_message (status, next_retry_time)";
+
+const T_LOCAL_MESSAGE_BRIDGE: &str = r#"
+name = "local_message"
+table = "t_local_message"
+topic_column = "topic"
+payload_column = "message_body"
+biz_type_column = "biz_type"
+biz_key_column = "biz_key"
+status_column = "status"
+status_values = { pending = 0, sending = 1, sent = 2, failed = 3 }
+attempts_column = "retry_count"
+next_attempt_column = "next_retry_time"
+last_attempt_column = "last_exec_time"
+reason_column = "fail_reason"
+"#;
+
+fn insert_local(biz_key: &str, topic: &str, status: i32) -> String {
+    format!(
+        "INSERT INTO t_local_message (biz_type, biz_key, topic, message_body, status, created_by, updated_by) \
+         VALUES ('order_create', '{biz_key}', '{topic}', '{{\"order\":\"{biz_key}\"}}', {status}, 'order-svc', 'order-svc')"
+    )
+}
+
+async fn claim_all<S: Claims>(store: &S) -> Vec<outbox_store::OutboxMessage> {
+    store.claim_with(ClaimMode::Lease, "relay-t", 100, Duration::from_secs(60)).await.unwrap().messages
+}
+
+fn write(id: MessageId, status: Status, attempts: i32, error: &str) -> MessageWrite {
+    MessageWrite {
+        id,
+        status,
+        attempts,
+        retry_in: Duration::from_secs(3600),
+        last_error: Some(error.into()),
+        attempted: true,
+    }
+}
+
+/// Seed 004's table end to end: rows pending before the install are taken over once; committed
+/// inserts become messages, rolled-back ones never; the relay's claim, success, retry and final
+/// failure show in the legacy columns; an unusable row is refused into the failed value; a
+/// foreign status write is counted; removal stops the capture and leaves the legacy rows alone.
+async fn local_message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>)
+where
+    Outbox<DB>: Claims,
+{
+    let tables = Tables::canonical();
+    let b = bridge(T_LOCAL_MESSAGE_BRIDGE);
+    // Ids of messages and legacy rows differ: a message nobody adopted comes first.
+    legacy.exec("INSERT INTO outbox_message (topic, payload) VALUES ('other', 'x')").await;
+    legacy.exec("INSERT INTO outbox_message (topic, payload) VALUES ('other', 'y')").await;
+    let other: Vec<MessageId> = claim_all(outbox).await.iter().map(|m| m.id).collect();
+    outbox
+        .settle_held(outbox_store::Hold::Lease, "relay-t", &Settlement { sent: other, ..Default::default() })
+        .await
+        .unwrap();
+
+    // Before the bridge: two pending rows (the legacy scanner's backlog) and one already sent.
+    legacy.exec(&insert_local("A-1", "orders", 0)).await;
+    legacy.exec(&insert_local("A-2", "orders", 0)).await;
+    legacy.exec(&insert_local("A-0", "orders", 2)).await;
+
+    let report = install(legacy.db(), tables, &b).await.unwrap();
+    assert_eq!(report.taken_over, 2, "the two pending rows are taken over");
+    assert_eq!(report.triggers.len(), 4, "{:?}", report.triggers);
+    let again = install(legacy.db(), tables, &b).await.unwrap();
+    assert_eq!(again.taken_over, 0, "never twice");
+    let fine = check(legacy.db(), tables, &b).await.unwrap();
+    assert!(fine.ok(), "{fine:?}");
+    assert_eq!(fine.taken_over, 2);
+
+    // The legacy application's own transactions: one commits, one rolls back.
+    legacy
+        .tx(
+            &[
+                &insert_local("B-1", "orders", 0),
+                "UPDATE t_local_message SET updated_by = 'x' WHERE biz_key = 'A-0'",
+            ],
+            true,
+        )
+        .await;
+    legacy.tx(&[&insert_local("B-2", "orders", 0)], false).await;
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM t_local_message WHERE biz_key = 'B-2'").await, 0);
+
+    let claimed = claim_all(outbox).await;
+    let keys: Vec<(String, String)> =
+        claimed.iter().map(|m| (m.biz_key.clone().unwrap_or_default(), m.payload.clone())).collect();
+    assert_eq!(
+        keys,
+        vec![
+            ("A-1".to_owned(), r#"{"order":"A-1"}"#.to_owned()),
+            ("A-2".to_owned(), r#"{"order":"A-2"}"#.to_owned()),
+            ("B-1".to_owned(), r#"{"order":"B-1"}"#.to_owned())
+        ],
+        "taken-over rows first, then the committed insert; the rolled-back one never"
+    );
+    assert!(claimed.iter().all(|m| m.topic == "orders" && m.biz_type.as_deref() == Some("order_create")));
+    // Claimed: the legacy rows show "sending" (1).
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM t_local_message WHERE status = 1").await, 3);
+
+    // Settled: A-1 sent, A-2 retried later with its error, B-1 failed for good.
+    let settlement = Settlement {
+        sent: vec![claimed[0].id],
+        messages: vec![
+            write(claimed[1].id, Status::Pending, 1, "broker said no"),
+            write(claimed[2].id, Status::Failed, 5, "no route to topic"),
+        ],
+        deliveries: Vec::new(),
+    };
+    outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &settlement).await.unwrap();
+    // One legacy row: (status, retry_count, fail_reason, retry time later than the insert,
+    // tried), read as numbers and text the way both databases return them.
+    let show = |k: &'static str| async move {
+        let q =
+            |what: &str| format!("SELECT CAST({what} AS SIGNED) FROM t_local_message WHERE biz_key = '{k}'");
+        let pg = matches!(legacy, Legacy::Pg(_));
+        let q = |what: &str| if pg { q(what).replace("SIGNED", "BIGINT") } else { q(what) };
+        (
+            legacy.count(&q("status")).await,
+            legacy.count(&q("retry_count")).await,
+            legacy
+                .row(&format!("SELECT fail_reason FROM t_local_message WHERE biz_key = '{k}'"))
+                .await
+                .remove(0),
+            legacy.count(&q("CASE WHEN next_retry_time > gmt_create THEN 1 ELSE 0 END")).await == 1,
+            legacy.count(&q("CASE WHEN last_exec_time IS NULL THEN 0 ELSE 1 END")).await == 1,
+        )
+    };
+    let sent = show("A-1").await;
+    assert_eq!((sent.0, sent.1), (2, 0), "{sent:?}");
+    assert_eq!(show("A-2").await, (0, 1, "broker said no".to_owned(), true, true));
+    let failed = show("B-1").await;
+    assert_eq!((failed.0, failed.1, failed.2.as_str()), (3, 5, "no route to topic"));
+    assert_eq!(show("A-0").await.0, 2, "the row sent before the bridge is untouched");
+
+    // A row that cannot be a message (blank topic): the legacy INSERT succeeds, the row shows
+    // the failed value and the reason, and the outbox holds it as failed (never published).
+    legacy.exec(&insert_local("C-1", " ", 0)).await;
+    let refused = show("C-1").await;
+    assert_eq!(refused.0, 3);
+    assert!(refused.2.contains("cannot be a message"), "{refused:?}");
+    assert!(claim_all(outbox).await.is_empty(), "a refused row is never claimed");
+    assert_eq!(
+        legacy
+            .count("SELECT COUNT(*) FROM outbox_message WHERE status = 'failed' AND topic = '(invalid)'")
+            .await,
+        1
+    );
+
+    // A long error is cut to the legacy column's 512 characters, not refused by it.
+    let retried_again = claim_all(outbox).await;
+    assert!(retried_again.is_empty(), "A-2 waits an hour");
+    legacy.exec("UPDATE outbox_message SET next_attempt_at = next_attempt_at - INTERVAL '2' HOUR WHERE biz_key = 'A-2'").await;
+    let due = claim_all(outbox).await;
+    assert_eq!(due.len(), 1);
+    let long = "e".repeat(1500);
+    let settlement =
+        Settlement { messages: vec![write(due[0].id, Status::Pending, 2, &long)], ..Default::default() };
+    outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &settlement).await.unwrap();
+    assert_eq!(show("A-2").await.2.chars().count(), 512);
+
+    // A legacy scanner still running writes the status itself: counted, reported.
+    let before = check(legacy.db(), tables, &b).await.unwrap();
+    assert_eq!(before.foreign_writes, 0, "the bridge's own writes are not foreign: {before:?}");
+    legacy
+        .exec("UPDATE t_local_message SET status = 2, retry_count = retry_count + 1 WHERE biz_key = 'A-2'")
+        .await;
+    let after = check(legacy.db(), tables, &b).await.unwrap();
+    assert_eq!(after.foreign_writes, 1, "{after:?}");
+    assert!(after.last_foreign_write_at.is_some() && !after.ok());
+
+    // A changed mapping is reported until it is installed.
+    let changed = bridge(&T_LOCAL_MESSAGE_BRIDGE.replace("failed = 3", "failed = 4"));
+    let stale = check(legacy.db(), tables, &changed).await.unwrap();
+    assert!(stale.problems.iter().any(|p| p.contains("another mapping")), "{stale:?}");
+
+    // Removal: the triggers go, the legacy application's inserts are plain inserts again.
+    remove(legacy.db(), tables, &b).await.unwrap();
+    legacy.exec(&insert_local("D-1", "orders", 0)).await;
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM outbox_message WHERE biz_key = 'D-1'").await, 0);
+    let gone = check(legacy.db(), tables, &b).await.unwrap();
+    assert!(gone.problems.iter().any(|p| p.contains("not installed")), "{gone:?}");
+    assert_eq!(
+        legacy.count("SELECT COUNT(*) FROM t_local_message").await,
+        6,
+        "no legacy row is lost or added"
+    );
+}
+
+const MESSAGE_MYSQL: &str = "CREATE TABLE `message` (
+`id` bigint NOT NULL AUTO_INCREMENT COMMENT 'id',
+`create_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '创建时间',
+`update_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP COMMENT '修改时间',
+`status_delete` tinyint NOT NULL DEFAULT '0' COMMENT '删除标记 0正常 1删除',
+`topic` varchar(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT 'topic',
+`tag` varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT 'tag',
+`msg_id` varchar(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL DEFAULT '' COMMENT '消息id',
+`msg_key` varchar(64) COLLATE utf8mb4_general_ci DEFAULT NULL COMMENT '消息key',
+`data` text CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT '消息json串',
+`try_num` int NOT NULL DEFAULT '0' COMMENT '重试次数',
+`status` tinyint NOT NULL DEFAULT '0' COMMENT '发送状态 0-未发送 1-已发送',
+`next_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '下次驱动开始时间',
+PRIMARY KEY (`id`),
+KEY `idx_key` (`msg_key`),
+KEY `idx_nexttime_status` (`next_time`,`status`),
+KEY `idx_msgid` (`msg_id`)
+) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci ROW_FORMAT=DYNAMIC COMMENT='本地消息记录表'";
+
+const MESSAGE_PG: &str = "CREATE TABLE message (
+id bigserial PRIMARY KEY,
+create_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
+update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
+status_delete smallint NOT NULL DEFAULT 0,
+topic varchar(64) NOT NULL,
+tag varchar(128) NOT NULL,
+msg_id varchar(64) NOT NULL DEFAULT '',
+msg_key varchar(64) DEFAULT NULL,
+data text NOT NULL,
+try_num int NOT NULL DEFAULT 0,
+status smallint NOT NULL DEFAULT 0,
+next_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP
+);
+CREATE INDEX idx_key ON message (msg_key);
+CREATE INDEX idx_nexttime_status ON message (next_time, status)";
+
+const MESSAGE_BRIDGE: &str = r#"
+name = "message"
+table = "message"
+topic_column = "topic"
+payload_column = "data"
+key_column = "msg_key"
+tag_column = "tag"
+status_column = "status"
+status_values = { pending = 0, sent = 1 }
+attempts_column = "try_num"
+next_attempt_column = "next_time"
+"#;
+
+/// Seed 001's table: per-key order of the captured rows, the tag carried, a broker outage
+/// (retries) leaves the legacy row at 0 with its try count, success sets 1; on MySQL the legacy
+/// application's LAST_INSERT_ID() is still its own row's id.
+async fn message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>)
+where
+    Outbox<DB>: Claims,
+{
+    let tables = Tables::canonical();
+    let b = bridge(MESSAGE_BRIDGE);
+    legacy.exec("INSERT INTO outbox_message (topic, payload) VALUES ('other', 'x')").await;
+    install(legacy.db(), tables, &b).await.unwrap();
+    let insert = |key: &str, n: u32| {
+        format!(
+            "INSERT INTO message (topic, tag, msg_key, data) VALUES ('order-topic', 'paid', '{key}', '{{\"n\":{n}}}')"
+        )
+    };
+    if let Legacy::My(pool) = legacy {
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::raw_sql(&insert("k1", 1)).execute(&mut *conn).await.unwrap();
+        let own: i64 = sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
+            .fetch_one(&mut *conn)
+            .await
+            .unwrap();
+        let legacy_id: i64 =
+            sqlx::query_scalar("SELECT MAX(id) FROM message").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(own, legacy_id, "the trigger's insert does not change the application's LAST_INSERT_ID()");
+    } else {
+        legacy.exec(&insert("k1", 1)).await;
+    }
+    legacy.tx(&[&insert("k2", 2), &insert("k1", 3)], true).await;
+    let first = claim_all(outbox).await;
+    let got: Vec<(Option<String>, String, Option<String>)> =
+        first.iter().map(|m| (m.key.clone(), m.payload.clone(), m.tag.clone())).collect();
+    assert_eq!(got.len(), 3, "the unrelated message plus the heads of k1 and k2: {got:?}");
+    assert!(got.contains(&(Some("k1".into()), r#"{"n":1}"#.into(), Some("paid".into()))));
+    assert!(got.contains(&(Some("k2".into()), r#"{"n":2}"#.into(), Some("paid".into()))));
+    assert!(!got.iter().any(|g| g.1 == r#"{"n":3}"#), "k1's second row waits behind its first");
+
+    // The broker is down: every attempt fails, the rows stay 0 with their try count.
+    let outage = Settlement {
+        messages: first.iter().map(|m| write(m.id, Status::Pending, 1, "connection refused")).collect(),
+        ..Default::default()
+    };
+    outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &outage).await.unwrap();
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message WHERE status = 0 AND try_num = 1").await, 2);
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message WHERE status = 0 AND try_num = 0").await, 1);
+    assert_eq!(
+        legacy
+            .count("SELECT COUNT(*) FROM message WHERE next_time > update_time + INTERVAL '30' MINUTE")
+            .await,
+        2,
+        "next_time is the retry time"
+    );
+
+    // Back up: everything is delivered, k1 in order, and every legacy row shows 1.
+    legacy.exec("UPDATE outbox_message SET next_attempt_at = created_at").await;
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        let batch = claim_all(outbox).await;
+        order.extend(batch.iter().filter(|m| m.key.as_deref() == Some("k1")).map(|m| m.payload.clone()));
+        let sent = Settlement { sent: batch.iter().map(|m| m.id).collect(), ..Default::default() };
+        outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &sent).await.unwrap();
+    }
+    assert_eq!(order, [r#"{"n":1}"#, r#"{"n":3}"#]);
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message WHERE status = 1").await, 3);
+    assert!(check(legacy.db(), tables, &b).await.unwrap().ok());
+    remove(legacy.db(), tables, &b).await.unwrap();
+}
+
+const TASK_MYSQL: &str = "CREATE TABLE `message_deliver_task` (
+`id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT '主键id',
+`task_no` varchar(128) NOT NULL COMMENT '唯一键,通知任务流水号',
+`message_code` varchar(255) NOT NULL COMMENT '消息code',
+`scene_type` varchar(255) NOT NULL DEFAULT '' COMMENT '业务场景类型',
+`deliver_start_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '投递起始时间',
+`message_body` text COMMENT '消息体',
+`retry_times` int(10) NOT NULL DEFAULT '0' COMMENT '重试次数',
+`need_callback` int(1) NOT NULL DEFAULT '0' COMMENT '是否需要回执标识,0-不需要,1-需要',
+`message_status` int(10) NOT NULL DEFAULT '0' COMMENT '消息状态,DELETE(-1);SENDING(0);HANDLED(1)',
+`create_time` datetime NOT NULL DEFAULT '1971-01-01 08:00:00' COMMENT '记录创建时间',
+`update_time` datetime NOT NULL DEFAULT '1971-01-01 08:00:00' COMMENT '记录更新时间',
+`extend` varchar(1024) NOT NULL DEFAULT '' COMMENT '扩展字段',
+PRIMARY KEY (`id`) USING BTREE,
+UNIQUE KEY `uniq_task_no` (`task_no`) USING BTREE,
+KEY `idx_status_callback_retry` (`message_status`,`need_callback`,`retry_times`) USING BTREE
+) ENGINE=InnoDB AUTO_INCREMENT=13 DEFAULT CHARSET=utf8mb4 COMMENT='消息投递任务表'";
+
+const TASK_BRIDGE: &str = r#"
+name = "deliver_task"
+table = "message_deliver_task"
+topic_column = "message_code"
+payload_column = "message_body"
+tag_column = "scene_type"
+status_column = "message_status"
+status_values = { pending = 0, sent = 1 }
+attempts_column = "retry_times"
+"#;
+
+/// Seed 000's task table (MySQL only, as in the article): the message code is the topic, a
+/// NULL body an empty payload, an unsigned id; the handled value once sent.
+async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>) {
+    let tables = Tables::canonical();
+    let b = bridge(TASK_BRIDGE);
+    install(legacy.db(), tables, &b).await.unwrap();
+    legacy
+        .exec("INSERT INTO message_deliver_task (task_no, message_code, scene_type, message_body) VALUES ('t-1', 'material.sync', 'approved', '{\"id\":7}'), ('t-2', 'material.sync', '', NULL)")
+        .await;
+    let claimed = claim_all(outbox).await;
+    let got: Vec<(String, String, Option<String>)> =
+        claimed.iter().map(|m| (m.topic.clone(), m.payload.clone(), m.tag.clone())).collect();
+    assert_eq!(
+        got,
+        [
+            ("material.sync".to_owned(), r#"{"id":7}"#.to_owned(), Some("approved".to_owned())),
+            ("material.sync".to_owned(), String::new(), None)
+        ]
+    );
+    let sent = Settlement { sent: claimed.iter().map(|m| m.id).collect(), ..Default::default() };
+    outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &sent).await.unwrap();
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message_deliver_task WHERE message_status = 1").await, 2);
+    remove(legacy.db(), tables, &b).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_local_message() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::Pg(&db.pool).exec(T_LOCAL_MESSAGE_PG).await;
+    local_message(&outbox, Legacy::Pg(&db.pool)).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_local_message() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::My(&db.pool).exec(T_LOCAL_MESSAGE_MYSQL).await;
+    local_message(&outbox, Legacy::My(&db.pool)).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_message() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::Pg(&db.pool).exec(MESSAGE_PG).await;
+    message(&outbox, Legacy::Pg(&db.pool)).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_message() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::My(&db.pool).exec(MESSAGE_MYSQL).await;
+    message(&outbox, Legacy::My(&db.pool)).await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_deliver_task() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::My(&db.pool).exec(TASK_MYSQL).await;
+    deliver_task(&outbox, Legacy::My(&db.pool)).await;
+    db.drop_db().await;
+}
+
+#[test]
+fn a_bad_mapping_names_its_key() {
+    let cases = [
+        ("name = \"Bad-Name\"", "adopt.name"),
+        ("table = \"t; DROP TABLE x\"", "adopt.local_message.table"),
+        ("status_values = { pending = 0, sent = 0 }", "adopt.local_message.status_values.sent"),
+        ("status_values = { pending = 0, sent = \"it's\" }", "adopt.local_message.status_values.sent"),
+        ("topic = \"orders\"", "adopt.local_message.topic"),
+        ("attempts_column = \"status\"", "adopt.local_message"),
+    ];
+    for (line, key) in cases {
+        let field = line.split(' ').next().unwrap();
+        let text: String = T_LOCAL_MESSAGE_BRIDGE
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{field} ")))
+            .chain([line])
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c: BridgeConfig = toml::from_str(&text).unwrap();
+        let err = c.check().unwrap_err().to_string();
+        assert!(err.starts_with(key), "{line}: {err}");
+    }
+}
