@@ -15,10 +15,9 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::pool::PoolOptions;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
-use sqlx::{ConnectOptions, Connection, MySql, Pool, Postgres, Sqlite};
+use sqlx::{ConnectOptions, Connection, Executor, MySql, Pool, Postgres, Sqlite};
 
 pub mod brokers;
 pub mod fs;
@@ -32,12 +31,43 @@ pub use wait::{eventually, eventually_within, WAIT};
 
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
+/// A database server the tests create their databases on: PostgreSQL or MySQL/MariaDB.
+trait Server: sqlx::Database {
+    /// The environment variable naming the server.
+    const URL_VAR: &'static str;
+    /// Where it is when the variable is not set.
+    const DEFAULT_URL: &'static str;
+    /// What a failure calls it.
+    const LABEL: &'static str;
+    /// What `DROP DATABASE <name>` takes after the name.
+    const DROP_OPTIONS: &'static str;
+}
+
+impl Server for Postgres {
+    const URL_VAR: &'static str = "OUTBOX_TEST_PG_URL";
+    const DEFAULT_URL: &'static str = "postgres://postgres@127.0.0.1:5432/test";
+    const LABEL: &'static str = "PostgreSQL";
+    /// The sessions a test left open do not keep its database.
+    const DROP_OPTIONS: &'static str = " WITH (FORCE)";
+}
+
+impl Server for MySql {
+    const URL_VAR: &'static str = "OUTBOX_TEST_MYSQL_URL";
+    const DEFAULT_URL: &'static str = "mysql://root@127.0.0.1:3306/test";
+    const LABEL: &'static str = "MySQL/MariaDB";
+    const DROP_OPTIONS: &'static str = "";
+}
+
+fn server_url<DB: Server>() -> String {
+    std::env::var(DB::URL_VAR).unwrap_or_else(|_| DB::DEFAULT_URL.into())
+}
+
 pub fn pg_url() -> String {
-    std::env::var("OUTBOX_TEST_PG_URL").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    server_url::<Postgres>()
 }
 
 pub fn mysql_url() -> String {
-    std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+    server_url::<MySql>()
 }
 
 fn unique_name() -> String {
@@ -56,42 +86,52 @@ pub struct TestDb<DB: sqlx::Database> {
     dropped: bool,
 }
 
-/// The guard: a test that panics before `drop_db` still leaves no database behind. The drop
-/// runs on a thread of its own (a `Drop` cannot await, and may run inside a runtime), best
-/// effort; `scripts/test.sh` removes whatever a killed test process left.
+/// The guard: a test that panics before `drop_db` still leaves no database behind. A server's
+/// database is dropped on a thread of its own (a `Drop` cannot await, and may run inside a
+/// runtime), best effort; `scripts/test.sh` removes whatever a killed test process left.
 impl<DB: sqlx::Database> Drop for TestDb<DB> {
     fn drop(&mut self) {
         if self.dropped {
             return;
         }
-        let (name, admin_url) = (self.name.clone(), self.admin_url.clone());
-        match DB::NAME {
-            "SQLite" => remove_sqlite_files(&admin_url),
-            kind => {
-                let kind = kind.to_owned();
-                std::thread::spawn(move || {
-                    let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
-                        return;
-                    };
-                    rt.block_on(async move {
-                        if kind == "PostgreSQL" {
-                            if let Ok(mut admin) =
-                                PgConnectOptions::from_str(&admin_url).unwrap().connect().await
-                            {
-                                let sql = format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)");
-                                let _ = sqlx::query(&sql).execute(&mut admin).await;
-                            }
-                        } else if let Ok(mut admin) =
-                            MySqlConnectOptions::from_str(&admin_url).unwrap().connect().await
-                        {
-                            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
-                                .execute(&mut admin)
-                                .await;
-                        }
-                    });
-                });
-            }
+        if DB::NAME == "SQLite" {
+            return remove_sqlite_files(&self.admin_url);
         }
+        let (name, admin_url) = (self.name.clone(), self.admin_url.clone());
+        std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else {
+                return;
+            };
+            rt.block_on(remove::<DB>(&name, &admin_url));
+        });
+    }
+}
+
+impl<DB: sqlx::Database> TestDb<DB> {
+    /// Closes the pool and removes the database.
+    pub async fn drop_db(mut self) {
+        self.dropped = true;
+        close(&self.pool).await;
+        remove::<DB>(&self.name, &self.admin_url).await;
+    }
+}
+
+/// Removes test database `name`: its files (SQLite), or the database on its server. Best
+/// effort: a test's clean-up never fails the test.
+async fn remove<DB: sqlx::Database>(name: &str, admin_url: &str) {
+    match DB::NAME {
+        "PostgreSQL" => drop_on_server::<Postgres>(name, admin_url).await,
+        "MySQL" => drop_on_server::<MySql>(name, admin_url).await,
+        _ => remove_sqlite_files(admin_url),
+    }
+}
+
+async fn drop_on_server<DB: Server>(name: &str, admin_url: &str)
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    if let Ok(mut admin) = DB::Connection::connect(admin_url).await {
+        let _ = admin.execute(format!("DROP DATABASE IF EXISTS {name}{}", DB::DROP_OPTIONS).as_str()).await;
     }
 }
 
@@ -111,61 +151,30 @@ async fn close<DB: sqlx::Database>(pool: &Pool<DB>) {
     }
 }
 
-pub async fn fresh_pg() -> TestDb<Postgres> {
-    let admin_url = pg_url();
+/// A new database on the server `DB` (see the module docs), and a pool on it.
+async fn fresh_on<DB: Server>() -> TestDb<DB>
+where
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+{
+    let admin_url = server_url::<DB>();
     let name = unique_name();
-    let mut admin =
-        PgConnectOptions::from_str(&admin_url).expect("OUTBOX_TEST_PG_URL").connect().await.unwrap_or_else(
-            |e| {
-                panic!("PostgreSQL at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_PG_URL")
-            },
-        );
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
+    let options = <DB::Connection as Connection>::Options::from_str(&admin_url).expect(DB::URL_VAR);
+    let mut admin = options.connect().await.unwrap_or_else(|e| {
+        panic!("{} at {admin_url} is not reachable ({e}); start it or set {}", DB::LABEL, DB::URL_VAR)
+    });
+    admin.execute(format!("CREATE DATABASE {name}").as_str()).await.expect("create database");
     admin.close().await.ok();
     let url = with_db(&admin_url, &name);
-    let pool = PgPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
+    let pool = PoolOptions::<DB>::new().max_connections(16).connect(&url).await.expect("connect to test db");
     TestDb { pool, name, url, admin_url, dropped: false }
 }
 
-impl TestDb<Postgres> {
-    pub async fn drop_db(mut self) {
-        self.dropped = true;
-        close(&self.pool).await;
-        if let Ok(mut admin) = PgConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name))
-                .execute(&mut admin)
-                .await;
-        }
-    }
+pub async fn fresh_pg() -> TestDb<Postgres> {
+    fresh_on().await
 }
 
 pub async fn fresh_mysql() -> TestDb<MySql> {
-    let admin_url = mysql_url();
-    let name = unique_name();
-    let mut admin = MySqlConnectOptions::from_str(&admin_url)
-        .expect("OUTBOX_TEST_MYSQL_URL")
-        .connect()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "MySQL/MariaDB at {admin_url} is not reachable ({e}); start it or set OUTBOX_TEST_MYSQL_URL"
-            )
-        });
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await.expect("create database");
-    admin.close().await.ok();
-    let url = with_db(&admin_url, &name);
-    let pool = MySqlPoolOptions::new().max_connections(16).connect(&url).await.expect("connect to test db");
-    TestDb { pool, name, url, admin_url, dropped: false }
-}
-
-impl TestDb<MySql> {
-    pub async fn drop_db(mut self) {
-        self.dropped = true;
-        close(&self.pool).await;
-        if let Ok(mut admin) = MySqlConnectOptions::from_str(&self.admin_url).unwrap().connect().await {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.name)).execute(&mut admin).await;
-        }
-    }
+    fresh_on().await
 }
 
 /// A fresh SQLite file in the system temp directory, opened in WAL mode with a busy timeout.
@@ -181,14 +190,6 @@ pub async fn fresh_sqlite() -> TestDb<Sqlite> {
         .foreign_keys(true);
     let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts).await.expect("open sqlite");
     TestDb { pool, name, url, admin_url: path.display().to_string(), dropped: false }
-}
-
-impl TestDb<Sqlite> {
-    pub async fn drop_db(mut self) {
-        self.dropped = true;
-        close(&self.pool).await;
-        remove_sqlite_files(&self.admin_url);
-    }
 }
 
 #[cfg(test)]
