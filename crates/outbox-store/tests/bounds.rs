@@ -4,20 +4,25 @@
 //! and 10).
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use outbox_store::{Outbox, Status};
+use outbox_store::{Outbox, OutboxDatabase, Status};
+use outbox_testkit::{fresh_mysql, fresh_pg, fresh_sqlite, TestDb};
 
-async fn refused<DB: sqlx::Database>(pool: &sqlx::Pool<DB>, cases: &[(String, &str)])
-where
-    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
-{
-    let mut conn = pool.acquire().await.unwrap();
-    for (sql, rule) in cases {
-        let Err(err) = sqlx::raw_sql(sql).execute(&mut *conn).await else {
-            panic!("{sql}: accepted");
-        };
-        let text = err.to_string();
-        assert!(text.contains(rule), "{sql}: the error does not name {rule}: {text}");
-    }
+const WELL_FORMED: &str = "outbox_message_well_formed";
+const TIMES: &str = "outbox_message_times_in_range";
+const LAST_ERROR: &str = "outbox_message_last_error_bounded";
+
+/// An insert the table must refuse (what follows `INSERT INTO outbox_message`), and the rule it
+/// must name.
+type Case = (String, &'static str);
+
+/// A row with `column` = `value` (SQL) beside topic `t` and payload `p`.
+fn row(column: &str, value: impl std::fmt::Display) -> String {
+    format!("(topic, payload, {column}) VALUES ('t', 'p', {value})")
+}
+
+/// A row with topic `value` (SQL).
+fn topic(value: &str) -> String {
+    format!("(topic, payload) VALUES ({value}, 'p')")
 }
 
 fn many_headers(n: usize) -> String {
@@ -25,68 +30,68 @@ fn many_headers(n: usize) -> String {
     format!("{{{}}}", fields.join(", "))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_refuses_what_new_message_refuses() {
-    let db = outbox_testkit::fresh_pg().await;
+/// What every dialect refuses alike: a key with a trailing space, 65 headers, a header name of
+/// 200 `n`s and then `name_tail`.
+fn refused_everywhere(name_tail: &str) -> Vec<Case> {
+    vec![
+        (row("msg_key", "'k '"), WELL_FORMED),
+        (row("headers", format!("'{}'", many_headers(65))), WELL_FORMED),
+        (row("headers", format!("'{{\"{}{name_tail}\": \"v\"}}'", "n".repeat(200))), WELL_FORMED),
+    ]
+}
+
+/// On `db`, migrated: each of [`refused_everywhere`]`(name_tail)` and the dialect's `own` cases
+/// (run after `session`, SQL) is refused naming its rule, and what the library accepts, the
+/// table accepts: inner spaces, 64 headers, and `also` (a column and its value). Then drops the
+/// database.
+async fn check<DB: OutboxDatabase>(
+    db: TestDb<DB>,
+    session: &str,
+    name_tail: &str,
+    own: Vec<Case>,
+    also: Option<(&str, &str)>,
+) where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
     Outbox::new(db.pool.clone()).migrate().await.unwrap();
-    let ins = "INSERT INTO outbox_message";
-    let cases = vec![
-        (format!("{ins} (topic, payload) VALUES (E'sec.a\\nb', 'p')"), "outbox_message_well_formed"),
-        (format!("{ins} (topic, payload, msg_key) VALUES ('t', 'p', 'k ')"), "outbox_message_well_formed"),
-        (
-            format!("{ins} (topic, payload, tag) VALUES ('t', 'p', E'a\\u001bb')"),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!("{ins} (topic, payload, headers) VALUES ('t', 'p', '{}')", many_headers(65)),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!(
-                "{ins} (topic, payload, headers) VALUES ('t', 'p', '{{\"{} x\": \"v\"}}')",
-                "n".repeat(200)
-            ),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!(
-                "{ins} (topic, payload, headers) VALUES ('t', 'p', '{{\"h\": \"{}\"}}')",
-                "v".repeat(4097)
-            ),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!("{ins} (topic, payload, next_attempt_at) VALUES ('t', 'p', '-infinity')"),
-            "outbox_message_times_in_range",
-        ),
-        (
-            format!("{ins} (topic, payload, created_at) VALUES ('t', 'p', 'infinity')"),
-            "outbox_message_times_in_range",
-        ),
-        (
-            format!("{ins} (topic, payload, next_attempt_at) VALUES ('t', 'p', '200000-01-01')"),
-            "outbox_message_times_in_range",
-        ),
-        (
-            format!("{ins} (topic, payload, last_error) VALUES ('t', 'p', '{}')", "e".repeat(2001)),
-            "outbox_message_last_error_bounded",
-        ),
-    ];
-    refused(&db.pool, &cases).await;
-    // What the library accepts, the table accepts: inner spaces, 64 headers, an old delay.
-    sqlx::raw_sql(&format!(
-        "{ins} (topic, payload, msg_key, headers, next_attempt_at) VALUES ('a b', 'p', 'k 1', '{}', '1999-01-01')",
+    let mut conn = db.pool.acquire().await.unwrap();
+    for (insert, rule) in refused_everywhere(name_tail).into_iter().chain(own) {
+        let sql = format!("{session}INSERT INTO outbox_message {insert}");
+        let Err(err) = sqlx::raw_sql(&sql).execute(&mut *conn).await else {
+            panic!("{sql}: accepted");
+        };
+        let text = err.to_string();
+        assert!(text.contains(rule), "{sql}: the error does not name {rule}: {text}");
+    }
+    drop(conn);
+    let (column, value) =
+        also.map_or((String::new(), String::new()), |(c, v)| (format!(", {c}"), format!(", {v}")));
+    let accepted = format!(
+        "INSERT INTO outbox_message (topic, payload, msg_key, headers{column}) VALUES ('a b', 'p', 'k 1', '{}'{value})",
         many_headers(64)
-    ))
-    .execute(&db.pool)
-    .await
-    .unwrap();
+    );
+    sqlx::raw_sql(&accepted).execute(&db.pool).await.unwrap();
     db.drop_db().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_refuses_what_new_message_refuses() {
+    let own = vec![
+        (topic("E'sec.a\\nb'"), WELL_FORMED),
+        (row("tag", "E'a\\u001bb'"), WELL_FORMED),
+        (row("headers", format!("'{{\"h\": \"{}\"}}'", "v".repeat(4097))), WELL_FORMED),
+        (row("next_attempt_at", "'-infinity'"), TIMES),
+        (row("created_at", "'infinity'"), TIMES),
+        (row("next_attempt_at", "'200000-01-01'"), TIMES),
+        (row("last_error", format!("'{}'", "e".repeat(2001))), LAST_ERROR),
+    ];
+    // An old delay is accepted too.
+    check(fresh_pg().await, "", " x", own, Some(("next_attempt_at", "'1999-01-01'"))).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
-    let db = outbox_testkit::fresh_pg().await;
+    let db = fresh_pg().await;
     let outbox = Outbox::new(db.pool.clone());
     outbox.migrate().await.unwrap();
     // Back to version 4, as a table that has lived before this release.
@@ -128,85 +133,21 @@ async fn postgres_migration_repairs_and_fails_rows_written_before_version_5() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_refuses_what_new_message_refuses_whatever_the_sql_mode() {
-    let db = outbox_testkit::fresh_mysql().await;
-    Outbox::new(db.pool.clone()).migrate().await.unwrap();
-    let ins = "SET SESSION sql_mode = ''; INSERT INTO outbox_message";
-    let cases = vec![
-        (format!("{ins} (topic, payload) VALUES ('sec.a ', 'p')"), "outbox_message_well_formed"),
-        (
-            format!("{ins} (topic, payload) VALUES (CONCAT('sec.a', CHAR(10), 'b'), 'p')"),
-            "outbox_message_well_formed",
-        ),
-        (format!("{ins} (topic, payload, msg_key) VALUES ('t', 'p', 'k ')"), "outbox_message_well_formed"),
-        (
-            format!("{ins} (topic, payload, headers) VALUES ('t', 'p', '{}')", many_headers(65)),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!(
-                "{ins} (topic, payload, headers) VALUES ('t', 'p', '{{\"{} x\": \"v\"}}')",
-                "n".repeat(200)
-            ),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!("{ins} (topic, payload, next_attempt_at) VALUES ('t', 'p', '0000-00-00')"),
-            "outbox_message_times_in_range",
-        ),
-        (
-            format!("{ins} (topic, payload, last_error) VALUES ('t', 'p', REPEAT('e', 2001))"),
-            "outbox_message_last_error_bounded",
-        ),
+    let own = vec![
+        (topic("'sec.a '"), WELL_FORMED),
+        (topic("CONCAT('sec.a', CHAR(10), 'b')"), WELL_FORMED),
+        (row("next_attempt_at", "'0000-00-00'"), TIMES),
+        (row("last_error", "REPEAT('e', 2001)"), LAST_ERROR),
     ];
-    refused(&db.pool, &cases).await;
-    sqlx::raw_sql(&format!(
-        "INSERT INTO outbox_message (topic, payload, msg_key, headers) VALUES ('a b', 'p', 'k 1', '{}')",
-        many_headers(64)
-    ))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    db.drop_db().await;
+    check(fresh_mysql().await, "SET SESSION sql_mode = ''; ", " x", own, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_refuses_what_new_message_refuses() {
-    let db = outbox_testkit::fresh_sqlite().await;
-    Outbox::new(db.pool.clone()).migrate().await.unwrap();
-    let ins = "INSERT INTO outbox_message";
-    let cases = vec![
-        (
-            format!("{ins} (topic, payload) VALUES ('sec.a' || char(10) || 'b', 'p')"),
-            "outbox_message_well_formed",
-        ),
-        (format!("{ins} (topic, payload, msg_key) VALUES ('t', 'p', 'k ')"), "outbox_message_well_formed"),
-        (
-            format!("{ins} (topic, payload, headers) VALUES ('t', 'p', '{}')", many_headers(65)),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!(
-                "{ins} (topic, payload, headers) VALUES ('t', 'p', '{{\"{}\": \"v\"}}')",
-                "n".repeat(200)
-            ),
-            "outbox_message_well_formed",
-        ),
-        (
-            format!("{ins} (topic, payload, next_attempt_at) VALUES ('t', 'p', -1)"),
-            "outbox_message_times_in_range",
-        ),
-        (
-            format!("{ins} (topic, payload, last_error) VALUES ('t', 'p', '{}')", "e".repeat(2001)),
-            "outbox_message_well_formed",
-        ),
+    let own = vec![
+        (topic("'sec.a' || char(10) || 'b'"), WELL_FORMED),
+        (row("next_attempt_at", -1), TIMES),
+        (row("last_error", format!("'{}'", "e".repeat(2001))), WELL_FORMED),
     ];
-    refused(&db.pool, &cases).await;
-    sqlx::raw_sql(&format!(
-        "INSERT INTO outbox_message (topic, payload, msg_key, headers) VALUES ('a b', 'p', 'k 1', '{}')",
-        many_headers(64)
-    ))
-    .execute(&db.pool)
-    .await
-    .unwrap();
-    db.drop_db().await;
+    check(fresh_sqlite().await, "", "", own, None).await;
 }

@@ -8,7 +8,10 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_store::{ClaimMode, Claims, Hold, MessageId, NewMessage, Outbox, OutboxMessage};
+use outbox_store::{
+    ClaimMode, Claims, Hold, MessageId, MessageWrite, NewMessage, Outbox, OutboxDatabase, OutboxMessage,
+    Settlement, Status,
+};
 
 const LEASE: Duration = Duration::from_secs(30);
 
@@ -22,177 +25,173 @@ async fn lock<S: Claims>(
     (!c.messages.is_empty()).then_some((c.messages, c.hold))
 }
 
+/// One test per dialect and generic test named: each runs on a fresh, migrated database.
 macro_rules! suite {
-    ($dialect:ident, $fresh:path, $db:ty) => {
+    ([$($dialect:ident = $fresh:path),+], $tests:tt) => {
+        $(suite!($dialect, $fresh, $tests);)+
+    };
+    ($dialect:ident, $fresh:path, [$($test:ident),+ $(,)?]) => {
         mod $dialect {
-            use super::*;
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn heads_behind_a_busy_keys_backlog_are_claimed_at_once() {
-                let db = $fresh().await;
-                let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
-                outbox.migrate().await.unwrap();
-                // 1,200 messages on two busy keys, far more than the claim's window...
-                let mut busy = Vec::new();
-                for chunk in 0..12 {
-                    let mut tx = outbox.begin().await.unwrap();
-                    for i in 0..100 {
-                        let n = chunk * 100 + i;
-                        let m = NewMessage::new("t", "{}").key(format!("busy-{}", n % 2));
-                        busy.push(tx.enqueue(&m).await.unwrap().id);
-                    }
-                    tx.commit().await.unwrap();
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    let db = $fresh().await;
+                    let outbox = outbox_store::Outbox::new(db.pool.clone());
+                    outbox.migrate().await.unwrap();
+                    super::$test(&outbox).await;
+                    drop(outbox);
+                    db.drop_db().await;
                 }
-                // ...then a message of a quiet key and one without a key.
-                let quiet = outbox.enqueue(&NewMessage::new("t", "{}").key("quiet")).await.unwrap().id;
-                let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
-
-                let first: HashSet<MessageId> =
-                    outbox.claim("relay-a", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
-                let expected: HashSet<MessageId> = [busy[0], busy[1], quiet, keyless].into_iter().collect();
-                assert_eq!(first, expected, "the heads of every key and the keyless message");
-
-                // With every head in flight, nothing else is claimable: the busy keys' later
-                // messages wait for their heads.
-                let second = outbox.claim("relay-b", 10, LEASE).await.unwrap();
-                assert!(second.is_empty(), "{:?}", second.iter().map(|m| m.id).collect::<Vec<_>>());
-                db.drop_db().await;
-            }
+            )+
         }
     };
+}
+
+async fn heads_behind_a_busy_keys_backlog_are_claimed_at_once<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    // 1,200 messages on two busy keys, far more than the claim's window...
+    let mut busy = Vec::new();
+    for chunk in 0..12 {
+        let mut tx = outbox.begin().await.unwrap();
+        for i in 0..100 {
+            let n = chunk * 100 + i;
+            let m = NewMessage::new("t", "{}").key(format!("busy-{}", n % 2));
+            busy.push(tx.enqueue(&m).await.unwrap().id);
+        }
+        tx.commit().await.unwrap();
+    }
+    // ...then a message of a quiet key and one without a key.
+    let quiet = outbox.enqueue(&NewMessage::new("t", "{}").key("quiet")).await.unwrap().id;
+    let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+
+    let first: HashSet<MessageId> =
+        outbox.claim("relay-a", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+    let expected: HashSet<MessageId> = [busy[0], busy[1], quiet, keyless].into_iter().collect();
+    assert_eq!(first, expected, "the heads of every key and the keyless message");
+
+    // With every head in flight, nothing else is claimable: the busy keys' later
+    // messages wait for their heads.
+    let second = outbox.claim("relay-b", 10, LEASE).await.unwrap();
+    assert!(second.is_empty(), "{:?}", second.iter().map(|m| m.id).collect::<Vec<_>>());
 }
 
 /// Locked claims (PostgreSQL, MySQL/MariaDB): the rows stay `pending` and locked until the
 /// settlement commits. Meanwhile a second claimer, locked or leased, takes neither those rows
 /// nor the younger messages of their keys; dropping the claim rolls back and leaves the rows
 /// exactly as they were; settling writes the outcomes once.
-macro_rules! locked_suite {
-    ($dialect:ident, $fresh:path, $db:ty) => {
-        mod $dialect {
-            use super::*;
-            use outbox_store::{MessageWrite, Settlement, Status};
+async fn a_locked_claim_holds_its_rows_and_keys_until_it_settles<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let mut ids = Vec::new();
+    for i in 0..6 {
+        let m = NewMessage::new("t", "{}").key(format!("k{}", i % 3));
+        ids.push(outbox.enqueue(&m).await.unwrap().id);
+    }
+    let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_locked_claim_holds_its_rows_and_keys_until_it_settles() {
-                let db = $fresh().await;
-                let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
-                outbox.migrate().await.unwrap();
-                let mut ids = Vec::new();
-                for i in 0..6 {
-                    let m = NewMessage::new("t", "{}").key(format!("k{}", i % 3));
-                    ids.push(outbox.enqueue(&m).await.unwrap().id);
-                }
-                let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+    // Takes two: the heads of k0 and k1 (id order).
+    let (first, claim) = lock(outbox, "relay-a", 2).await.expect("claimed");
+    let first_ids: Vec<MessageId> = first.iter().map(|m| m.id).collect();
+    assert_eq!(first_ids, vec![ids[0], ids[1]]);
+    assert!(matches!(claim, Hold::Lock(_)), "held by row locks, not a lease");
+    for id in &first_ids {
+        let m = outbox.get(*id).await.unwrap().unwrap();
+        assert_eq!((m.status, m.lease_owner), (Status::Pending, None), "nothing written");
+    }
 
-                // Takes two: the heads of k0 and k1 (id order).
-                let (first, claim) = lock(&outbox, "relay-a", 2).await.expect("claimed");
-                let first_ids: Vec<MessageId> = first.iter().map(|m| m.id).collect();
-                assert_eq!(first_ids, vec![ids[0], ids[1]]);
-                assert!(matches!(claim, Hold::Lock(_)), "held by row locks, not a lease");
-                for id in &first_ids {
-                    let m = outbox.get(*id).await.unwrap().unwrap();
-                    assert_eq!((m.status, m.lease_owner), (Status::Pending, None), "nothing written");
-                }
+    // Another relay gets k2's head and the keyless message; not the locked rows,
+    // not k0's or k1's younger messages.
+    let leased: HashSet<MessageId> =
+        outbox.claim("relay-b", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+    assert_eq!(leased, [ids[2], keyless].into_iter().collect::<HashSet<_>>());
+    let none = lock(outbox, "relay-c", 10).await;
+    assert!(none.is_none(), "{:?}", none.map(|(b, _)| b.iter().map(|m| m.id).collect::<Vec<_>>()));
 
-                // Another relay gets k2's head and the keyless message; not the locked rows,
-                // not k0's or k1's younger messages.
-                let leased: HashSet<MessageId> =
-                    outbox.claim("relay-b", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
-                assert_eq!(leased, [ids[2], keyless].into_iter().collect::<HashSet<_>>());
-                let none = lock(&outbox, "relay-c", 10).await;
-                assert!(
-                    none.is_none(),
-                    "{:?}",
-                    none.map(|(b, _)| b.iter().map(|m| m.id).collect::<Vec<_>>())
-                );
-
-                // Dropped: rolled back, the rows are as they were and claimable again.
-                drop(claim);
-                let (again, claim) = loop {
-                    if let Some(c) = lock(&outbox, "relay-a", 2).await {
-                        break c;
-                    }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                };
-                assert_eq!(again.iter().map(|m| m.id).collect::<Vec<_>>(), first_ids);
-                assert!(again.iter().all(|m| m.attempts == 0));
-
-                // Settled: ids[0] sent, ids[1] retried later with its error.
-                let settlement = Settlement {
-                    sent: vec![ids[0]],
-                    messages: vec![MessageWrite {
-                        id: ids[1],
-                        status: Status::Pending,
-                        attempts: 1,
-                        retry_in: Duration::from_secs(60),
-                        last_error: Some("broker said no".into()),
-                        attempted: true,
-                    }],
-                    deliveries: Vec::new(),
-                };
-                let report = outbox.settle_held(claim, "relay-a", &settlement).await.unwrap();
-                assert_eq!((report.settled, report.lost_lease.len()), (2, 0));
-                let sent = outbox.get(ids[0]).await.unwrap().unwrap();
-                assert_eq!((sent.status, sent.updated_by.as_deref()), (Status::Sent, Some("relay-a")));
-                let retried = outbox.get(ids[1]).await.unwrap().unwrap();
-                assert_eq!((retried.status, retried.attempts), (Status::Pending, 1));
-                assert_eq!(retried.last_error.as_deref(), Some("broker said no"));
-
-                // k0's next message is free now; k1's waits behind its retried head; k2's behind
-                // relay-b's lease.
-                let (next, claim) = lock(&outbox, "relay-a", 10).await.expect("k0 is free");
-                assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[3]]);
-                drop(claim);
-                db.drop_db().await;
-            }
-
-            /// A claimer that freezes with its connection open (its host stopped, the network
-            /// cut without a reset) holds its rows for `lease`, not for as long as the server
-            /// keeps an idle connection (8 hours by MySQL's default `wait_timeout`): the
-            /// database ends its transaction, another relay takes the rows, and the frozen
-            /// claimer's late settlement writes nothing.
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_frozen_claimer_loses_its_rows_after_the_lease() {
-                let db = $fresh().await;
-                let outbox: Outbox<$db> = Outbox::new(db.pool.clone());
-                outbox.migrate().await.unwrap();
-                let id = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
-                let frozen =
-                    outbox.claim_with(ClaimMode::Lock, "frozen", 10, Duration::from_secs(1)).await.unwrap();
-                assert_eq!(frozen.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
-                let slot = std::sync::Mutex::new(None);
-                outbox_testkit::eventually_within(
-                    Duration::from_secs(30),
-                    "another relay's claim of the rows (still held after 30 s, lease 1 s)",
-                    || async {
-                        let claimed = lock(&outbox, "heir", 10).await;
-                        let got = claimed.is_some();
-                        *slot.lock().unwrap() = claimed;
-                        got
-                    },
-                )
-                .await;
-                let (taken, hold) = slot.into_inner().unwrap().unwrap();
-                assert_eq!(taken.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
-                let settlement =
-                    |sent| Settlement { sent: vec![sent], messages: Vec::new(), deliveries: Vec::new() };
-                let late = outbox.settle_held(frozen.hold, "frozen", &settlement(id)).await;
-                assert!(late.is_err(), "the frozen claimer's transaction is gone: {late:?}");
-                outbox.settle_held(hold, "heir", &settlement(id)).await.unwrap();
-                let m = outbox.get(id).await.unwrap().unwrap();
-                assert_eq!((m.status, m.updated_by.as_deref()), (Status::Sent, Some("heir")));
-                db.drop_db().await;
-            }
+    // Dropped: rolled back, the rows are as they were and claimable again.
+    drop(claim);
+    let (again, claim) = loop {
+        if let Some(c) = lock(outbox, "relay-a", 2).await {
+            break c;
         }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     };
+    assert_eq!(again.iter().map(|m| m.id).collect::<Vec<_>>(), first_ids);
+    assert!(again.iter().all(|m| m.attempts == 0));
+
+    // Settled: ids[0] sent, ids[1] retried later with its error.
+    let settlement = Settlement {
+        sent: vec![ids[0]],
+        messages: vec![MessageWrite {
+            id: ids[1],
+            status: Status::Pending,
+            attempts: 1,
+            retry_in: Duration::from_secs(60),
+            last_error: Some("broker said no".into()),
+            attempted: true,
+        }],
+        deliveries: Vec::new(),
+    };
+    let report = outbox.settle_held(claim, "relay-a", &settlement).await.unwrap();
+    assert_eq!((report.settled, report.lost_lease.len()), (2, 0));
+    let sent = outbox.get(ids[0]).await.unwrap().unwrap();
+    assert_eq!((sent.status, sent.updated_by.as_deref()), (Status::Sent, Some("relay-a")));
+    let retried = outbox.get(ids[1]).await.unwrap().unwrap();
+    assert_eq!((retried.status, retried.attempts), (Status::Pending, 1));
+    assert_eq!(retried.last_error.as_deref(), Some("broker said no"));
+
+    // k0's next message is free now; k1's waits behind its retried head; k2's behind
+    // relay-b's lease.
+    let (next, claim) = lock(outbox, "relay-a", 10).await.expect("k0 is free");
+    assert_eq!(next.iter().map(|m| m.id).collect::<Vec<_>>(), vec![ids[3]]);
+    drop(claim);
 }
 
-locked_suite!(postgres_locked, outbox_testkit::fresh_pg, sqlx::Postgres);
-locked_suite!(mysql_locked, outbox_testkit::fresh_mysql, sqlx::MySql);
+/// A claimer that freezes with its connection open (its host stopped, the network
+/// cut without a reset) holds its rows for `lease`, not for as long as the server
+/// keeps an idle connection (8 hours by MySQL's default `wait_timeout`): the
+/// database ends its transaction, another relay takes the rows, and the frozen
+/// claimer's late settlement writes nothing.
+async fn a_frozen_claimer_loses_its_rows_after_the_lease<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let id = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+    let frozen = outbox.claim_with(ClaimMode::Lock, "frozen", 10, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(frozen.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+    let slot = std::sync::Mutex::new(None);
+    outbox_testkit::eventually_within(
+        Duration::from_secs(30),
+        "another relay's claim of the rows (still held after 30 s, lease 1 s)",
+        || async {
+            let claimed = lock(outbox, "heir", 10).await;
+            let got = claimed.is_some();
+            *slot.lock().unwrap() = claimed;
+            got
+        },
+    )
+    .await;
+    let (taken, hold) = slot.into_inner().unwrap().unwrap();
+    assert_eq!(taken.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+    let settlement = |sent| Settlement { sent: vec![sent], messages: Vec::new(), deliveries: Vec::new() };
+    let late = outbox.settle_held(frozen.hold, "frozen", &settlement(id)).await;
+    assert!(late.is_err(), "the frozen claimer's transaction is gone: {late:?}");
+    outbox.settle_held(hold, "heir", &settlement(id)).await.unwrap();
+    let m = outbox.get(id).await.unwrap().unwrap();
+    assert_eq!((m.status, m.updated_by.as_deref()), (Status::Sent, Some("heir")));
+}
 
-suite!(postgres, outbox_testkit::fresh_pg, sqlx::Postgres);
-suite!(mysql, outbox_testkit::fresh_mysql, sqlx::MySql);
-suite!(sqlite, outbox_testkit::fresh_sqlite, sqlx::Sqlite);
+suite!(
+    [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
+    [
+        heads_behind_a_busy_keys_backlog_are_claimed_at_once,
+        a_locked_claim_holds_its_rows_and_keys_until_it_settles,
+        a_frozen_claimer_loses_its_rows_after_the_lease,
+    ]
+);
+suite!(sqlite, outbox_testkit::fresh_sqlite, [heads_behind_a_busy_keys_backlog_are_claimed_at_once]);
 
 /// MySQL/MariaDB (schema 4): `open_key` is kept by triggers whoever writes the row, so a foreign
 /// application's plain INSERT takes part in per-key order, and a finished message stops holding

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use outbox_store::{MessageId, Outbox, OutboxDatabase, Status};
-use outbox_testkit::{fresh_mysql, fresh_pg};
+use outbox_testkit::{fresh_mysql, fresh_pg, TestDb};
 use serde_json::json;
-use sqlx::{MySqlPool, PgPool};
+use sqlx::Pool;
 
 const INSTALL_HINT: &str =
     "run scripts/install-foreign-deps.sh to install the foreign-language example dependencies";
@@ -184,16 +184,43 @@ struct Tables {
 const ORDERS_SQL: &str = "SELECT id, amount_cents FROM shop_order ORDER BY id";
 const COUNT_SQL: &str = "SELECT COUNT(*) FROM outbox_message";
 
-async fn pg_tables(pool: &PgPool) -> Tables {
-    let orders: Vec<(i64, i64)> = sqlx::query_as(ORDERS_SQL).fetch_all(pool).await.expect("read shop_order");
-    let messages: i64 = sqlx::query_scalar(COUNT_SQL).fetch_one(pool).await.expect("count outbox_message");
-    Tables { orders: orders.into_iter().collect(), messages }
+/// Reads [`Tables`]: the same SQL on every server.
+trait ReadTables {
+    async fn tables(&self) -> Tables;
 }
 
-async fn mysql_tables(pool: &MySqlPool) -> Tables {
-    let orders: Vec<(i64, i64)> = sqlx::query_as(ORDERS_SQL).fetch_all(pool).await.expect("read shop_order");
-    let messages: i64 = sqlx::query_scalar(COUNT_SQL).fetch_one(pool).await.expect("count outbox_message");
-    Tables { orders: orders.into_iter().collect(), messages }
+impl<DB: sqlx::Database> ReadTables for Pool<DB>
+where
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'r> (i64, i64): sqlx::FromRow<'r, DB::Row>,
+    i64: sqlx::Type<DB> + for<'r> sqlx::Decode<'r, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    async fn tables(&self) -> Tables {
+        let orders: Vec<(i64, i64)> =
+            sqlx::query_as(ORDERS_SQL).fetch_all(self).await.expect("read shop_order");
+        let messages: i64 =
+            sqlx::query_scalar(COUNT_SQL).fetch_one(self).await.expect("count outbox_message");
+        Tables { orders: orders.into_iter().collect(), messages }
+    }
+}
+
+/// Runs an example (`run`, given the database's URL) on `db`, migrated, and checks what it
+/// wrote (see [`verify`]); then drops the database.
+async fn check_example<DB: OutboxDatabase>(
+    db: TestDb<DB>,
+    run: impl FnOnce(&str) -> Report,
+    source: &str,
+    created_by: &str,
+) where
+    Pool<DB>: ReadTables,
+{
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.expect("migrate");
+    let report = run(&db.url);
+    verify(&outbox, &report, &db.pool.tables().await, source, created_by).await;
+    db.drop_db().await;
 }
 
 /// Checks the example's report against the tables and every message through `Outbox::get`.
@@ -283,52 +310,34 @@ async fn verify<DB: OutboxDatabase>(
     }
 }
 
+// Each checks what it needs before creating a database that a failure would leave behind.
+
 #[tokio::test]
 async fn python_postgres() {
-    require_python_modules(); // before creating a database that a failure would leave behind
-    let db = fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.expect("migrate");
-    let report = run_python("enqueue_postgres.py", &db.url);
-    let tables = pg_tables(&db.pool).await;
-    verify(&outbox, &report, &tables, "python", "enqueue_postgres.py").await;
-    db.drop_db().await;
+    require_python_modules();
+    let run = |url: &str| run_python("enqueue_postgres.py", url);
+    check_example(fresh_pg().await, run, "python", "enqueue_postgres.py").await;
 }
 
 #[tokio::test]
 async fn python_mysql() {
-    require_python_modules(); // before creating a database that a failure would leave behind
-    let db = fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.expect("migrate");
-    let report = run_python("enqueue_mysql.py", &db.url);
-    let tables = mysql_tables(&db.pool).await;
-    verify(&outbox, &report, &tables, "python", "enqueue_mysql.py").await;
-    db.drop_db().await;
+    require_python_modules();
+    let run = |url: &str| run_python("enqueue_mysql.py", url);
+    check_example(fresh_mysql().await, run, "python", "enqueue_mysql.py").await;
 }
 
 #[tokio::test]
 async fn java_postgres() {
-    require_java(PG_JAR); // before creating a database that a failure would leave behind
-    let db = fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.expect("migrate");
-    let report = run_java("EnqueuePostgres", PG_JAR, &jdbc_url(&db.url, "postgresql"));
-    let tables = pg_tables(&db.pool).await;
-    verify(&outbox, &report, &tables, "java", "EnqueuePostgres.java").await;
-    db.drop_db().await;
+    require_java(PG_JAR);
+    let run = |url: &str| run_java("EnqueuePostgres", PG_JAR, &jdbc_url(url, "postgresql"));
+    check_example(fresh_pg().await, run, "java", "EnqueuePostgres.java").await;
 }
 
 #[tokio::test]
 async fn java_mysql() {
-    require_java(MARIADB_JAR); // before creating a database that a failure would leave behind
-    let db = fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.expect("migrate");
-    let report = run_java("EnqueueMysql", MARIADB_JAR, &jdbc_url(&db.url, "mariadb"));
-    let tables = mysql_tables(&db.pool).await;
-    verify(&outbox, &report, &tables, "java", "EnqueueMysql.java").await;
-    db.drop_db().await;
+    require_java(MARIADB_JAR);
+    let run = |url: &str| run_java("EnqueueMysql", MARIADB_JAR, &jdbc_url(url, "mariadb"));
+    check_example(fresh_mysql().await, run, "java", "EnqueueMysql.java").await;
 }
 
 #[test]

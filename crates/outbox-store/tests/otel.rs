@@ -45,9 +45,8 @@ async fn check<DB: OutboxDatabase>(outbox: Outbox<DB>) {
     assert_eq!(header(untraced).await, None, "no span, no header");
 }
 
-#[tokio::test]
-async fn sqlite() {
-    let db = outbox_testkit::fresh_sqlite().await;
+/// [`check`] on `db`, migrated; then drops it.
+async fn check_on<DB: OutboxDatabase>(db: outbox_testkit::TestDb<DB>) {
     let outbox = Outbox::new(db.pool.clone());
     outbox.migrate().await.unwrap();
     check(outbox).await;
@@ -55,10 +54,11 @@ async fn sqlite() {
 }
 
 #[tokio::test]
+async fn sqlite() {
+    check_on(outbox_testkit::fresh_sqlite().await).await;
+}
+
+#[tokio::test]
 async fn postgres() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    check(outbox).await;
-    db.drop_db().await;
+    check_on(outbox_testkit::fresh_pg().await).await;
 }
