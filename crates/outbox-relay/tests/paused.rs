@@ -8,7 +8,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use outbox_core::{NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
+use outbox_core::{MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
 use outbox_relay::testing::{MemoryStore, TestTransport};
 use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, Route};
 use outbox_store::{Claims, RelayState};
@@ -70,21 +70,73 @@ impl Running {
     }
 }
 
-fn start(store: &MemoryStore, t: &TestTransport, retry: RetryPolicy, alerts: Arc<Alerts>) -> Running {
-    let relay = Relay::builder(store)
-        .config(config("r1"))
-        .destination(Destination::new("broker", Arc::new(t.clone())).retry(retry).breaker(BreakerConfig {
-            failure_threshold: 3,
-            cooldown: Duration::from_secs(1),
-            max_cooldown: Duration::from_secs(8),
-        }))
-        .route(Route::new("#", ["broker"]))
-        .alert(alerts)
-        .build()
-        .unwrap();
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(relay.run(stop.clone()));
-    Running { stop, task }
+impl Running {
+    fn spawn(relay: Relay<MemoryStore>) -> Running {
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(relay.run(stop.clone()));
+        Running { stop, task }
+    }
+}
+
+/// A memory store, a test transport every topic goes to (`broker`), and the alerts raised.
+struct Bench {
+    store: MemoryStore,
+    t: TestTransport,
+    alerts: Arc<Alerts>,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        Bench { store: MemoryStore::new(), t: TestTransport::new(), alerts: Arc::default() }
+    }
+
+    /// A new bench, and a relay started on it with `retry` (see [`Bench::start`]).
+    fn started(retry: RetryPolicy) -> (Bench, Running) {
+        let bench = Bench::new();
+        let running = bench.start(retry);
+        (bench, running)
+    }
+
+    /// Starts relay `r1` publishing every topic to the transport with `retry` and a breaker
+    /// that opens after 3 failures for 1 s, doubling up to 8 s.
+    fn start(&self, retry: RetryPolicy) -> Running {
+        let destination =
+            Destination::new("broker", Arc::new(self.t.clone())).retry(retry).breaker(BreakerConfig {
+                failure_threshold: 3,
+                cooldown: Duration::from_secs(1),
+                max_cooldown: Duration::from_secs(8),
+            });
+        Running::spawn(
+            Relay::builder(&self.store)
+                .config(config("r1"))
+                .destination(destination)
+                .route(Route::new("#", ["broker"]))
+                .alert(self.alerts.clone())
+                .build()
+                .unwrap(),
+        )
+    }
+
+    /// Enqueues a message on topic `orders`.
+    fn order(&self) -> MessageId {
+        self.store.enqueue(&NewMessage::new("orders", "{}")).unwrap()
+    }
+
+    /// [`Bench::order`], which the transport answers with `outcome` its first `times` times.
+    fn failing_order(&self, times: u32, outcome: Outcome) -> MessageId {
+        let id = self.order();
+        self.t.fail_message(id, times, outcome);
+        id
+    }
+
+    fn status(&self, id: MessageId) -> Status {
+        self.store.get(id).unwrap().status
+    }
+
+    /// Waits in virtual time until message `id` is `status`.
+    async fn until_is(&self, id: MessageId, status: Status) {
+        until(&format!("message {id} {status:?}"), || self.status(id) == status).await;
+    }
 }
 
 /// Waits in virtual time for `cond`, at most ten virtual minutes.
@@ -96,20 +148,13 @@ async fn until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn status(store: &MemoryStore, id: outbox_core::MessageId) -> Status {
-    store.get(id).unwrap().status
-}
-
 #[tokio::test(start_paused = true)]
 async fn retries_wait_exactly_the_policys_backoff() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    t.fail_message(id, 3, Outcome::retryable("broker busy"));
-    until("delivered", || status(&store, id) == Status::Sent).await;
+    let (b, running) = Bench::started(policy(5, Duration::from_secs(1)));
+    let id = b.failing_order(3, Outcome::retryable("broker busy"));
+    b.until_is(id, Status::Sent).await;
 
-    let at: Vec<Instant> = t.received().iter().map(|r| r.at).collect();
+    let at: Vec<Instant> = b.t.received().iter().map(|r| r.at).collect();
     assert_eq!(at.len(), 4, "three failures, then the delivery");
     // 1 s, 2 s, 4 s after each failure (no jitter), each found by the next scan.
     for (i, nominal) in [1, 2, 4].into_iter().map(Duration::from_secs).enumerate() {
@@ -120,30 +165,26 @@ async fn retries_wait_exactly_the_policys_backoff() {
             i + 1
         );
     }
-    let m = store.get(id).unwrap();
+    let m = b.store.get(id).unwrap();
     assert_eq!(m.attempts, 3, "the failed attempts are counted");
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn exhausted_attempts_fail_the_message_once_with_an_alert() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let alerts = Arc::new(Alerts::default());
-    let running = start(&store, &t, policy(3, Duration::from_millis(200)), alerts.clone());
-    let bad = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    let good = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    t.fail_message(bad, 1_000, Outcome::retryable("broker busy"));
-    until("failed", || status(&store, bad) == Status::Failed).await;
-    assert_eq!(status(&store, good), Status::Sent, "the other message is not held up");
+    let (b, running) = Bench::started(policy(3, Duration::from_millis(200)));
+    let bad = b.failing_order(1_000, Outcome::retryable("broker busy"));
+    let good = b.order();
+    b.until_is(bad, Status::Failed).await;
+    assert_eq!(b.status(good), Status::Sent, "the other message is not held up");
 
     // A virtual hour later: no further attempt, one alert.
     tokio::time::sleep(Duration::from_secs(3600)).await;
-    assert_eq!(t.attempts(bad), 3, "max_attempts = 3");
-    let m = store.get(bad).unwrap();
+    assert_eq!(b.t.attempts(bad), 3, "max_attempts = 3");
+    let m = b.store.get(bad).unwrap();
     assert_eq!((m.status, m.attempts), (Status::Failed, 3));
     assert!(m.last_error.as_deref().unwrap_or("").contains("broker busy"), "{:?}", m.last_error);
-    let alerts = alerts.0.lock().unwrap().clone();
+    let alerts = b.alerts.0.lock().unwrap().clone();
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0].0, bad.0);
     assert!(alerts[0].1.contains("broker busy"), "{alerts:?}");
@@ -152,136 +193,123 @@ async fn exhausted_attempts_fail_the_message_once_with_an_alert() {
 
 #[tokio::test(start_paused = true)]
 async fn a_permanent_refusal_fails_at_once() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let alerts = Arc::new(Alerts::default());
-    let running = start(&store, &t, policy(10, Duration::from_secs(1)), alerts.clone());
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    t.fail_message(id, 1, Outcome::permanent("schema rejected"));
-    until("failed", || status(&store, id) == Status::Failed).await;
+    let (b, running) = Bench::started(policy(10, Duration::from_secs(1)));
+    let id = b.failing_order(1, Outcome::permanent("schema rejected"));
+    b.until_is(id, Status::Failed).await;
     tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(t.attempts(id), 1, "a permanent error is not retried");
-    assert_eq!(alerts.0.lock().unwrap().len(), 1);
+    assert_eq!(b.t.attempts(id), 1, "a permanent error is not retried");
+    assert_eq!(b.alerts.0.lock().unwrap().len(), 1);
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_destination_that_is_down_is_probed_not_hammered() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    t.set_down(true);
-    let running = start(&store, &t, policy(1_000, Duration::from_millis(100)), Arc::default());
+    let (b, running) = Bench::started(policy(1_000, Duration::from_millis(100)));
+    b.t.set_down(true);
     let ids: Vec<_> =
-        (0..20).map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}"))).unwrap()).collect();
+        (0..20).map(|i| b.store.enqueue(&NewMessage::new("orders", format!("{i}"))).unwrap()).collect();
 
     // One virtual minute down: after the breaker opens (3 unavailable publishes), one probe
     // per cool-down (1, 2, 4, then 8 s), not 20 messages every 100 ms.
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let publishes = t.received().len();
+    let publishes = b.t.received().len();
     assert!(publishes <= 3 * 20 + 12, "{publishes} envelopes offered to a destination that is down");
-    let before = t.received().len();
+    let before = b.t.received().len();
     tokio::time::sleep(Duration::from_secs(60)).await;
-    let in_a_minute = t.received().len() - before;
+    let in_a_minute = b.t.received().len() - before;
     assert!(in_a_minute <= 8, "{in_a_minute} envelopes in a minute with the breaker open");
-    assert!(ids.iter().all(|id| status(&store, *id) == Status::Pending), "nothing fails while it is down");
+    assert!(ids.iter().all(|id| b.status(*id) == Status::Pending), "nothing fails while it is down");
 
-    t.set_down(false);
-    until("all delivered", || ids.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+    b.t.set_down(false);
+    until("all delivered", || ids.iter().all(|id| b.status(*id) == Status::Sent)).await;
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_publish_that_never_answers_times_out_and_is_retried() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    t.set_hang(true);
-    let running = start(&store, &t, policy(10, Duration::from_millis(500)), Arc::default());
+    let (b, running) = Bench::started(policy(10, Duration::from_millis(500)));
+    b.t.set_hang(true);
     let start_at = Instant::now();
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    until("the publish timed out", || store.get(id).unwrap().last_error.is_some()).await;
+    let id = b.order();
+    until("the publish timed out", || b.store.get(id).unwrap().last_error.is_some()).await;
     let waited = Instant::now() - start_at;
     assert!(
         waited >= Duration::from_secs(2) && waited <= Duration::from_secs(2) + SCAN * 2,
         "timed out after {waited:?}, publish_timeout is 2 s"
     );
-    assert_eq!(status(&store, id), Status::Pending, "retried later, not failed");
-    t.set_hang(false);
-    until("delivered", || status(&store, id) == Status::Sent).await;
+    assert_eq!(b.status(id), Status::Pending, "retried later, not failed");
+    b.t.set_hang(false);
+    b.until_is(id, Status::Sent).await;
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_dead_relays_lease_is_taken_over_when_it_expires() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let b = Bench::new();
+    let id = b.order();
     let claimed_at = Instant::now();
     // A relay claims it for 5 s and dies.
-    let ghost = store.claim("ghost", 10, Duration::from_secs(5)).await.unwrap();
+    let ghost = b.store.claim("ghost", 10, Duration::from_secs(5)).await.unwrap();
     assert_eq!(ghost.len(), 1);
-    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
-    until("delivered", || status(&store, id) == Status::Sent).await;
-    let at = t.received()[0].at;
+    let running = b.start(policy(5, Duration::from_secs(1)));
+    b.until_is(id, Status::Sent).await;
+    let at = b.t.received()[0].at;
     assert!(at - claimed_at >= Duration::from_secs(5), "published {:?} after the claim", at - claimed_at);
     assert!(at - claimed_at <= Duration::from_secs(5) + SCAN * 2, "taken over late: {:?}", at - claimed_at);
-    assert_eq!(store.get(id).unwrap().updated_by.as_deref(), Some("r1"));
+    assert_eq!(b.store.get(id).unwrap().updated_by.as_deref(), Some("r1"));
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_keys_messages_keep_their_order_through_retries() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let running = start(&store, &t, policy(10, Duration::from_millis(300)), Arc::default());
+    let (b, running) = Bench::started(policy(10, Duration::from_millis(300)));
     let keyed: Vec<_> = (0..5)
-        .map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}")).key("order-7")).unwrap())
+        .map(|i| b.store.enqueue(&NewMessage::new("orders", format!("{i}")).key("order-7")).unwrap())
         .collect();
-    let other = store.enqueue(&NewMessage::new("orders", "x").key("order-8")).unwrap();
-    t.fail_message(keyed[0], 2, Outcome::retryable("busy"));
-    t.fail_message(keyed[2], 1, Outcome::unavailable("gone"));
-    until("all delivered", || keyed.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+    let other = b.store.enqueue(&NewMessage::new("orders", "x").key("order-8")).unwrap();
+    b.t.fail_message(keyed[0], 2, Outcome::retryable("busy"));
+    b.t.fail_message(keyed[2], 1, Outcome::unavailable("gone"));
+    until("all delivered", || keyed.iter().all(|id| b.status(*id) == Status::Sent)).await;
 
-    let delivered: Vec<_> = t.delivered().iter().map(|e| e.id).filter(|id| keyed.contains(id)).collect();
+    let delivered: Vec<_> = b.t.delivered().iter().map(|e| e.id).filter(|id| keyed.contains(id)).collect();
     assert_eq!(delivered, keyed, "once each, in id order");
-    let first_of_key = t.received().iter().position(|r| keyed.contains(&r.envelope.id)).unwrap();
-    let other_at = t.received().iter().position(|r| r.envelope.id == other).unwrap();
+    let first_of_key = b.t.received().iter().position(|r| keyed.contains(&r.envelope.id)).unwrap();
+    let other_at = b.t.received().iter().position(|r| r.envelope.id == other).unwrap();
     assert!(other_at <= first_of_key + 1, "another key is not held up by this key's retries");
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_refused_settlement_pauses_claims_and_publishes_again_only_after_the_lease() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
+    let b = Bench::new();
     // The batch's write is refused five times: the relay's five tries of one settlement.
-    store.refuse_settlements(5);
-    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    b.store.refuse_settlements(5);
+    let running = b.start(policy(5, Duration::from_secs(1)));
     let start_at = Instant::now();
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    until("delivered", || status(&store, id) == Status::Sent).await;
+    let id = b.order();
+    b.until_is(id, Status::Sent).await;
 
-    let at: Vec<Instant> = t.received().iter().map(|r| r.at).collect();
+    let at: Vec<Instant> = b.t.received().iter().map(|r| r.at).collect();
     assert_eq!(at.len(), 2, "published again once, after its lease; not in a loop");
     let lease = config("r1").lease;
     assert!(at[1] - start_at >= lease, "published again {:?} after the first claim", at[1] - start_at);
-    assert!(store.settlements() <= 7, "{} settlements", store.settlements());
+    assert!(b.store.settlements() <= 7, "{} settlements", b.store.settlements());
     running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_store_that_refuses_claims_is_retried_with_backoff() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    store.refuse_claims(6);
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let b = Bench::new();
+    b.store.refuse_claims(6);
+    let id = b.order();
     let start_at = Instant::now();
-    let running = start(&store, &t, policy(5, Duration::from_secs(1)), Arc::default());
+    let running = b.start(policy(5, Duration::from_secs(1)));
     // Refused at 0, 0.1, 0.3, 0.7, 1.5 and 3.1 s (100 ms doubling); the next claim at 6.3 s.
     tokio::time::sleep(Duration::from_millis(6200)).await;
-    assert_eq!(store.claims(), 6, "a refusing store is not asked in a tight loop");
-    assert!(t.received().is_empty());
-    until("delivered", || status(&store, id) == Status::Sent).await;
-    let waited = t.received()[0].at - start_at;
+    assert_eq!(b.store.claims(), 6, "a refusing store is not asked in a tight loop");
+    assert!(b.t.received().is_empty());
+    b.until_is(id, Status::Sent).await;
+    let waited = b.t.received()[0].at - start_at;
     assert!(waited >= Duration::from_millis(6300), "delivered {waited:?} after six refused claims");
     running.stop().await;
 }
@@ -303,13 +331,12 @@ async fn a_paused_destination_holds_its_messages_without_spending_attempts() {
         .build()
         .unwrap();
     store.set_paused("held", true);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(relay.run(stop.clone()));
+    let running = Running::spawn(relay);
     let orders: Vec<_> =
         (0..5).map(|i| store.enqueue(&NewMessage::new("orders", format!("{i}"))).unwrap()).collect();
     let stock = store.enqueue(&NewMessage::new("stock", "{}")).unwrap();
 
-    until("the other destination delivers", || status(&store, stock) == Status::Sent).await;
+    until("the other destination delivers", || store.get(stock).unwrap().status == Status::Sent).await;
     // A virtual minute paused: nothing offered, nothing failed, no attempt spent, although
     // the retry policy allows two attempts only.
     tokio::time::sleep(Duration::from_secs(60)).await;
@@ -321,29 +348,28 @@ async fn a_paused_destination_holds_its_messages_without_spending_attempts() {
 
     store.set_paused("held", false);
     let resumed = Instant::now();
-    until("delivered after the resume", || orders.iter().all(|id| status(&store, *id) == Status::Sent)).await;
+    let sent = |id: &MessageId| store.get(*id).unwrap().status == Status::Sent;
+    until("delivered after the resume", || orders.iter().all(sent)).await;
     let took = Instant::now() - resumed;
     assert!(
         took <= Duration::from_secs(7),
         "delivered {took:?} after the resume (pause re-read 1 s, wait 5 s)"
     );
-    stop.cancel();
-    task.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_relay_registers_refreshes_and_removes_its_presence() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let running = start(&store, &t, policy(3, Duration::from_millis(100)), Arc::default());
+    let (b, running) = Bench::started(policy(3, Duration::from_millis(100)));
+    let store = &b.store;
     until("the relay registers", || store.relays().len() == 1).await;
     let first = store.relays().remove(0);
     assert_eq!((first.owner.as_str(), first.pid), ("r1", std::process::id()));
     assert_eq!((first.claimed, first.last_claim_at), (0, None));
 
     // Its next beat carries what it did since, and its state.
-    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
-    until("delivered", || status(&store, id) == Status::Sent).await;
+    let id = b.order();
+    b.until_is(id, Status::Sent).await;
     until("the next beat reports the claim", || store.relays().first().is_some_and(|r| r.claimed == 1)).await;
     let now = store.relays().remove(0);
     assert_eq!((now.delivered, now.failed, now.started_at), (1, 0, first.started_at));
@@ -356,12 +382,10 @@ async fn a_relay_registers_refreshes_and_removes_its_presence() {
 
 #[tokio::test(start_paused = true)]
 async fn a_destination_down_too_long_alerts_once_per_outage() {
-    let store = MemoryStore::new();
-    let t = TestTransport::new();
-    let alerts = Arc::new(Alerts::default());
-    let running = start(&store, &t, policy(3, Duration::from_millis(100)), alerts.clone());
+    let (b, running) = Bench::started(policy(3, Duration::from_millis(100)));
+    let (t, alerts) = (&b.t, &b.alerts);
     t.set_down(true);
-    store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    b.order();
     // The default threshold is 5 minutes, checked every 10 s (so seen open up to 10 s late):
     // one alert, not one per check.
     tokio::time::sleep(Duration::from_secs(295)).await;
@@ -376,10 +400,10 @@ async fn a_destination_down_too_long_alerts_once_per_outage() {
 
     // Back up (the circuit closes), then down again: a new outage, a new alert.
     t.set_down(false);
-    until("delivered", || store.with_status(Status::Sent).len() == 1).await;
+    until("delivered", || b.store.with_status(Status::Sent).len() == 1).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     t.set_down(true);
-    store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    b.order();
     until("a second alert", || alerts.events().len() == 2).await;
     running.stop().await;
 }
@@ -398,8 +422,7 @@ async fn messages_overdue_too_long_alert_once_until_the_backlog_recovers() {
         .unwrap();
     // The store refuses every claim for a while: the message stays due, unpublished.
     store.refuse_claims(u32::MAX);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(relay.run(stop.clone()));
+    let running = Running::spawn(relay);
     let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
     tokio::time::sleep(Duration::from_secs(50)).await;
     assert!(alerts.events().is_empty(), "{:?}", alerts.events());
@@ -412,9 +435,8 @@ async fn messages_overdue_too_long_alert_once_until_the_backlog_recovers() {
 
     // Claims work again: delivered, and the watch re-arms.
     store.refuse_claims(0);
-    until("delivered", || status(&store, id) == Status::Sent).await;
+    until("delivered", || store.get(id).unwrap().status == Status::Sent).await;
     tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(alerts.events().len(), 1);
-    stop.cancel();
-    task.await.unwrap();
+    running.stop().await;
 }
