@@ -12,6 +12,7 @@
 use std::borrow::Cow;
 use std::io::Write;
 
+use outbox_core::text::run_start;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -205,12 +206,7 @@ pub(crate) fn redact_text(text: &str) -> Cow<'_, str> {
     let mut search = 0;
     while let Some(rel) = text[search..].find("://") {
         let sep = search + rel;
-        let start = text[..sep]
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
-            .last()
-            .map_or(sep, |(i, _)| i);
+        let start = run_start(text, sep, |c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
         // The scheme starts with a letter; skip leading digits and signs (`1+postgres://`).
         let start = text[start..sep].find(|c: char| c.is_ascii_alphabetic()).map_or(sep, |i| start + i);
         if start == sep {
@@ -251,12 +247,7 @@ fn redact_debug_fields(text: &str) -> Cow<'_, str> {
     while let Some(rel) = text[search..].find(": ") {
         let colon = search + rel;
         search = colon + 2;
-        let name_start = text[..colon]
-            .char_indices()
-            .rev()
-            .take_while(|(_, c)| c.is_ascii_alphanumeric() || *c == '_')
-            .last()
-            .map_or(colon, |(i, _)| i);
+        let name_start = run_start(text, colon, |c| c.is_ascii_alphanumeric() || c == '_');
         let name = text[name_start..colon].to_ascii_lowercase();
         if !SECRET_FIELDS.contains(&name.as_str()) {
             continue;

@@ -9,6 +9,9 @@
 //! - [`printable`]: anything shown in a log line or a terminal has its control characters
 //!   escaped (CR/LF cannot forge a log line, ESC cannot drive a terminal) and is cut to a
 //!   length.
+//!
+//! And one reading aid of the redaction scanners: [`run_start`] finds the name before a
+//! delimiter (`password` before `=`, `postgres` before `://`).
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -68,6 +71,13 @@ pub fn check_name(value: &str, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// The byte index where the run of `part` characters that ends at byte `end` of `s` begins,
+/// read backwards from a delimiter at `end` (the name before a `=`, the scheme before a
+/// `://`); `end` itself when the character before it is not a `part`.
+pub fn run_start(s: &str, end: usize, part: impl Fn(char) -> bool) -> usize {
+    s[..end].char_indices().rev().take_while(|&(_, c)| part(c)).last().map_or(end, |(i, _)| i)
+}
+
 fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
@@ -104,6 +114,16 @@ mod tests {
         assert!(check_name("a\u{0}c", 128).unwrap_err().contains("control"));
         assert!(check_name(" a", 128).is_err());
         assert!(check_name(&"x".repeat(129), 128).is_err());
+    }
+
+    #[test]
+    fn runs_are_read_back_from_their_end() {
+        let word = |c: char| c.is_alphanumeric() || c == '_';
+        assert_eq!(run_start("a b_c=1", 5, word), 2);
+        assert_eq!(run_start("mot=1", 3, word), 0);
+        assert_eq!(run_start("a =1", 2, word), 2);
+        assert_eq!(run_start("", 0, word), 0);
+        assert_eq!(run_start("x éé=1", 6, word), 2, "char boundaries, not bytes");
     }
 
     #[test]

@@ -287,20 +287,28 @@ mod tests {
 
     #[test]
     fn header_names_map_both_ways() {
-        assert_eq!(http_header_name(header::MESSAGE_ID), "outbox-message-id");
-        assert_eq!(http_header_name("traceparent"), "traceparent");
-        assert_eq!(http_header_name("source"), "outbox-header-source");
-        assert_eq!(http_header_name("outbox-signature"), "outbox-header-outbox-signature");
-        assert_eq!(http_header_name("Content-Type"), "outbox-header-Content-Type");
+        for (name, http) in [
+            (header::MESSAGE_ID, "outbox-message-id"),
+            ("traceparent", "traceparent"),
+            ("source", "outbox-header-source"),
+            ("outbox-signature", "outbox-header-outbox-signature"),
+            ("Content-Type", "outbox-header-Content-Type"),
+        ] {
+            assert_eq!(http_header_name(name), http, "{name}");
+        }
         for h in CORE_HEADERS.iter().chain(TRACE_HEADERS.iter()) {
             assert_eq!(envelope_header_name(&http_header_name(h)).as_deref(), Some(*h));
         }
-        assert_eq!(envelope_header_name("outbox-header-source").as_deref(), Some("source"));
-        assert_eq!(envelope_header_name("Outbox-Header-X-Foo").as_deref(), Some("x-foo"));
-        assert_eq!(envelope_header_name("outbox-signature"), None);
-        assert_eq!(envelope_header_name("outbox-timestamp"), None);
-        assert_eq!(envelope_header_name("content-type"), None);
-        assert_eq!(envelope_header_name("outbox-header-"), None);
+        for (http, name) in [
+            ("outbox-header-source", Some("source")),
+            ("Outbox-Header-X-Foo", Some("x-foo")),
+            ("outbox-signature", None),
+            ("outbox-timestamp", None),
+            ("content-type", None),
+            ("outbox-header-", None),
+        ] {
+            assert_eq!(envelope_header_name(http).as_deref(), name, "{http}");
+        }
     }
 
     #[test]
