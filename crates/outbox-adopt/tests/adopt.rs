@@ -564,3 +564,106 @@ fn a_bad_mapping_names_its_key() {
         assert!(err.starts_with(key), "{line}: {err}");
     }
 }
+
+/// Seed 001's writer in Java over plain JDBC (examples/adopt/LegacyMessageWriter.java), which
+/// knows only the legacy table: its committed rows become messages linked to the very ids its
+/// driver returned, its rolled-back row never does, and once delivered every row shows 1.
+async fn java_writer<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>, jdbc_url: &str, jar: &str)
+where
+    Outbox<DB>: Claims,
+{
+    let tables = Tables::canonical();
+    let b = bridge(MESSAGE_BRIDGE);
+    install(legacy.db(), tables, &b).await.unwrap();
+    let out = run_java_writer(jdbc_url, jar, 5);
+    let committed: Vec<i64> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("committed "))
+        .map(|l| l.split(' ').next().unwrap().parse().unwrap())
+        .collect();
+    let rolled_back: i64 =
+        out.lines().find_map(|l| l.strip_prefix("rolled-back ")).unwrap().trim().parse().unwrap();
+    assert_eq!(committed.len(), 5, "{out}");
+    let linked = |id: i64| format!("SELECT COUNT(*) FROM outbox_adopt_link WHERE legacy_id = {id}");
+    for id in &committed {
+        assert_eq!(
+            legacy.count(&linked(*id)).await,
+            1,
+            "legacy row {id} (the driver's generated key) is linked"
+        );
+    }
+    assert_eq!(legacy.count(&linked(rolled_back)).await, 0);
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM outbox_message").await, 5);
+    let mut delivered = 0;
+    for _ in 0..5 {
+        let batch = claim_all(outbox).await;
+        delivered += batch.len();
+        let sent = Settlement { sent: batch.iter().map(|m| m.id).collect(), ..Default::default() };
+        outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &sent).await.unwrap();
+    }
+    assert_eq!(delivered, 5);
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message WHERE status = 1").await, 5);
+    assert_eq!(legacy.count("SELECT COUNT(*) FROM message").await, 5, "the rolled-back row is not there");
+}
+
+const INSTALL_HINT: &str = "run scripts/install-foreign-deps.sh (a JDK and the JDBC drivers)";
+
+fn run_java_writer(jdbc_url: &str, jar: &str, orders: u32) -> String {
+    use std::process::Command;
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/adopt");
+    let dir =
+        std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("adopt-java-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(std::path::Path::new(jar).is_file(), "the JDBC driver {jar} is missing; {INSTALL_HINT}");
+    let run = |c: &mut Command| {
+        let o = c.output().unwrap_or_else(|e| panic!("{c:?}: {e}; {INSTALL_HINT}"));
+        assert!(o.status.success(), "{c:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    run(Command::new("javac")
+        .args(["-Xlint:all", "-Werror", "-d"])
+        .arg(&dir)
+        .arg(root.join("LegacyMessageWriter.java")));
+    let out = run(Command::new("java")
+        .arg("-cp")
+        .arg(format!("{}:{jar}", dir.display()))
+        .arg("LegacyMessageWriter")
+        .arg(jdbc_url)
+        .arg(orders.to_string()));
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// `scheme://user[:password]@host[:port]/db` as a JDBC URL.
+fn jdbc_url(sqlx_url: &str, subprotocol: &str) -> String {
+    let rest = sqlx_url.split_once("://").unwrap().1.split('?').next().unwrap();
+    let (auth, rest) = rest.rsplit_once('@').unwrap();
+    let (user, password) = auth.split_once(':').map_or((auth, None), |(u, p)| (u, Some(p)));
+    let mut jdbc = format!("jdbc:{subprotocol}://{rest}?user={user}");
+    if let Some(p) = password {
+        jdbc.push_str(&format!("&password={p}"));
+    }
+    jdbc
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_java_writer() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::Pg(&db.pool).exec(MESSAGE_PG).await;
+    let url = jdbc_url(&db.url, "postgresql");
+    java_writer(&outbox, Legacy::Pg(&db.pool), &url, "/usr/share/java/postgresql.jar").await;
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_java_writer() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    Legacy::My(&db.pool).exec(MESSAGE_MYSQL).await;
+    let url = jdbc_url(&db.url, "mariadb");
+    java_writer(&outbox, Legacy::My(&db.pool), &url, "/usr/share/java/mariadb-java-client.jar").await;
+    db.drop_db().await;
+}
