@@ -19,12 +19,12 @@ macro_rules! suite {
             async fn two_prefixes_dedupe_independently_in_one_database() {
                 let db = $fresh().await;
                 let (sa, sb): (Option<String>, Option<String>) = ($schemas)(&db.name);
-                let a: Inbox<$db> = Inbox::new(db.pool.clone())
-                    .with_tables(Tables::new(sa.as_deref(), "svc_a_").unwrap())
-                    .unwrap();
-                let b: Inbox<$db> = Inbox::new(db.pool.clone())
-                    .with_tables(Tables::new(sb.as_deref(), "svc_b_").unwrap())
-                    .unwrap();
+                // An inbox on the database, its table in `schema` named with `prefix`.
+                let named = |schema: &Option<String>, prefix| -> Inbox<$db> {
+                    let tables = Tables::new(schema.as_deref(), prefix).unwrap();
+                    Inbox::new(db.pool.clone()).with_tables(tables).unwrap()
+                };
+                let (a, b) = (named(&sa, "svc_a_"), named(&sb, "svc_b_"));
                 let plain: Inbox<$db> = Inbox::new(db.pool.clone());
                 for inbox in [&a, &b, &plain] {
                     assert_eq!(inbox.schema_version().await.unwrap(), 0);
