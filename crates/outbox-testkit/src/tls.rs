@@ -22,7 +22,7 @@ use rcgen::{
 };
 
 use crate::fs::temp_dir;
-use crate::net::{free_port, wait_port};
+use crate::net::free_port;
 use crate::process::KillOnDrop;
 
 /// The host name the server certificates are valid for.
@@ -352,80 +352,80 @@ pub fn mariadb(pki: &Pki) -> TlsServer {
     server
 }
 
+/// Starts `cmd` (its output discarded), a server of the test's own in `dir` that is nothing but
+/// its process, and waits up to 30 s for it to listen on `port` (or panics with its `log`).
+fn started(mut cmd: Command, what: &str, port: u16, dir: PathBuf, log: &Path) -> TlsServer {
+    let child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let server = TlsServer { child: Some(KillOnDrop(child)), port, dir, stop: None, reload: None };
+    wait_for(|| port_open(port), Duration::from_secs(30), what, log);
+    server
+}
+
 /// A Redis server of the test's own with only a TLS port. Client certificates are asked for
 /// and checked when sent (`tls-auth-clients optional`), or required with `require_client`.
 pub fn redis(pki: &Pki, require_client: bool) -> TlsServer {
     let dir = temp_dir("outbox-tls-redis");
     let port = free_port();
     let log = dir.join("redis.log");
-    let child = Command::new("redis-server")
+    let mut child = Command::new("redis-server");
+    child
         .args(["--port", "0", "--tls-port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no", "--dir", dir.to_str().unwrap()])
         .args(["--logfile", log.to_str().unwrap()])
         .args(["--tls-cert-file", &pki.path("server.pem"), "--tls-key-file", &pki.path("server.key")])
         .args(["--tls-ca-cert-file", &pki.path("ca.pem")])
-        .args(["--tls-auth-clients", if require_client { "yes" } else { "optional" }])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start redis-server");
-    let server = TlsServer { child: Some(KillOnDrop(child)), port, dir, stop: None, reload: None };
-    wait_for(|| port_open(port), Duration::from_secs(30), "redis-server", &log);
-    server
+        .args(["--tls-auth-clients", if require_client { "yes" } else { "optional" }]);
+    started(child, "redis-server", port, dir, &log)
 }
 
 /// A `nats-server` of the test's own with JetStream, TLS required; client certificates
 /// required too with `require_client`.
 pub fn nats(pki: &Pki, require_client: bool) -> TlsServer {
-    let dir = temp_dir("outbox-tls-nats");
-    let port = free_port();
-    let log = dir.join("nats.log");
-    let conf = format!(
-        "listen: \"127.0.0.1:{port}\"\njetstream {{ store_dir: \"{}\" }}\n\
-         tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: {require_client}, timeout: 5 }}\n",
-        dir.join("js").display(),
-        pki.path("server.pem"),
-        pki.path("server.key"),
-        pki.path("ca.pem"),
-    );
-    std::fs::write(dir.join("nats.conf"), conf).unwrap();
-    let child =
-        Command::new(std::env::var("OUTBOX_TEST_NATS_SERVER").unwrap_or_else(|_| "nats-server".into()))
-            .args(["-c", dir.join("nats.conf").to_str().unwrap(), "-l", log.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start nats-server");
-    let server = TlsServer { child: Some(KillOnDrop(child)), port, dir, stop: None, reload: None };
-    wait_port(port, Duration::from_secs(30), "nats-server");
-    server
+    let program = std::env::var("OUTBOX_TEST_NATS_SERVER").unwrap_or_else(|_| "nats-server".into());
+    configured("nats", &program, |dir, port, log| {
+        format!(
+            "listen: \"127.0.0.1:{port}\"\nlog_file: \"{}\"\njetstream {{ store_dir: \"{}\" }}\n\
+             tls {{ cert_file: \"{}\", key_file: \"{}\", ca_file: \"{}\", verify: {require_client}, timeout: 5 }}\n",
+            log.display(),
+            dir.join("js").display(),
+            pki.path("server.pem"),
+            pki.path("server.key"),
+            pki.path("ca.pem"),
+        )
+    })
 }
 
 /// A Mosquitto broker of the test's own with one TLS listener; client certificates required
 /// with `require_client`.
 pub fn mosquitto(pki: &Pki, require_client: bool) -> TlsServer {
-    let dir = temp_dir("outbox-tls-mosquitto");
+    configured("mosquitto", "mosquitto", |_, port, log| {
+        format!(
+            "user root\nper_listener_settings false\nallow_anonymous true\npersistence false\n\
+             log_dest file {}\nlistener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\n\
+             require_certificate {require_client}\n",
+            log.display(),
+            pki.path("ca.pem"),
+            pki.path("server.pem"),
+            pki.path("server.key"),
+        )
+    })
+}
+
+/// A server of the test's own configured by one file, `<name>.conf` in its directory: `conf`
+/// writes it from the directory, the port and the log file; `program -c <file>` runs it.
+fn configured(name: &str, program: &str, conf: impl FnOnce(&Path, u16, &Path) -> String) -> TlsServer {
+    let dir = temp_dir(&format!("outbox-tls-{name}"));
     let port = free_port();
-    let log = dir.join("mosquitto.log");
-    let conf = format!(
-        "user root\nper_listener_settings false\nallow_anonymous true\npersistence false\n\
-         log_dest file {}\nlistener {port} 127.0.0.1\ncafile {}\ncertfile {}\nkeyfile {}\n\
-         require_certificate {require_client}\n",
-        log.display(),
-        pki.path("ca.pem"),
-        pki.path("server.pem"),
-        pki.path("server.key"),
-    );
-    std::fs::write(dir.join("mosquitto.conf"), conf).unwrap();
-    let child = Command::new("mosquitto")
-        .args(["-c", dir.join("mosquitto.conf").to_str().unwrap()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start mosquitto");
-    let server = TlsServer { child: Some(KillOnDrop(child)), port, dir, stop: None, reload: None };
-    wait_for(|| port_open(port), Duration::from_secs(30), "mosquitto", &log);
-    server
+    let log = dir.join(format!("{name}.log"));
+    let file = dir.join(format!("{name}.conf"));
+    std::fs::write(&file, conf(&dir, port, &log)).unwrap();
+    let mut child = Command::new(program);
+    child.arg("-c").arg(file);
+    started(child, program, port, dir, &log)
 }
 
 /// A RabbitMQ node of the test's own (its own node name, ports, database and no plugins) with
