@@ -135,6 +135,38 @@ pub(crate) fn debug_config<C: Serialize>(
     s.finish()
 }
 
+/// Implements what every broker's configuration has the same way: `Debug`, as [`debug_config`]
+/// writes it (with `secret: <fn>`, the values of the keys it accepts shown as `***` too) and,
+/// with `validate: checked`, the public `validate`, which is the crate's `checked` (what
+/// `connect` uses) without its result. (Unused when only the HTTP transport is compiled in.)
+#[allow(unused_macros)]
+macro_rules! config_impls {
+    ($config:ident, secret: $secret:expr) => {
+        impl std::fmt::Debug for $config {
+            /// The keys and values, as in the configuration file; the password of `url` and
+            /// secret values shown as `***`.
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                $crate::common::config::debug_config(f, stringify!($config), self, $secret)
+            }
+        }
+    };
+    ($config:ident) => {
+        $crate::common::config::config_impls!($config, secret: |_| false);
+    };
+    ($config:ident, validate: checked) => {
+        $crate::common::config::config_impls!($config);
+
+        impl $config {
+            /// Checks every value, and reads the TLS files; the error names the offending key.
+            pub fn validate(&self) -> std::result::Result<(), $crate::TransportError> {
+                self.checked().map(|_| ())
+            }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use config_impls;
+
 /// `value` of `key` as [`debug_config`] shows it.
 fn redacted(key: &str, value: Value, secret: fn(&str) -> bool) -> Value {
     match value {

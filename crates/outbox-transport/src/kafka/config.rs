@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::{Naming, Rules};
+use crate::common::config::{config_impls, Naming, Rules};
 use crate::TransportError;
 
 const RULES: Rules = Rules("kafka");
@@ -126,6 +126,8 @@ pub struct KafkaConfig {
     pub properties: BTreeMap<String, String>,
 }
 
+config_impls!(KafkaConfig, secret: is_secret);
+
 impl Default for KafkaConfig {
     fn default() -> Self {
         KafkaConfig {
@@ -150,13 +152,6 @@ impl Default for KafkaConfig {
 pub(crate) fn is_secret(key: &str) -> bool {
     let k = key.to_ascii_lowercase();
     ["password", "secret", "token", "jaas", "key", "oauthbearer.config"].iter().any(|s| k.contains(s))
-}
-
-impl std::fmt::Debug for KafkaConfig {
-    /// The keys and values, as in the configuration file; secret values shown as `***`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::common::config::debug_config(f, "KafkaConfig", self, is_secret)
-    }
 }
 
 /// Partitioners librdkafka knows.

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
+use crate::common::config::{config_impls, Rules, TOPIC_PLACEHOLDER};
 use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
@@ -116,6 +116,8 @@ pub struct MqttConfig {
     pub tls_key_file: Option<String>,
 }
 
+config_impls!(MqttConfig, validate: checked);
+
 impl Default for MqttConfig {
     fn default() -> Self {
         MqttConfig {
@@ -139,13 +141,6 @@ impl Default for MqttConfig {
     }
 }
 
-impl std::fmt::Debug for MqttConfig {
-    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::common::config::debug_config(f, "MqttConfig", self, |_| false)
-    }
-}
-
 /// The parts of [`MqttConfig::url`].
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct BrokerAddress {
@@ -157,11 +152,6 @@ pub(crate) struct BrokerAddress {
 }
 
 impl MqttConfig {
-    /// Checks every value, and reads the TLS files; the error names the offending key.
-    pub fn validate(&self) -> Result<(), TransportError> {
-        self.checked().map(|_| ())
-    }
-
     /// Checks every value; the broker and the TLS to use (`None` for `mqtt://`).
     pub(crate) fn checked(&self) -> Result<(BrokerAddress, Option<TlsMaterial>), TransportError> {
         let broker = self.broker()?;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::{Naming, Rules};
+use crate::common::config::{config_impls, Naming, Rules};
 use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
@@ -74,6 +74,8 @@ pub struct NatsConfig {
     pub tls_key_file: Option<String>,
 }
 
+config_impls!(NatsConfig, validate: checked);
+
 impl Default for NatsConfig {
     fn default() -> Self {
         NatsConfig {
@@ -93,19 +95,7 @@ impl Default for NatsConfig {
     }
 }
 
-impl std::fmt::Debug for NatsConfig {
-    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::common::config::debug_config(f, "NatsConfig", self, |_| false)
-    }
-}
-
 impl NatsConfig {
-    /// Checks every value, and reads the TLS files; the error names the offending key.
-    pub fn validate(&self) -> Result<(), TransportError> {
-        self.checked().map(|_| ())
-    }
-
     /// Checks every value; the TLS to use (`None`: TLS not required, though a server that
     /// requires it still gets it, verified against the system's trust store).
     pub(crate) fn checked(&self) -> Result<Option<TlsMaterial>, TransportError> {

@@ -1,12 +1,11 @@
 //! Configuration of the RabbitMQ transport.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::Rules;
+use crate::common::config::{config_impls, Rules};
 use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
@@ -155,6 +154,8 @@ pub struct RabbitMqConfig {
     #[serde(default)]
     pub tls_key_file: Option<String>,
 }
+
+config_impls!(RabbitMqConfig);
 
 /// Topology declared at connect (idempotent declarations; they fail if an existing exchange or
 /// queue has different settings).
@@ -316,13 +317,6 @@ fn short_string(key: &'static str, value: &str) -> Result<(), TransportError> {
         return Err(RULES.invalid(key, reason));
     }
     Ok(())
-}
-
-impl fmt::Debug for RabbitMqConfig {
-    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        crate::common::config::debug_config(f, "RabbitMqConfig", self, |_| false)
-    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::{Rules, TOPIC_PLACEHOLDER};
+use crate::common::config::{config_impls, Rules, TOPIC_PLACEHOLDER};
 use crate::common::tls::TlsMaterial;
 use crate::TransportError;
 
@@ -102,6 +102,8 @@ pub struct RedisConfig {
     pub tls_key_file: Option<String>,
 }
 
+config_impls!(RedisConfig, validate: checked);
+
 impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
@@ -119,19 +121,7 @@ impl Default for RedisConfig {
     }
 }
 
-impl std::fmt::Debug for RedisConfig {
-    /// The keys and values, as in the configuration file; the password of `url` shown as `***`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::common::config::debug_config(f, "RedisConfig", self, |_| false)
-    }
-}
-
 impl RedisConfig {
-    /// Checks every value, and reads the TLS files; the error names the offending key.
-    pub fn validate(&self) -> Result<(), TransportError> {
-        self.checked().map(|_| ())
-    }
-
     /// Checks every value; the TLS to use (`None` for a plain `redis://` URL).
     pub(crate) fn checked(&self) -> Result<Option<TlsMaterial>, TransportError> {
         RULES.not_blank("url", &self.url)?;

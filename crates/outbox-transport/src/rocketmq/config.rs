@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::common::config::{Naming, Rules};
+use crate::common::config::{config_impls, Naming, Rules};
 use crate::TransportError;
 
 const RULES: Rules = Rules("rocketmq");
@@ -52,6 +52,8 @@ pub struct RocketMqConfig {
     pub secret_key: Option<String>,
 }
 
+config_impls!(RocketMqConfig, secret: |key| key == "secret_key");
+
 impl Default for RocketMqConfig {
     fn default() -> Self {
         RocketMqConfig {
@@ -65,13 +67,6 @@ impl Default for RocketMqConfig {
             access_key: None,
             secret_key: None,
         }
-    }
-}
-
-impl std::fmt::Debug for RocketMqConfig {
-    /// The keys and values, as in the configuration file; secret values shown as `***`.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        crate::common::config::debug_config(f, "RocketMqConfig", self, |key| key == "secret_key")
     }
 }
 
