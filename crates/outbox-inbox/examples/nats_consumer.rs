@@ -6,14 +6,13 @@
 
 use async_nats::jetstream::{self, consumer::pull};
 use futures::StreamExt;
-use outbox_inbox::{from_nats, AckClient, Inbox};
+use outbox_inbox::from_nats;
+
+mod shared;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let pool = sqlx::PgPool::connect(&std::env::var("DATABASE_URL")?).await?;
-    let inbox = Inbox::new(pool.clone());
-    inbox.migrate().await?;
-    let acks = AckClient::new("http://127.0.0.1:8099");
+    let (pool, inbox, acks) = shared::open().await?;
     let js = jetstream::new(async_nats::connect(std::env::var("NATS_URL")?).await?);
     let stream = js.get_stream("SHOP").await?;
     let consumer = stream
@@ -26,24 +25,11 @@ async fn main() -> anyhow::Result<()> {
     while let Some(delivery) = messages.next().await {
         let delivery = delivery?;
         let msg = from_nats(&delivery.message)?;
-        let (id, body) = (&msg.id, msg.payload_str()?);
-        let mut tx = pool.begin().await?;
-        let outcome = inbox
-            .process(&mut tx, "crm", &msg, |conn| {
-                Box::pin(async move {
-                    sqlx::query("INSERT INTO crm_events (message_id, body) VALUES ($1, $2)")
-                        .bind(id)
-                        .bind(body)
-                        .execute(&mut *conn)
-                        .await?;
-                    Ok::<_, anyhow::Error>(())
-                })
-            })
-            .await?;
-        tx.commit().await?;
+        let insert = "INSERT INTO crm_events (message_id, body) VALUES ($1, $2)";
+        let outcome = shared::apply_once(&pool, &inbox, "crm", &msg, insert).await?;
         delivery.ack().await.map_err(|e| anyhow::anyhow!("{e}"))?; // the broker's ack
         acks.ack(&msg).await?; // the relay's ACK: the effect is durable
-        println!("{id} {}", if outcome.is_duplicate() { "duplicate" } else { "processed" });
+        println!("{} {}", msg.id, if outcome.is_duplicate() { "duplicate" } else { "processed" });
     }
     Ok(())
 }
