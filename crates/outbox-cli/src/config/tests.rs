@@ -32,6 +32,24 @@ fn err(text: &str) -> String {
     format!("{:#}", parse(text).unwrap_err())
 }
 
+/// The good file with a `[section]` holding `lines`.
+fn with_section(section: &str, lines: &str) -> String {
+    format!("{GOOD}\n[{section}]\n{lines}\n")
+}
+
+/// Each of `cases` (`lines` in a `[section]` of the good file, and what the error names) is
+/// refused, naming all it must; the errors.
+fn refused_in(section: &str, cases: &[(&str, &[&str])]) -> Vec<String> {
+    let refused = |&(lines, wants): &(&str, &[&str])| {
+        let e = err(&with_section(section, lines));
+        for want in wants {
+            assert!(e.contains(want), "{lines}: want {want:?} in: {e}");
+        }
+        e
+    };
+    cases.iter().map(refused).collect()
+}
+
 #[test]
 fn a_good_file_parses_with_defaults() {
     let c = parse(GOOD).unwrap();
@@ -136,14 +154,14 @@ fn values_the_relay_cannot_run_with_are_refused_by_key_and_line() {
             GOOD.replace("[destinations.hook]", "[destinations.hook]\nack = { timeout = \"0s\" }"),
             "outbox.toml:11: destinations.hook.ack.timeout",
         ),
-        (format!("{GOOD}\n[retention]\ninterval = \"0s\"\n"), "outbox.toml:19: retention.interval"),
-        (format!("{GOOD}\n[retention]\nbatch = 1000000000\n"), "outbox.toml:19: retention.batch"),
-        (format!("{GOOD}\n[retention]\nbatch = 0\n"), "outbox.toml:19: retention.batch"),
+        (with_section("retention", "interval = \"0s\""), "outbox.toml:19: retention.interval"),
+        (with_section("retention", "batch = 1000000000"), "outbox.toml:19: retention.batch"),
+        (with_section("retention", "batch = 0"), "outbox.toml:19: retention.batch"),
         (
-            format!("{GOOD}\n[retention]\nfinished_after = \"100000d\"\n"),
+            with_section("retention", "finished_after = \"100000d\""),
             "outbox.toml:19: retention.finished_after",
         ),
-        (format!("{GOOD}\n[ack]\ntoken_ttl = \"0s\"\n"), "outbox.toml:19: ack.token_ttl"),
+        (with_section("ack", "token_ttl = \"0s\""), "outbox.toml:19: ack.token_ttl"),
         (GOOD.replace("topic = \"order.*\"", "topic = \"order.\\u001b\""), "outbox.toml:15: routes[0].topic"),
         (GOOD.replace("max_attempts = 5,", "max_attempts = 0,"), "outbox.toml:11: destinations.hook.retry"),
     ];
@@ -217,15 +235,15 @@ fn parse_errors_never_print_the_source_line() {
     assert!(e.starts_with("outbox.toml:12:"), "{e}");
     assert!(e.contains("destinations.hook.transport"), "{e}");
     assert!(!e.contains("hunter2") && !e.contains('|'), "{e}");
-    let bad = format!("{GOOD}\n[ack]\nsecret = hunter2-secret-value\n");
+    let bad = with_section("ack", "secret = hunter2-secret-value");
     let e = err(&bad);
     assert!(e.starts_with("outbox.toml:19:10: ack.secret:"), "{e}");
     assert!(!e.contains("hunter2"), "{e}");
     // A type error on a secret: the key, not the value.
-    let bad = format!("{GOOD}\n[ack]\nsecret = 12345678901234567890123\n");
+    let bad = with_section("ack", "secret = 12345678901234567890123");
     let e = err(&bad);
     assert!(!e.contains("12345678901234567890123"), "{e}");
-    let bad = format!("{GOOD}\n[ack]\nsecret = 1234567890123456789\n");
+    let bad = with_section("ack", "secret = 1234567890123456789");
     let e = err(&bad);
     assert!(e.contains("outbox.toml:19:10: ack.secret") && !e.contains("1234567890123456789"), "{e}");
     let bad = GOOD.replace("batch_size = 200", "batch_size = \"hunter2-secret\"");
@@ -361,17 +379,17 @@ fn ack_endpoint_limits_have_defaults_and_bounds() {
         (c.ack.max_connections, c.ack.header_timeout, c.ack.request_timeout),
         (256, Duration::from_secs(5), Duration::from_secs(10))
     );
-    let c = parse(&format!("{GOOD}\n[ack]\nmax_connections = 64\nheader_timeout = \"2s\"\n")).unwrap();
+    let c = parse(&with_section("ack", "max_connections = 64\nheader_timeout = \"2s\"")).unwrap();
     assert_eq!((c.ack.max_connections, c.ack.header_timeout), (64, Duration::from_secs(2)));
-    for (text, want) in [
-        ("max_connections = 0", "outbox.toml:19: ack.max_connections"),
-        ("max_connections = 1000000", "outbox.toml:19: ack.max_connections"),
-        ("header_timeout = \"0s\"", "outbox.toml:19: ack.header_timeout"),
-        ("request_timeout = \"1h\"", "outbox.toml:19: ack.request_timeout"),
-    ] {
-        let e = err(&format!("{GOOD}\n[ack]\n{text}\n"));
-        assert!(e.contains(want), "want {want:?} in: {e}");
-    }
+    refused_in(
+        "ack",
+        &[
+            ("max_connections = 0", &["outbox.toml:19: ack.max_connections"]),
+            ("max_connections = 1000000", &["outbox.toml:19: ack.max_connections"]),
+            ("header_timeout = \"0s\"", &["outbox.toml:19: ack.header_timeout"]),
+            ("request_timeout = \"1h\"", &["outbox.toml:19: ack.request_timeout"]),
+        ],
+    );
 }
 
 /// `[admin]`: off unless present; off loopback both tokens are required, and they must be
@@ -379,20 +397,20 @@ fn ack_endpoint_limits_have_defaults_and_bounds() {
 #[test]
 fn the_admin_listener_needs_tokens_off_loopback() {
     assert!(parse(GOOD).unwrap().admin.is_none());
-    let on = parse(&format!("{GOOD}\n[admin]\n")).unwrap();
+    let on = parse(&with_section("admin", "")).unwrap();
     assert_eq!(on.admin.unwrap().listen, "127.0.0.1:8098");
-    let e = err(&format!("{GOOD}\n[admin]\nlisten = \"0.0.0.0:8098\"\n"));
+    let e = err(&with_section("admin", "listen = \"0.0.0.0:8098\""));
     assert!(e.contains("admin.listen") && e.contains("not a loopback address"), "{e}");
-    let e = err(&format!("{GOOD}\n[admin]\nread_token = \"short\"\nadmin_token = \"0123456789abcdefXYZ\"\n"));
+    let e = err(&with_section("admin", "read_token = \"short\"\nadmin_token = \"0123456789abcdefXYZ\""));
     assert!(e.contains("admin.read_token") && !e.contains("short\""), "{e}");
     let same = "0123456789abcdefXYZ";
-    let e = err(&format!("{GOOD}\n[admin]\nread_token = \"{same}\"\nadmin_token = \"{same}\"\n"));
+    let e = err(&with_section("admin", &format!("read_token = \"{same}\"\nadmin_token = \"{same}\"")));
     assert!(e.contains("must differ"), "{e}");
     let ok = parse(&format!(
         "{GOOD}\n[admin]\nlisten = \"0.0.0.0:8098\"\nread_token = \"r123456789abcdefXYZ\"\nadmin_token = \"a123456789abcdefXYZ\"\n"
     ));
     assert!(ok.is_ok(), "{ok:?}");
-    let e = err(&format!("{GOOD}\n[admin]\nlisten = \"not an address\"\n"));
+    let e = err(&with_section("admin", "listen = \"not an address\""));
     assert!(e.contains("admin.listen"), "{e}");
 }
 
@@ -415,45 +433,52 @@ fn debug_output_never_shows_a_token_or_secret() {
 
 #[test]
 fn alerts_name_a_destination_and_a_bounded_window() {
-    let c = parse(&format!("{GOOD}\n[alerts]\ndestination = \"hook\"\nwindow = \"10m\"\n")).unwrap();
+    let c = parse(&with_section("alerts", "destination = \"hook\"\nwindow = \"10m\"")).unwrap();
     assert_eq!((c.alerts.destination.as_deref(), c.alerts.window), (Some("hook"), Duration::from_secs(600)));
-    let e = err(&format!("{GOOD}\n[alerts]\ndestination = \"nope\"\n"));
-    assert!(e.contains("alerts.destination") && e.contains("not a [destinations.*] name"), "{e}");
-    let e = err(&format!("{GOOD}\n[alerts]\ndestination = \"hook\"\nwindow = \"0s\"\n"));
-    assert!(e.contains("alerts.window"), "{e}");
+    refused_in(
+        "alerts",
+        &[
+            ("destination = \"nope\"", &["alerts.destination", "not a [destinations.*] name"]),
+            ("destination = \"hook\"\nwindow = \"0s\"", &["alerts.window"]),
+        ],
+    );
 }
 
 #[test]
 fn alert_thresholds_default_turn_off_and_are_bounded() {
+    refused_in(
+        "alerts",
+        &[
+            ("overdue_after = \"5s\"", &["alerts.overdue_after", "between 10s and 7d"]),
+            ("circuit_open_after = \"30d\"", &["alerts.circuit_open_after"]),
+        ],
+    );
     let c = parse(GOOD).unwrap();
     let r = c.relay_config("shop");
     assert_eq!(
         (r.alert_circuit_open_after, r.alert_overdue_after),
         (Some(Duration::from_secs(300)), Some(Duration::from_secs(900)))
     );
-    let c =
-        parse(&format!("{GOOD}\n[alerts]\ncircuit_open_after = \"0s\"\noverdue_after = \"1h\"\n")).unwrap();
+    let c = parse(&with_section("alerts", "circuit_open_after = \"0s\"\noverdue_after = \"1h\"")).unwrap();
     let r = c.relay_config("shop");
     assert_eq!((r.alert_circuit_open_after, r.alert_overdue_after), (None, Some(Duration::from_secs(3600))));
-    let e = err(&format!("{GOOD}\n[alerts]\noverdue_after = \"5s\"\n"));
-    assert!(e.contains("alerts.overdue_after") && e.contains("between 10s and 7d"), "{e}");
-    let e = err(&format!("{GOOD}\n[alerts]\ncircuit_open_after = \"30d\"\n"));
-    assert!(e.contains("alerts.circuit_open_after"), "{e}");
 }
 
 #[test]
 fn telemetry_is_checked() {
-    let c = parse(&format!("{GOOD}\n[telemetry]\notlp_endpoint = \"https://collector:4318/v1/traces\"\n"))
-        .unwrap();
+    let c =
+        parse(&with_section("telemetry", "otlp_endpoint = \"https://collector:4318/v1/traces\"")).unwrap();
     assert_eq!(c.telemetry.service_name, "outbox-relay");
-    for (bad, key) in [
-        ("otlp_endpoint = \"ftp://x\"", "telemetry.otlp_endpoint"),
-        ("otlp_endpoint = \"http://user:pw@collector:4318\"", "telemetry.otlp_endpoint"),
-        ("sample_ratio = 1.5", "telemetry.sample_ratio"),
-        ("service_name = \"\"", "telemetry.service_name"),
-    ] {
-        let e = err(&format!("{GOOD}\n[telemetry]\n{bad}\n"));
-        assert!(e.contains(key), "{bad}: {e}");
+    let errors = refused_in(
+        "telemetry",
+        &[
+            ("otlp_endpoint = \"ftp://x\"", &["telemetry.otlp_endpoint"]),
+            ("otlp_endpoint = \"http://user:pw@collector:4318\"", &["telemetry.otlp_endpoint"]),
+            ("sample_ratio = 1.5", &["telemetry.sample_ratio"]),
+            ("service_name = \"\"", &["telemetry.service_name"]),
+        ],
+    );
+    for e in errors {
         assert!(!e.contains("pw@"), "no credential echoed: {e}");
     }
 }
