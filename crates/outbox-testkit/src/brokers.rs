@@ -44,6 +44,15 @@ fn log_file(dir: &Path, name: &str) -> Stdio {
     std::fs::File::create(dir.join(name)).map(Stdio::from).unwrap_or_else(|_| Stdio::null())
 }
 
+/// Starts `cmd`, a broker's process, and waits up to 90 s for it to listen on `port`.
+fn started(cmd: &mut Command, port: u16, what: &str) -> KillOnDrop {
+    let child =
+        cmd.spawn().unwrap_or_else(|e| panic!("cannot start {what} ({}): {e}", cmd.get_program().display()));
+    let child = KillOnDrop(child);
+    wait_port(port, Duration::from_secs(90), what);
+    child
+}
+
 /// A tansu broker (Kafka protocol, in-memory storage) on its own port. Killed on drop.
 pub struct Tansu {
     bin: String,
@@ -70,21 +79,22 @@ impl Tansu {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new(&self.bin)
-            .arg("broker")
-            .arg("--listener-url")
-            .arg(format!("tcp://127.0.0.1:{}", self.port))
-            .arg("--advertised-listener-url")
-            .arg(format!("tcp://127.0.0.1:{}", self.advertised))
-            .arg("--storage-engine")
-            .arg("memory://tansu/")
-            .env("RUST_LOG", "warn")
-            .stdout(log_file(&self.dir, "tansu.out"))
-            .stderr(log_file(&self.dir, "tansu.err"))
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start tansu ({}): {e}", self.bin));
-        self.child = Some(KillOnDrop(child));
-        wait_port(self.port, Duration::from_secs(90), "tansu");
+        let child = started(
+            Command::new(&self.bin)
+                .arg("broker")
+                .arg("--listener-url")
+                .arg(format!("tcp://127.0.0.1:{}", self.port))
+                .arg("--advertised-listener-url")
+                .arg(format!("tcp://127.0.0.1:{}", self.advertised))
+                .arg("--storage-engine")
+                .arg("memory://tansu/")
+                .env("RUST_LOG", "warn")
+                .stdout(log_file(&self.dir, "tansu.out"))
+                .stderr(log_file(&self.dir, "tansu.err")),
+            self.port,
+            "tansu",
+        );
+        self.child = Some(child);
     }
 
     /// `127.0.0.1:<port>` of the broker itself.
@@ -236,35 +246,17 @@ maxIndexNum = 200000
     }
 
     fn spawn_namesrv(&mut self) {
-        let child = self
-            .command("rocketmq-namesrv-rust")
-            .arg("-c")
-            .arg(self.dir.join("conf/namesrv.toml"))
-            .arg("--bindAddress")
-            .arg("127.0.0.1")
-            .arg("--listenPort")
-            .arg(self.namesrv_port.to_string())
-            .arg("--rocketmqHome")
-            .arg(&self.dir)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start rocketmq-namesrv-rust in {}: {e}", self.bin.display()));
-        self.namesrv = Some(KillOnDrop(child));
-        wait_port(self.namesrv_port, Duration::from_secs(90), "rocketmq namesrv");
+        let mut cmd = self.command("rocketmq-namesrv-rust");
+        cmd.arg("-c").arg(self.dir.join("conf/namesrv.toml")).args(["--bindAddress", "127.0.0.1"]);
+        cmd.arg("--listenPort").arg(self.namesrv_port.to_string()).arg("--rocketmqHome").arg(&self.dir);
+        self.namesrv = Some(started(&mut cmd, self.namesrv_port, "rocketmq namesrv"));
     }
 
     fn spawn_broker(&mut self) {
-        let child = self
-            .command("rocketmq-broker-rust")
-            .arg("-c")
-            .arg(self.dir.join("conf/broker.toml"))
-            .arg("-n")
-            .arg(format!("127.0.0.1:{}", self.namesrv_port))
-            .arg("--log-filter")
-            .arg("warn")
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start rocketmq-broker-rust in {}: {e}", self.bin.display()));
-        self.broker = Some(KillOnDrop(child));
-        wait_port(self.broker_port, Duration::from_secs(90), "rocketmq broker");
+        let mut cmd = self.command("rocketmq-broker-rust");
+        cmd.arg("-c").arg(self.dir.join("conf/broker.toml"));
+        cmd.arg("-n").arg(format!("127.0.0.1:{}", self.namesrv_port)).args(["--log-filter", "warn"]);
+        self.broker = Some(started(&mut cmd, self.broker_port, "rocketmq broker"));
         // Registration with the name server follows the listener within a moment.
         std::thread::sleep(Duration::from_millis(500));
     }
