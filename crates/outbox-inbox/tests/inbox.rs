@@ -18,25 +18,51 @@ fn retryable(e: &anyhow::Error) -> bool {
     text.contains("deadlock") || text.contains("serializ") || text.contains("database is locked")
 }
 
+/// What the suite runs that differs between the dialects.
+struct Sql {
+    /// Creates `biz_effect (message_id, grp)`, the business effect of a delivery.
+    business_ddl: &'static str,
+    /// Inserts a business effect: (message id, group).
+    effect: &'static str,
+    /// Makes the inbox rows of the messages `old%` two days old.
+    age_rows: &'static str,
+    /// `message_id` read as text.
+    text_id: &'static str,
+}
+
+impl Sql {
+    /// What PostgreSQL and SQLite share (the effect and the ageing are each dialect's own).
+    const STANDARD: Sql = Sql {
+        business_ddl: "CREATE TABLE biz_effect (message_id TEXT NOT NULL, grp TEXT NOT NULL)",
+        effect: "",
+        age_rows: "",
+        text_id: "message_id",
+    };
+}
+
+const BUMP_VERSION: &str =
+    "INSERT INTO outbox_inbox_schema_migrations (version, description) VALUES (99, 'future')";
+
 macro_rules! suite {
-    ($dialect:ident, $fresh:path, $db:ty, business_ddl = $ddl:expr, effect = $effect:expr,
-     bump_version = $bump:expr, age_rows = $age:expr, text_id = $text_id:expr) => {
+    ($dialect:ident, $fresh:path, $db:ty, $sql:ident) => {
         mod $dialect {
             use super::*;
+
+            const SQL: Sql = super::$sql;
 
             async fn setup() -> (outbox_testkit::TestDb<$db>, Inbox<$db>) {
                 let db = $fresh().await;
                 let inbox = Inbox::new(db.pool.clone());
                 let report = inbox.migrate().await.expect("migrate");
                 assert_eq!((report.from, report.to), (0, outbox_inbox::SCHEMA_VERSION));
-                sqlx::query($ddl).execute(&db.pool).await.expect("business table");
+                sqlx::query(SQL.business_ddl).execute(&db.pool).await.expect("business table");
                 (db, inbox)
             }
 
             /// Business effects per message id of `group`.
             async fn effects(pool: &sqlx::Pool<$db>, group: &str) -> HashMap<String, i64> {
                 let rows: Vec<(String, i64)> = sqlx::query_as(
-                    format!("SELECT {}, CAST(COUNT(*) AS SIGNED) FROM biz_effect WHERE grp = ? GROUP BY message_id", $text_id)
+                    format!("SELECT {}, CAST(COUNT(*) AS SIGNED) FROM biz_effect WHERE grp = ? GROUP BY message_id", SQL.text_id)
                         .replace("SIGNED", if stringify!($dialect) == "mysql" { "SIGNED" } else { "BIGINT" })
                         .replace('?', if stringify!($dialect) == "postgres" { "$1" } else { "?" })
                         .as_str(),
@@ -63,7 +89,7 @@ macro_rules! suite {
                 let out = inbox
                     .process(&mut tx, group, msg, |conn| {
                         Box::pin(async move {
-                            let done = sqlx::query($effect)
+                            let done = sqlx::query(SQL.effect)
                                 .bind(&msg.id)
                                 .bind(&group_owned)
                                 .execute(&mut *conn)
@@ -83,7 +109,7 @@ macro_rules! suite {
                 assert!(again.applied.is_empty(), "{again:?}");
                 assert_eq!(again.from, again.to);
                 assert_eq!(inbox.schema_version().await.unwrap(), 1);
-                sqlx::query($bump).execute(&db.pool).await.unwrap();
+                sqlx::query(BUMP_VERSION).execute(&db.pool).await.unwrap();
                 let err = inbox.migrate().await.unwrap_err();
                 assert!(matches!(err, Error::SchemaTooNew { found: 99, supported: 1 }), "{err}");
                 db.drop_db().await;
@@ -130,7 +156,7 @@ macro_rules! suite {
                 let mut tx = db.pool.begin().await.unwrap();
                 let claim = inbox.claim(&mut tx, "billing", "shop:42").await.unwrap();
                 assert_eq!(claim, Claim::Duplicate);
-                sqlx::query($effect).bind("other").bind("billing").execute(&mut *tx).await.unwrap();
+                sqlx::query(SQL.effect).bind("other").bind("billing").execute(&mut *tx).await.unwrap();
                 tx.commit().await.unwrap();
                 assert_eq!(effects(&db.pool, "billing").await.get("other"), Some(&1));
                 db.drop_db().await;
@@ -144,7 +170,7 @@ macro_rules! suite {
                 let err = inbox
                     .process(&mut tx, "billing", &msg, |conn| {
                         Box::pin(async move {
-                            sqlx::query($effect).bind("7").bind("billing").execute(&mut *conn).await?;
+                            sqlx::query(SQL.effect).bind("7").bind("billing").execute(&mut *conn).await?;
                             anyhow::bail!("payment provider down");
                             #[allow(unreachable_code)]
                             Ok(())
@@ -233,7 +259,7 @@ macro_rules! suite {
                 };
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 assert!(!second.is_finished(), "the second insert must wait for the first transaction");
-                sqlx::query($effect).bind("race").bind("billing").execute(&mut *first).await.unwrap();
+                sqlx::query(SQL.effect).bind("race").bind("billing").execute(&mut *first).await.unwrap();
                 first.commit().await.unwrap();
                 assert_eq!(second.await.unwrap(), Processed::Duplicate);
                 assert_eq!(effects(&db.pool, "billing").await, HashMap::from([("race".to_owned(), 1)]));
@@ -261,10 +287,10 @@ macro_rules! suite {
                 for id in ["old1", "old2", "old3", "new1", "new2"] {
                     assert_eq!(deliver(&inbox, "billing", &InboxMessage::new(id, "{}")).await.unwrap(), Processed::Done(1));
                 }
-                sqlx::query($age).execute(&db.pool).await.unwrap();
+                sqlx::query(SQL.age_rows).execute(&db.pool).await.unwrap();
                 assert_eq!(inbox.prune(Duration::from_secs(86_400), 2).await.unwrap(), 3);
                 let mut left: Vec<String> =
-                    sqlx::query_scalar(&format!("SELECT {} FROM outbox_inbox", $text_id))
+                    sqlx::query_scalar(&format!("SELECT {} FROM outbox_inbox", SQL.text_id))
                         .fetch_all(&db.pool)
                         .await
                         .unwrap();
@@ -303,37 +329,26 @@ macro_rules! suite {
     };
 }
 
-suite!(
-    postgres,
-    outbox_testkit::fresh_pg,
-    sqlx::Postgres,
-    business_ddl = "CREATE TABLE biz_effect (message_id TEXT NOT NULL, grp TEXT NOT NULL)",
-    effect = "INSERT INTO biz_effect (message_id, grp) VALUES ($1, $2)",
-    bump_version = "INSERT INTO outbox_inbox_schema_migrations (version, description) VALUES (99, 'future')",
-    age_rows =
-        "UPDATE outbox_inbox SET processed_at = now() - interval '2 days' WHERE message_id LIKE 'old%'",
-    text_id = "message_id"
-);
+const POSTGRES: Sql = Sql {
+    effect: "INSERT INTO biz_effect (message_id, grp) VALUES ($1, $2)",
+    age_rows: "UPDATE outbox_inbox SET processed_at = now() - interval '2 days' WHERE message_id LIKE 'old%'",
+    ..Sql::STANDARD
+};
 
-suite!(
-    mysql,
-    outbox_testkit::fresh_mysql,
-    sqlx::MySql,
-    business_ddl = "CREATE TABLE biz_effect (message_id VARCHAR(191) NOT NULL, grp VARCHAR(128) NOT NULL) \
-                    ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
-    effect = "INSERT INTO biz_effect (message_id, grp) VALUES (?, ?)",
-    bump_version = "INSERT INTO outbox_inbox_schema_migrations (version, description) VALUES (99, 'future')",
-    age_rows = "UPDATE outbox_inbox SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE message_id LIKE 'old%'",
-    text_id = "CONVERT(message_id USING utf8mb4)"
-);
+const MYSQL: Sql = Sql {
+    business_ddl: "CREATE TABLE biz_effect (message_id VARCHAR(191) NOT NULL, grp VARCHAR(128) NOT NULL) \
+                   ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    effect: "INSERT INTO biz_effect (message_id, grp) VALUES (?, ?)",
+    age_rows: "UPDATE outbox_inbox SET processed_at = UTC_TIMESTAMP(6) - INTERVAL 2 DAY WHERE message_id LIKE 'old%'",
+    text_id: "CONVERT(message_id USING utf8mb4)",
+};
 
-suite!(
-    sqlite,
-    outbox_testkit::fresh_sqlite,
-    sqlx::Sqlite,
-    business_ddl = "CREATE TABLE biz_effect (message_id TEXT NOT NULL, grp TEXT NOT NULL)",
-    effect = "INSERT INTO biz_effect (message_id, grp) VALUES (?1, ?2)",
-    bump_version = "INSERT INTO outbox_inbox_schema_migrations (version, description) VALUES (99, 'future')",
-    age_rows = "UPDATE outbox_inbox SET processed_at = processed_at - 172800000 WHERE message_id LIKE 'old%'",
-    text_id = "message_id"
-);
+const SQLITE: Sql = Sql {
+    effect: "INSERT INTO biz_effect (message_id, grp) VALUES (?1, ?2)",
+    age_rows: "UPDATE outbox_inbox SET processed_at = processed_at - 172800000 WHERE message_id LIKE 'old%'",
+    ..Sql::STANDARD
+};
+
+suite!(postgres, outbox_testkit::fresh_pg, sqlx::Postgres, POSTGRES);
+suite!(mysql, outbox_testkit::fresh_mysql, sqlx::MySql, MYSQL);
+suite!(sqlite, outbox_testkit::fresh_sqlite, sqlx::Sqlite, SQLITE);
