@@ -154,10 +154,18 @@ async fn transport(url: String) -> HttpTransport {
 
 // ---------------------------------------------------------------------------------------------
 
+/// Runs `test` within `limit` with a receiver of its own.
+async fn with_receiver(limit: Duration, test: impl AsyncFnOnce(&Receiver)) {
+    within(limit, async {
+        let rx = Receiver::start().await;
+        test(&rx).await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn posts_signed_requests_with_every_header() {
-    within(WAIT, async {
-        let rx = Receiver::start().await;
+    with_receiver(WAIT, async |rx| {
         let t = transport(format!("{}/hooks/{{topic}}?v=1", rx.url)).await;
 
         let m1 = full_message(7, "order.paid", r#"{"order":42}"#, "订单 42", "check out\r\nX-Injected: 1");
@@ -210,8 +218,7 @@ async fn posts_signed_requests_with_every_header() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn static_headers_content_type_and_unsigned_mode() {
-    within(WAIT, async {
-        let rx = Receiver::start().await;
+    with_receiver(WAIT, async |rx| {
         let mut cfg = HttpConfig::new(format!("{}/in", rx.url), SECRET);
         cfg.secret = None;
         cfg.unsigned = true;
@@ -234,8 +241,7 @@ async fn static_headers_content_type_and_unsigned_mode() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_are_classified() {
-    within(WAIT, async {
-        let rx = Receiver::start().await;
+    with_receiver(WAIT, async |rx| {
         let t = transport(format!("{}/hook", rx.url)).await;
         let one = [Envelope::new(&outbox_message(1, "t", "{}"), 1)];
 
@@ -323,8 +329,7 @@ async fn answers_are_classified() {
 /// are no HTTP token fail alone, with a bounded reason; the good messages are delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn topics_never_leave_the_url_template_and_bad_headers_fail_alone() {
-    within(WAIT, async {
-        let rx = Receiver::start().await;
+    with_receiver(WAIT, async |rx| {
         let t = transport(format!("{}/tenant-a/hooks/{{topic}}/deliver", rx.url)).await;
         let msg =
             |i: i64, topic: &str| Envelope::new(&outbox_message(i, topic, &format!(r#"{{"n":{i}}}"#)), 1);
@@ -450,8 +455,7 @@ fn by_id(rx: &Receiver) -> HashMap<String, Vec<Received>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_through_the_relay_exactly_once_without_faults() {
-    within(Duration::from_secs(120), async {
-        let rx = Receiver::start().await;
+    with_receiver(Duration::from_secs(120), async |rx| {
         let t = Arc::new(transport(format!("{}/events/{{topic}}", rx.url)).await);
         let destination = Destination::new("webhook", t).retry(fast_retry(5));
         with_relay(sqlite_outbox().await, destination, async |outbox| {
@@ -465,7 +469,7 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
             // A grace period, not a wait for an event: a duplicate would arrive now.
             tokio::time::sleep(Duration::from_millis(500)).await;
 
-            let got = by_id(&rx);
+            let got = by_id(rx);
             assert_eq!(got.len(), 200);
             assert_eq!(rx.count(), 200, "exactly once without faults");
             for id in &ids {
@@ -487,8 +491,7 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn receiver_outage_then_recovery_delivers_everything_and_a_400_fails() {
-    within(Duration::from_secs(120), async {
-        let rx = Receiver::start().await;
+    with_receiver(Duration::from_secs(120), async |rx| {
         let t = Arc::new(transport(format!("{}/hook", rx.url)).await);
         // Few attempts: if the 503s cost attempts, messages would end `failed`.
         let destination = Destination::new("webhook", t).retry(fast_retry(3)).breaker(fast_breaker());
@@ -511,7 +514,7 @@ async fn receiver_outage_then_recovery_delivers_everything_and_a_400_fails() {
 
             rx.answer(Answer::Ok);
             wait_all_sent(outbox, &ids, WAIT).await;
-            let got = by_id(&rx);
+            let got = by_id(rx);
             for id in &ids {
                 assert!(got.contains_key(&id.to_string()), "message {id} never arrived");
             }
@@ -633,7 +636,7 @@ async fn https_client_certificates_are_sent_and_refusals_explained() {
 
 #[tokio::test]
 async fn tls_file_errors_name_the_key() {
-    let config = |url: &str| HttpConfig::new(url, SECRET);
+    let config = |url: String, _: Option<String>| HttpConfig::new(url, SECRET);
     let plain = ("http://localhost:9/in", "needs an https:// URL");
     assert_unusable_tls_files_refused(config, "https://localhost:9/in", Some(plain)).await;
 }

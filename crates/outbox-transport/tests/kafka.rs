@@ -12,7 +12,7 @@ mod tls_listener;
 
 use common::*;
 use outbox_testkit::tls::Pki;
-use tls_listener::{ClientAuth, TlsListener};
+use tls_listener::{ClientAuth, Handshakes, TlsListener};
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -149,6 +149,18 @@ fn config(bootstrap: String) -> KafkaConfig {
 }
 
 /// Per key, the messages are first received in commit (id) order, all on one partition.
+/// Runs `test` within `limit` against a Tansu broker of its own on which `topic` exists, with a
+/// transport to it (nothing where Tansu is not installed).
+async fn with_topic(limit: Duration, topic: &str, test: impl AsyncFnOnce(&mut Tansu, KafkaTransport)) {
+    let Some(mut broker) = Tansu::start() else { return };
+    within(limit, async {
+        create_topic(&broker.bootstrap(), topic).await;
+        let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
+        test(&mut broker, t).await;
+    })
+    .await;
+}
+
 fn check_order(got: &[Got]) {
     assert_key_order(got.iter().map(|g| (g.key.as_deref().expect("keyed"), g.id())));
     let mut partitions: HashMap<&str, i32> = HashMap::new();
@@ -161,11 +173,8 @@ fn check_order(got: &[Got]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
-    let Some(broker) = Tansu::start() else { return };
-    within(TEST_TIMEOUT, async {
-        let topic = "orders";
-        create_topic(&broker.bootstrap(), topic).await;
-        let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
+    let topic = "orders";
+    with_topic(TEST_TIMEOUT, topic, async |broker, t| {
         assert_eq!(t.kind(), "kafka");
         t.health().await.unwrap();
         let (committed, ids) = relay_keyed_orders(destination("kafka", Arc::new(t)), topic).await;
@@ -196,11 +205,9 @@ async fn committed_messages_arrive_with_key_tag_payload_and_headers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn per_key_order_holds_across_producer_rebuilds() {
-    let Some(broker) = Tansu::start() else { return };
-    within(TEST_TIMEOUT, async {
-        let topic = "rebuilds";
-        create_topic(&broker.bootstrap(), topic).await;
-        let t = Arc::new(KafkaTransport::connect(config(broker.bootstrap())).await.unwrap());
+    let topic = "rebuilds";
+    with_topic(TEST_TIMEOUT, topic, async |broker, t| {
+        let t = Arc::new(t);
         let ids = with_relay(pg_outbox().await, destination("kafka", t.clone()), async |outbox| {
             // Rebuild the producer over and over while the messages are committed and relayed,
             // as fatal errors would.
@@ -253,17 +260,14 @@ impl Link for Restarts<'_> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
-    let Some(mut broker) = Tansu::start() else { return };
-    within(TEST_TIMEOUT * 2, async {
-        let topic = "restarts";
-        create_topic(&broker.bootstrap(), topic).await;
-        let t = KafkaTransport::connect(config(broker.bootstrap())).await.unwrap();
+    let topic = "restarts";
+    with_topic(TEST_TIMEOUT * 2, topic, async |broker, t| {
         let mut reader = Reader::new(&broker.bootstrap(), topic).await;
         // Read some of the stream, then kill the broker mid-stream.
         let started = async |_: &[MessageId]| {
             reader.read_until(Duration::from_secs(60), |g| distinct_ids(g).len() >= 20).await;
         };
-        let restarts = Restarts { broker: &mut broker, topic };
+        let restarts = Restarts { broker: &mut *broker, topic };
         let (committed, second) =
             with_relay(pg_outbox().await, destination("kafka", Arc::new(t)), async |outbox| {
                 let make = |i| keyed_message(topic, i, 10);
@@ -378,6 +382,26 @@ fn ssl_config(brokers: String, properties: &[(&str, String)]) -> KafkaConfig {
     cfg
 }
 
+/// A TLS endpoint of the test's own presenting the certificate `server` of `pki`, asking for
+/// client certificates as `auth` says, serving while the returned task runs: its port, and the
+/// handshakes it sees.
+async fn tls_endpoint(pki: &Pki, auth: ClientAuth) -> (u16, Handshakes, tokio::task::JoinHandle<()>) {
+    let listener = TlsListener::bind(pki, "server", auth).await;
+    (listener.port(), listener.handshakes(), listener.hold())
+}
+
+/// Waits until a handshake completed, with a client certificate when `with_cert`, else without.
+async fn handshake_completed(handshakes: &Handshakes, with_cert: bool) {
+    let h = handshakes.clone();
+    let what =
+        if with_cert { "a handshake with the client certificate" } else { "a completed TLS handshake" };
+    outbox_testkit::eventually(what, move || {
+        let h = h.clone();
+        async move { h.lock().unwrap().iter().any(|r| r == &Ok(with_cert)) }
+    })
+    .await;
+}
+
 async fn connect_error(cfg: KafkaConfig) -> String {
     match KafkaTransport::connect(cfg).await {
         Err(e @ TransportError::Connect { transport: "kafka", .. }) => e.to_string(),
@@ -388,10 +412,7 @@ async fn connect_error(cfg: KafkaConfig) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssl_reaches_a_real_tls_handshake_and_failures_are_explained() {
     let pki = Pki::new();
-    let listener = TlsListener::bind(&pki, "server", ClientAuth::None).await;
-    let port = listener.port();
-    let handshakes = listener.handshakes();
-    let _server = listener.hold();
+    let (port, handshakes, _server) = tls_endpoint(&pki, ClientAuth::None).await;
     let ca = ("ssl.ca.location", pki.path("ca.pem"));
 
     // Without the test CA: the handshake fails, and the error says why.
@@ -415,21 +436,13 @@ async fn ssl_reaches_a_real_tls_handshake_and_failures_are_explained() {
     assert_eq!(before, 0, "{:?}", handshakes.lock().unwrap());
     let text = connect_error(ssl_config(format!("localhost:{port}"), &[ca])).await;
     assert!(!text.contains("TLS:"), "{text}");
-    let h = handshakes.clone();
-    outbox_testkit::eventually("a completed TLS handshake", move || {
-        let h = h.clone();
-        async move { h.lock().unwrap().iter().any(|r| r == &Ok(false)) }
-    })
-    .await;
+    handshake_completed(&handshakes, false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ssl_client_certificates_are_sent_and_refusals_explained() {
     let pki = Pki::new();
-    let listener = TlsListener::bind(&pki, "server", ClientAuth::Required).await;
-    let port = listener.port();
-    let handshakes = listener.handshakes();
-    let _server = listener.hold();
+    let (port, handshakes, _server) = tls_endpoint(&pki, ClientAuth::Required).await;
     let brokers = format!("localhost:{port}");
     let ca = ("ssl.ca.location", pki.path("ca.pem"));
     let client = |name: &str| {
@@ -443,12 +456,7 @@ async fn ssl_client_certificates_are_sent_and_refusals_explained() {
     // The client certificate the test CA signed: the server accepts it.
     let text = connect_error(ssl_config(brokers.clone(), &client("client"))).await;
     assert!(!text.contains("TLS:"), "{text}");
-    let h = handshakes.clone();
-    outbox_testkit::eventually("a handshake with the client certificate", move || {
-        let h = h.clone();
-        async move { h.lock().unwrap().iter().any(|r| r == &Ok(true)) }
-    })
-    .await;
+    handshake_completed(&handshakes, true).await;
 
     // None, or one another CA signed: refused, and the error says so.
     let text = connect_error(ssl_config(brokers.clone(), std::slice::from_ref(&ca))).await;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use outbox_core::{header, Envelope, FailureKind, MessageId, NewMessage, Outcome, Status, Transport};
 use outbox_testkit::proxy::TcpProxy;
-use outbox_testkit::tls::{self, Pki};
+use outbox_testkit::tls;
 use outbox_transport::mqtt::{MqttConfig, MqttFormat, MqttTransport};
 use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
 use tokio::sync::mpsc;
@@ -91,6 +91,11 @@ impl Subscriber {
     async fn take(&mut self, expected: usize, wait: Duration) -> Vec<(String, Vec<u8>)> {
         arrivals(expected, wait, async || self.rx.recv().await).await
     }
+
+    /// What [`take`](Self::take) gets, each message unwrapped from its JSON envelope.
+    async fn envelopes(&mut self, expected: usize, wait: Duration) -> Vec<Got> {
+        self.take(expected, wait).await.iter().map(unwrap_envelope).collect()
+    }
 }
 
 /// One received message, unwrapped from the JSON envelope.
@@ -114,6 +119,17 @@ fn unwrap_envelope((topic, body): &(String, Vec<u8>)) -> Got {
     }
 }
 
+/// Runs `test` within `limit` on topics of its own, `<base>/...` (what [`config`] publishes to
+/// with that `base`), with a subscriber to all of them.
+async fn with_fresh_topics(limit: Duration, test: impl AsyncFnOnce(&str, &mut Subscriber)) {
+    within(limit, async {
+        let base = unique("outbox_t");
+        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+        test(&base, &mut sub).await;
+    })
+    .await;
+}
+
 fn config(url: String, base: &str) -> MqttConfig {
     MqttConfig {
         url,
@@ -123,19 +139,25 @@ fn config(url: String, base: &str) -> MqttConfig {
     }
 }
 
+/// A proxy to the shared broker, and a transport publishing under `base` through it that waits
+/// at most `reconnect_max_delay` between reconnection attempts.
+async fn behind_a_proxy(base: &str, reconnect_max_delay: Duration) -> (TcpProxy, MqttTransport) {
+    let proxy = TcpProxy::start(&server()).await;
+    let config = MqttConfig { reconnect_max_delay, ..config(format!("mqtt://{}", proxy.addr()), base) };
+    (proxy, MqttTransport::connect(config).await.unwrap())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+    with_fresh_topics(TEST_TIMEOUT, async |base, sub| {
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), base)).await.unwrap();
         assert_eq!(t.kind(), "mqtt");
         t.health().await.unwrap();
 
         let batch = mixed_batch();
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 30]);
 
-        let got: Vec<Got> = sub.take(30, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
+        let got = sub.envelopes(30, Duration::from_secs(10)).await;
         assert_eq!(got.len(), 30, "every message exactly once");
         let by_id: HashMap<&str, &Got> = got.iter().map(|g| (g.id.as_str(), g)).collect();
         for e in &batch {
@@ -151,7 +173,7 @@ async fn direct_publish_delivers_the_envelope_with_every_header_in_order() {
         // Raw format: the body alone.
         let raw = MqttTransport::connect(MqttConfig {
             format: MqttFormat::Raw,
-            ..config(format!("mqtt://{}", server()), &base)
+            ..config(format!("mqtt://{}", server()), base)
         })
         .await
         .unwrap();
@@ -178,35 +200,23 @@ fn check_got(got: &[Got], base: &str, committed: &HashMap<MessageId, NewMessage>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+    with_fresh_topics(TEST_TIMEOUT, async |base, sub| {
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), base)).await.unwrap();
         let committed = relay_orders("mqtt", Arc::new(t)).await;
-        let got: Vec<Got> =
-            sub.take(200, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
-        check_got(&got, &base, &committed, true);
+        let got = sub.envelopes(200, Duration::from_secs(10)).await;
+        check_got(&got, base, &committed, true);
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    within(TEST_TIMEOUT * 2, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let proxy = TcpProxy::start(&server()).await;
-        let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay: Duration::from_millis(500),
-            ..config(format!("mqtt://{}", proxy.addr()), &base)
-        })
-        .await
-        .unwrap();
+    with_fresh_topics(TEST_TIMEOUT * 2, async |base, sub| {
+        let (proxy, t) = behind_a_proxy(base, Duration::from_millis(500)).await;
         let committed = relay_orders_through_an_outage("mqtt", Arc::new(t), &proxy).await;
-        let got: Vec<Got> =
-            sub.take(120, Duration::from_secs(10)).await.iter().map(unwrap_envelope).collect();
+        let got = sub.envelopes(120, Duration::from_secs(10)).await;
         // At-least-once: a PUBLISH whose PUBACK was cut off is published again.
-        check_got(&got, &base, &committed, false);
+        check_got(&got, base, &committed, false);
     })
     .await;
 }
@@ -215,13 +225,7 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
 async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
     within(TEST_TIMEOUT, async {
         let base = unique("outbox_t");
-        let proxy = TcpProxy::start(&server()).await;
-        let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay: Duration::from_millis(300),
-            ..config(format!("mqtt://{}", proxy.addr()), &base)
-        })
-        .await
-        .unwrap();
+        let (proxy, t) = behind_a_proxy(&base, Duration::from_millis(300)).await;
         assert_a_cut_is_unavailable(&t, &proxy).await;
         let o = t.publish(&[envelope(3, "a", None, "x", false)]).await;
         assert!(reason(&o[0]).contains("not connected"), "{o:?}");
@@ -232,14 +236,12 @@ async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+    with_fresh_topics(TEST_TIMEOUT, async |base, sub| {
         let url = format!("mqtt://{}", server());
 
         // Oversized packet: permanent, before sending; later messages of its key are held back,
         // and the connection is unharmed.
-        let t = MqttTransport::connect(MqttConfig { max_packet_bytes: 1024, ..config(url.clone(), &base) })
+        let t = MqttTransport::connect(MqttConfig { max_packet_bytes: 1024, ..config(url.clone(), base) })
             .await
             .unwrap();
         assert_oversized_fails_and_holds_back_its_key(&t, "max_packet_bytes of 1024 bytes").await;
@@ -281,10 +283,8 @@ async fn classification_of_failures() {
 /// is untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+    with_fresh_topics(TEST_TIMEOUT, async |base, sub| {
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), base)).await.unwrap();
 
         // `sec.a\nb` among 10 good messages.
         let mut batch: Vec<Envelope> =
@@ -345,9 +345,7 @@ async fn a_topic_the_broker_would_refuse_fails_alone_and_the_connection_survives
 /// probed it forever and nothing was delivered).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
-    within(TEST_TIMEOUT * 2, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
+    with_fresh_topics(TEST_TIMEOUT * 2, async |base, sub| {
         let (db, outbox) = sqlite_outbox().await;
         let mut good = Vec::new();
         for i in 0..5 {
@@ -357,7 +355,7 @@ async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
         for i in 5..10 {
             good.push(outbox.enqueue(&NewMessage::new("sec.ok", format!("good {i}"))).await.unwrap().id);
         }
-        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), &base)).await.unwrap();
+        let t = MqttTransport::connect(config(format!("mqtt://{}", server()), base)).await.unwrap();
         let last_error = with_relay((db, outbox), destination("mqtt", Arc::new(t)), async |outbox| {
             wait_all_sent(outbox, &good, Duration::from_secs(60)).await;
             eventually("the bad message failed", || async {
@@ -380,19 +378,17 @@ async fn relay_fails_a_refused_topic_and_delivers_the_rest() {
 /// subscriber, connected directly, receives it), and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_received_under_repeated_cuts() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
-        let mut sub = Subscriber::start(&format!("{base}/#")).await;
-        let proxy = Arc::new(TcpProxy::start(&server()).await);
-        let t = MqttTransport::connect(MqttConfig {
-            reconnect_max_delay: Duration::from_millis(200),
-            timeout: Duration::from_millis(1500),
-            inflight: 10,
-            ..config(format!("mqtt://{}", proxy.addr()), &base)
-        })
-        .await
-        .unwrap();
-        let delivered = delivered_under_repeated_cuts(&t, proxy, (97, 150)).await;
+    with_fresh_topics(TEST_TIMEOUT, async |base, sub| {
+        let connect = async |addr: std::net::SocketAddr| {
+            MqttTransport::connect(MqttConfig {
+                reconnect_max_delay: Duration::from_millis(200),
+                timeout: Duration::from_millis(1500),
+                inflight: 10,
+                ..config(format!("mqtt://{addr}"), base)
+            })
+            .await
+        };
+        let delivered = delivered_under_repeated_cuts(&server(), connect, (97, 150)).await;
         let received: HashSet<String> = sub
             .take(delivered.len(), Duration::from_secs(10))
             .await
@@ -414,12 +410,9 @@ fn tls_config(url: String, ca: Option<String>) -> MqttConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::mosquitto(&pki, false);
-        let port = server.port();
+    on_tls_server(tls::mosquitto, false, async |pki, port| {
         let mut sub =
-            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(&pki, false))).await;
+            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(pki, false))).await;
         // mqtts:// and ssl:// are the same.
         for (id, scheme) in [(1, "mqtts"), (2, "ssl")] {
             let url = format!("{scheme}://localhost:{port}");
@@ -430,7 +423,7 @@ async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
             let sent = envelope(id, "order.paid", Some("k"), &format!("tls {id}"), true);
             assert_eq!(t.publish(std::slice::from_ref(&sent)).await, vec![Outcome::Delivered], "{url}");
         }
-        let got: Vec<Got> = sub.take(2, Duration::from_secs(5)).await.iter().map(unwrap_envelope).collect();
+        let got = sub.envelopes(2, Duration::from_secs(5)).await;
         assert_eq!(got.len(), 2, "{got:?}");
         for (g, id) in got.iter().zip(1..) {
             assert_eq!((g.topic.as_str(), g.id.as_str()), ("tls/order/paid", id.to_string().as_str()));
@@ -442,18 +435,14 @@ async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::mosquitto(&pki, true);
-        let port = server.port();
+    on_tls_server(tls::mosquitto, true, async |pki, port| {
         let url = format!("mqtts://localhost:{port}");
         let mut sub =
-            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(&pki, true))).await;
-        let cfg = tls_config(url.clone(), Some(pki.path("ca.pem")));
-        let (missing, foreign) = client_certificate_required(&pki, cfg, "mqtt", &url).await;
+            Subscriber::start_at("tls/#", "localhost".into(), port, Some(test_tls_config(pki, true))).await;
+        let (missing, foreign) = client_certificate_required(pki, tls_config, &url).await;
         assert!(missing.contains("requires a client certificate and none was given"), "{missing}");
         assert!(foreign.contains("the server refused this client's certificate"), "{foreign}");
-        let got: Vec<Got> = sub.take(1, Duration::from_secs(5)).await.iter().map(unwrap_envelope).collect();
+        let got = sub.envelopes(1, Duration::from_secs(5)).await;
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
     })
     .await;
@@ -461,18 +450,14 @@ async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_ref
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::mosquitto(&pki, false);
-        let url = ("mqtts", "relay", server.port());
-        assert_unknown_ca_and_wrong_host_explained(&pki, tls_config, "mqtt", url).await;
+    on_tls_server(tls::mosquitto, false, async |pki, port| {
+        assert_unknown_ca_and_wrong_host_explained(pki, tls_config, ("mqtts", "relay", port)).await;
     })
     .await;
 }
 
 #[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    let config = |url: &str| tls_config(url.into(), None);
     let plain = ("mqtt://localhost", "needs an mqtts:// URL");
-    assert_unusable_tls_files_refused(config, "mqtts://localhost", Some(plain)).await;
+    assert_unusable_tls_files_refused(tls_config, "mqtts://localhost", Some(plain)).await;
 }

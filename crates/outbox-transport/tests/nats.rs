@@ -34,19 +34,63 @@ async fn jetstream() -> jetstream::Context {
     jetstream::new(client)
 }
 
-/// A fresh stream capturing `<prefix>.>`.
-async fn fresh_stream(js: &jetstream::Context) -> (String, String) {
-    let name = unique("OUTBOX_T");
-    let prefix = unique("outbox_t");
-    js.create_stream(jetstream::stream::Config {
-        name: name.clone(),
-        subjects: vec![format!("{prefix}.>")],
-        duplicate_window: Duration::from_secs(120),
-        ..Default::default()
+/// A fresh stream on the shared server, capturing `<prefix>.>`, and the JetStream context that
+/// reads it: what most tests publish to and check.
+struct Fresh {
+    js: jetstream::Context,
+    stream: String,
+    prefix: String,
+}
+
+impl Fresh {
+    async fn new() -> Self {
+        let js = jetstream().await;
+        let stream = unique("OUTBOX_T");
+        let prefix = unique("outbox_t");
+        js.create_stream(jetstream::stream::Config {
+            name: stream.clone(),
+            subjects: vec![format!("{prefix}.>")],
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        Fresh { js, stream, prefix }
+    }
+
+    /// The configuration publishing to the stream through the server (or proxy) at `addr`.
+    fn config(&self, addr: impl std::fmt::Display) -> NatsConfig {
+        config(format!("nats://{addr}"), &self.prefix, &self.stream)
+    }
+
+    /// A transport publishing to the stream through `addr`.
+    async fn transport(&self, addr: impl std::fmt::Display) -> NatsTransport {
+        NatsTransport::connect(self.config(addr)).await.unwrap()
+    }
+
+    /// What [`consume`] reads from the stream, waiting up to 10 s for `expected` messages.
+    async fn consume(&self, expected: usize) -> Vec<Got> {
+        consume(&self.js, &self.stream, expected, Duration::from_secs(10)).await
+    }
+
+    /// How many messages the stream holds.
+    async fn stored(&self) -> u64 {
+        self.js.get_stream(&self.stream).await.unwrap().info().await.unwrap().state.messages
+    }
+
+    async fn delete(self) {
+        self.js.delete_stream(&self.stream).await.unwrap();
+    }
+}
+
+/// Runs `test` on a fresh stream within `limit`, and deletes the stream after it.
+async fn on_fresh_stream(limit: Duration, test: impl AsyncFnOnce(&Fresh)) {
+    within(limit, async {
+        let s = Fresh::new().await;
+        test(&s).await;
+        s.delete().await;
     })
-    .await
-    .unwrap();
-    (name, prefix)
+    .await;
 }
 
 fn config(url: String, prefix: &str, stream: &str) -> NatsConfig {
@@ -105,34 +149,27 @@ async fn consume(js: &jetstream::Context, stream: &str, expected: usize, wait: D
     .await
 }
 
-async fn stored(js: &jetstream::Context, stream: &str) -> u64 {
-    js.get_stream(stream).await.unwrap().info().await.unwrap().state.messages
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_delivers_every_header_in_order_once() {
-    within(TEST_TIMEOUT, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
-        let t =
-            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+    on_fresh_stream(TEST_TIMEOUT, async |s| {
+        let t = s.transport(server()).await;
         assert_eq!(t.kind(), "nats");
         t.health().await.unwrap();
 
         let batch = mixed_batch();
-        assert_eq!(stored(&js, &stream).await, 0);
+        assert_eq!(s.stored().await, 0);
         let outcomes = t.publish(&batch).await;
         assert_eq!(outcomes, vec![Outcome::Delivered; 30]);
         // Delivered means stored: the stream holds every message as soon as publish returns.
-        assert_eq!(stored(&js, &stream).await, 30);
+        assert_eq!(s.stored().await, 30);
 
-        let got = consume(&js, &stream, 30, Duration::from_secs(10)).await;
+        let got = s.consume(30).await;
         assert_eq!(got.len(), 30, "every message exactly once");
         let by_id: HashMap<String, &Got> =
             got.iter().map(|g| (g.headers[header::MESSAGE_ID].clone(), g)).collect();
         for e in &batch {
             let g = by_id[&e.id.to_string()];
-            assert_eq!(g.subject, format!("{prefix}.{}", e.topic));
+            assert_eq!(g.subject, format!("{}.{}", s.prefix, e.topic));
             assert_eq!(g.payload, e.payload);
             for (name, value) in &e.headers {
                 assert_eq!(g.headers.get(name), Some(value), "header {name} of message {}", e.id);
@@ -149,9 +186,8 @@ async fn direct_publish_delivers_every_header_in_order_once() {
         // Publishing the same messages again (a relay retry) is acknowledged, and deduplicated
         // by Nats-Msg-Id.
         assert_eq!(t.publish(&batch[..5]).await, vec![Outcome::Delivered; 5]);
-        assert_eq!(stored(&js, &stream).await, 30);
+        assert_eq!(s.stored().await, 30);
         assert!(t.publish(&[]).await.is_empty());
-        js.delete_stream(&stream).await.unwrap();
     })
     .await;
 }
@@ -165,34 +201,25 @@ fn received(got: &[Got]) -> impl Iterator<Item = (i64, &str, &BTreeMap<String, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    within(TEST_TIMEOUT, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
-        let t =
-            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+    on_fresh_stream(TEST_TIMEOUT, async |s| {
+        let t = s.transport(server()).await;
         let committed = relay_orders("nats", Arc::new(t)).await;
-        let got = consume(&js, &stream, 200, Duration::from_secs(10)).await;
+        let got = s.consume(200).await;
         check_received(received(&got), &committed, true);
-        assert_eq!(stored(&js, &stream).await, 200);
-        js.delete_stream(&stream).await.unwrap();
+        assert_eq!(s.stored().await, 200);
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    within(TEST_TIMEOUT * 2, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
+    on_fresh_stream(TEST_TIMEOUT * 2, async |s| {
         let proxy = TcpProxy::start(&server()).await;
-        let t = NatsTransport::connect(config(format!("nats://{}", proxy.addr()), &prefix, &stream))
-            .await
-            .unwrap();
+        let t = s.transport(proxy.addr()).await;
         let committed = relay_orders_through_an_outage("nats", Arc::new(t), &proxy).await;
-        let got = consume(&js, &stream, 120, Duration::from_secs(10)).await;
+        let got = s.consume(120).await;
         // Nats-Msg-Id deduplication makes even the republished ones appear once.
         check_received(received(&got), &committed, true);
-        js.delete_stream(&stream).await.unwrap();
     })
     .await;
 }
@@ -204,11 +231,8 @@ async fn outage_keeps_messages_pending_and_loses_nothing() {
 /// name with a space used to produce a reason quoting the whole name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_survives() {
-    within(TEST_TIMEOUT, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
-        let t =
-            NatsTransport::connect(config(format!("nats://{}", server()), &prefix, &stream)).await.unwrap();
+    on_fresh_stream(TEST_TIMEOUT, async |s| {
+        let t = s.transport(server()).await;
         let good = |i: i64| envelope(i, "order.paid", None, &format!(r#"{{"n":{i}}}"#), false);
         let huge_name = format!("{} x", "n".repeat(70_000));
         let bad: Vec<(Envelope, &str)> = vec![
@@ -244,14 +268,14 @@ async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_surviv
         assert!(huge.len() < 400, "the 70 KB name is not quoted whole: {} bytes", huge.len());
 
         // Exactly the good messages were stored; the connection still publishes.
-        let got = consume(&js, &stream, n_good, Duration::from_secs(10)).await;
+        let got = s.consume(n_good).await;
         let mut payloads: Vec<String> = got.iter().map(|g| g.payload.clone()).collect();
         payloads.sort();
         let mut want: Vec<String> = (1..=n_good as i64).map(|i| format!(r#"{{"n":{i}}}"#)).collect();
         want.sort();
         assert_eq!(payloads, want);
         assert_eq!(t.publish(&[good(500)]).await, vec![Outcome::Delivered]);
-        assert_eq!(stored(&js, &stream).await, n_good as u64 + 1);
+        assert_eq!(s.stored().await, n_good as u64 + 1);
         t.health().await.unwrap();
     })
     .await;
@@ -259,20 +283,16 @@ async fn a_message_the_server_would_refuse_fails_alone_and_the_connection_surviv
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    within(TEST_TIMEOUT, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
+    on_fresh_stream(TEST_TIMEOUT, async |s| {
         let url = format!("nats://{}", server());
 
         // Oversized: over the configured limit, and over the server's max_payload.
-        let small = NatsTransport::connect(NatsConfig {
-            max_payload_bytes: Some(1024),
-            ..config(url.clone(), &prefix, &stream)
-        })
-        .await
-        .unwrap();
+        let small =
+            NatsTransport::connect(NatsConfig { max_payload_bytes: Some(1024), ..s.config(server()) })
+                .await
+                .unwrap();
         assert_oversized_fails_and_holds_back_its_key(&small, "max_payload_bytes of 1024 bytes").await;
-        let t = NatsTransport::connect(config(url.clone(), &prefix, &stream)).await.unwrap();
+        let t = s.transport(server()).await;
         let server_max = t.max_payload_bytes().unwrap();
         let o = t.publish(&[envelope(4, "a", None, &"x".repeat(server_max), false)]).await;
         assert_eq!(kind(&o[0]), Some(FailureKind::Permanent));
@@ -314,7 +334,7 @@ async fn classification_of_failures() {
             matches!(e, TransportError::Connect { .. }) && e.to_string().contains("does not exist"),
             "{e}"
         );
-        let e = NatsTransport::connect(config(url.clone(), &orphan, &stream)).await.unwrap_err();
+        let e = NatsTransport::connect(config(url.clone(), &orphan, &s.stream)).await.unwrap_err();
         assert!(e.to_string().contains("does not capture"), "{e}");
         let e = NatsTransport::connect(NatsConfig {
             url: url.clone(),
@@ -337,7 +357,7 @@ async fn classification_of_failures() {
             vec![Outcome::Delivered]
         );
         t3.health().await.unwrap();
-        js.delete_stream(&missing).await.unwrap();
+        s.js.delete_stream(&missing).await.unwrap();
         assert!(t3.health().await.unwrap_err().contains("does not exist"));
 
         // Unreachable server: a Connect error with the password redacted.
@@ -352,8 +372,6 @@ async fn classification_of_failures() {
         ];
         assert_invalid_named("nats", NatsTransport::connect, invalid).await;
         assert_unknown_key_refused::<NatsConfig>(r#"{"url":"nats://h","bogus":1}"#, "bogus");
-
-        js.delete_stream(&stream).await.unwrap();
     })
     .await;
 }
@@ -362,26 +380,20 @@ async fn classification_of_failures() {
 /// reported delivered is in the stream, and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_stored_under_repeated_cuts() {
-    within(TEST_TIMEOUT, async {
-        let js = jetstream().await;
-        let (stream, prefix) = fresh_stream(&js).await;
-        let proxy = Arc::new(TcpProxy::start(&server()).await);
-        let t = NatsTransport::connect(NatsConfig {
-            timeout: Duration::from_millis(1500),
-            ..config(format!("nats://{}", proxy.addr()), &prefix, &stream)
-        })
-        .await
-        .unwrap();
-        let delivered = delivered_under_repeated_cuts(&t, proxy, (300, 200)).await;
-        let stored: std::collections::HashSet<String> =
-            consume(&js, &stream, delivered.len(), Duration::from_secs(10))
+    on_fresh_stream(TEST_TIMEOUT, async |s| {
+        let connect = async |addr: std::net::SocketAddr| {
+            NatsTransport::connect(NatsConfig { timeout: Duration::from_millis(1500), ..s.config(addr) })
                 .await
-                .into_iter()
-                .map(|g| g.headers[header::MESSAGE_ID].clone())
-                .collect();
+        };
+        let delivered = delivered_under_repeated_cuts(&server(), connect, (300, 200)).await;
+        let stored: std::collections::HashSet<String> = s
+            .consume(delivered.len())
+            .await
+            .into_iter()
+            .map(|g| g.headers[header::MESSAGE_ID].clone())
+            .collect();
         let missing: Vec<&String> = delivered.difference(&stored).collect();
         assert!(missing.is_empty(), "reported delivered but not stored: {missing:?}");
-        js.delete_stream(&stream).await.unwrap();
     })
     .await;
 }
@@ -454,10 +466,7 @@ async fn tls_jetstream(pki: &Pki, port: u16, client_cert: bool) -> jetstream::Co
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::nats(&pki, false);
-        let port = server.port();
+    on_tls_server(tls::nats, false, async |pki, port| {
         // tls:// with the CA; and nats:// with the CA (the file makes TLS required).
         for (i, url) in
             [format!("tls://localhost:{port}"), format!("nats://localhost:{port}")].into_iter().enumerate()
@@ -470,7 +479,7 @@ async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
             let sent = envelope(id, "order.paid", Some("k"), &format!("{{\"over\":\"tls {id}\"}}"), true);
             assert_eq!(t.publish(std::slice::from_ref(&sent)).await, vec![Outcome::Delivered], "{url}");
         }
-        let js = tls_jetstream(&pki, port, false).await;
+        let js = tls_jetstream(pki, port, false).await;
         let got = consume(&js, "OUTBOX_TLS", 2, Duration::from_secs(5)).await;
         assert_eq!(got.len(), 2, "{got:?}");
         for (g, id) in got.iter().zip(1..) {
@@ -484,15 +493,11 @@ async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::nats(&pki, true);
-        let url = format!("tls://localhost:{}", server.port());
-        let cfg = tls_config(url.clone(), Some(pki.path("ca.pem")));
-        let (missing, foreign) = client_certificate_required(&pki, cfg, "nats", &url).await;
+    on_tls_server(tls::nats, true, async |pki, port| {
+        let url = format!("tls://localhost:{port}");
+        let (missing, foreign) = client_certificate_required(pki, tls_config, &url).await;
         let got =
-            consume(&tls_jetstream(&pki, server.port(), true).await, "OUTBOX_TLS", 1, Duration::from_secs(5))
-                .await;
+            consume(&tls_jetstream(pki, port, true).await, "OUTBOX_TLS", 1, Duration::from_secs(5)).await;
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
 
         // nats-server (2.9) answers a missing certificate as a bad one (alert BadCertificate):
@@ -507,25 +512,13 @@ async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_ref
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::nats(&pki, false);
-        let port = server.port();
-        let unknown = "the server's certificate is not signed by a CA this client trusts";
-        // The system's trust store alone; another CA; and a nats:// URL the server upgrades.
-        for cfg in [
-            tls_config(format!("tls://localhost:{port}"), None),
-            tls_config(format!("tls://localhost:{port}"), Some(pki.path("other-ca.pem"))),
-            tls_config(format!("nats://localhost:{port}"), None),
-        ] {
-            let url = cfg.url.clone();
-            let err = connect_error(NatsTransport::connect(cfg).await);
-            assert!(err.starts_with(&format!("cannot connect nats to {url}: ")), "{err}");
-            assert!(err.contains(unknown), "{err}");
-        }
-        let cfg = tls_config(format!("tls://127.0.0.1:{port}"), Some(pki.path("ca.pem")));
-        let err = connect_error(NatsTransport::connect(cfg).await);
-        assert!(err.contains("not valid for the host name in the URL"), "{err}");
+    on_tls_server(tls::nats, false, async |pki, port| {
+        assert_unknown_ca_and_wrong_host_explained(pki, tls_config, ("tls", "relay", port)).await;
+        // The same with a nats:// URL the server upgrades.
+        let url = format!("nats://localhost:{port}");
+        let err = connect_error(NatsTransport::connect(tls_config(url.clone(), None)).await);
+        assert!(err.starts_with(&format!("cannot connect nats to {url}: ")), "{err}");
+        assert!(err.contains("the server's certificate is not signed by a CA this client trusts"), "{err}");
     })
     .await;
 }
@@ -533,6 +526,5 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
 #[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
     // With nats://, the files make TLS required (no plain-URL case).
-    let config = |url: &str| tls_config(url.into(), None);
-    assert_unusable_tls_files_refused(config, "tls://localhost:4222", None).await;
+    assert_unusable_tls_files_refused(tls_config, "tls://localhost:4222", None).await;
 }

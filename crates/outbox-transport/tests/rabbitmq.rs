@@ -93,6 +93,12 @@ impl Consumer {
     }
 }
 
+/// A transport declaring `exchange` (see [`declared`]), and a consumer bound to it with `binding`.
+async fn transport_and_consumer(exchange: &str, binding: &str) -> (RabbitMqTransport, Consumer) {
+    let t = RabbitMqTransport::connect(declared(exchange)).await.unwrap();
+    (t, Consumer::bind(exchange, binding).await)
+}
+
 async fn delete_exchange(exchange: &str) {
     if let Ok(conn) = Connection::connect(&amqp_url(), ConnectionProperties::default()).await {
         if let Ok(ch) = conn.create_channel().await {
@@ -100,6 +106,16 @@ async fn delete_exchange(exchange: &str) {
         }
         let _ = conn.close(200, "bye").await;
     }
+}
+
+/// Runs `test` within `limit` with an exchange name of its own, and deletes the exchange after.
+async fn with_exchange(limit: Duration, test: impl AsyncFnOnce(&str)) {
+    within(limit, async {
+        let ex = unique("outbox-t-ex");
+        test(&ex).await;
+        delete_exchange(&ex).await;
+    })
+    .await;
 }
 
 fn header_str(d: &lapin::message::Delivery, name: &str) -> Option<String> {
@@ -114,10 +130,8 @@ fn header_str(d: &lapin::message::Delivery, name: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishes_a_batch_with_every_property_and_header() {
-    within(WAIT, async {
-        let ex = unique("outbox-t-ex");
-        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
-        let mut c = Consumer::bind(&ex, "#").await;
+    with_exchange(WAIT, async |ex| {
+        let (t, mut c) = transport_and_consumer(ex, "#").await;
 
         let m1 = full_message(101, "order.paid", r#"{"order":42,"total":"9.90"}"#, "订单-42", "checkout");
         let mut m2 = outbox_message(102, "order.cancelled", "plain text, not JSON");
@@ -166,7 +180,6 @@ async fn publishes_a_batch_with_every_property_and_header() {
         assert!(t.health().await.is_ok());
         assert!(c.take(1, Duration::from_millis(300)).await.is_empty(), "nothing else was published");
         let _ = c.channel.close(200, "bye").await;
-        delete_exchange(&ex).await;
     })
     .await;
 }
@@ -200,12 +213,11 @@ async fn fixed_routing_key_content_type_and_the_default_exchange() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unroutable_and_oversized_messages_fail_permanently_alone() {
-    within(WAIT, async {
-        let ex = unique("outbox-t-ex");
-        let t = RabbitMqTransport::connect(RabbitMqConfig { max_payload_bytes: 1024, ..declared(&ex) })
+    with_exchange(WAIT, async |ex| {
+        let t = RabbitMqTransport::connect(RabbitMqConfig { max_payload_bytes: 1024, ..declared(ex) })
             .await
             .unwrap();
-        let mut c = Consumer::bind(&ex, "bound.#").await;
+        let mut c = Consumer::bind(ex, "bound.#").await;
         let big = "x".repeat(2048);
         let batch = vec![
             Envelope::new(&outbox_message(1, "bound.a", "one"), 1),
@@ -220,7 +232,7 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
         let (kind, reason, _) = failure(&out[1]);
         assert_eq!(kind, FailureKind::Permanent);
         assert!(reason.contains("no queue bound for routing key \"unbound.x\""), "{reason}");
-        assert!(reason.contains(&ex), "{reason}");
+        assert!(reason.contains(ex), "{reason}");
         let (kind, reason, _) = failure(&out[2]);
         assert_eq!(kind, FailureKind::Permanent);
         assert!(reason.contains("2048 bytes") && reason.contains("max_payload_bytes"), "{reason}");
@@ -240,7 +252,6 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
             vec![Outcome::Delivered]
         );
         assert_eq!(c.take(1, Duration::from_secs(5)).await.len(), 1);
-        delete_exchange(&ex).await;
     })
     .await;
 }
@@ -252,10 +263,8 @@ async fn unroutable_and_oversized_messages_fail_permanently_alone() {
 /// it is sent; the good messages are confirmed and consumed; the connection keeps working.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_survives() {
-    within(WAIT, async {
-        let ex = unique("outbox-t-ex");
-        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
-        let mut c = Consumer::bind(&ex, "#").await;
+    with_exchange(WAIT, async |ex| {
+        let (t, mut c) = transport_and_consumer(ex, "#").await;
         let good = |i: i64| Envelope::new(&outbox_message(i, "order.paid", &format!("good {i}")), 1);
         let with_headers = |i: i64, headers: Vec<(String, String)>| {
             let mut m = outbox_message(i, "order.paid", "bad");
@@ -297,17 +306,14 @@ async fn a_message_the_broker_would_refuse_fails_alone_and_the_connection_surviv
         assert_eq!(c.take(1, Duration::from_secs(10)).await.len(), 1);
         assert!(c.take(1, Duration::from_millis(300)).await.is_empty(), "nothing refused was published");
         t.health().await.unwrap();
-        delete_exchange(&ex).await;
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_publish_does_not_confuse_the_next_one() {
-    within(WAIT, async {
-        let ex = unique("outbox-t-ex");
-        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
-        let mut c = Consumer::bind(&ex, "bound.#").await;
+    with_exchange(WAIT, async |ex| {
+        let (t, mut c) = transport_and_consumer(ex, "bound.#").await;
         // The relay's publish timeout drops a publish midway (confirms and returns outstanding).
         let first: Vec<Envelope> = (0..200)
             .map(|i| {
@@ -329,17 +335,15 @@ async fn a_cancelled_publish_does_not_confuse_the_next_one() {
         let fresh: Vec<_> =
             c.take(200, Duration::from_secs(2)).await.into_iter().filter(|d| d.data == b"new").collect();
         assert_eq!(fresh.len(), 2);
-        delete_exchange(&ex).await;
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
-    within(WAIT, async {
-        let ex = unique("outbox-t-ex");
-        let t = RabbitMqTransport::connect(declared(&ex)).await.unwrap();
-        delete_exchange(&ex).await;
+    with_exchange(WAIT, async |ex| {
+        let t = RabbitMqTransport::connect(declared(ex)).await.unwrap();
+        delete_exchange(ex).await;
         let batch = vec![
             Envelope::new(&outbox_message(1, "a", "1"), 1),
             Envelope::new(&outbox_message(2, "a", "2"), 1),
@@ -355,17 +359,16 @@ async fn a_missing_exchange_is_unavailable_and_the_channel_recovers() {
         let conn = Connection::connect(&amqp_url(), ConnectionProperties::default()).await.unwrap();
         let ch = conn.create_channel().await.unwrap();
         ch.exchange_declare(
-            &ex,
+            ex,
             ExchangeKind::Topic,
             ExchangeDeclareOptions::default(),
             FieldTable::default(),
         )
         .await
         .unwrap();
-        let mut c = Consumer::bind(&ex, "#").await;
+        let mut c = Consumer::bind(ex, "#").await;
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 2]);
         assert_eq!(c.take(2, Duration::from_secs(5)).await.len(), 2);
-        delete_exchange(&ex).await;
     })
     .await;
 }
@@ -478,10 +481,9 @@ fn spawn_collector(mut c: Consumer) -> (Arc<std::sync::Mutex<Seen>>, tokio::task
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn end_to_end_through_the_relay_exactly_once_without_faults() {
-    within(Duration::from_secs(120), async {
-        let ex = unique("outbox-t-ex");
-        let transport = Arc::new(RabbitMqTransport::connect(declared(&ex)).await.unwrap());
-        let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
+    with_exchange(Duration::from_secs(120), async |ex| {
+        let transport = Arc::new(RabbitMqTransport::connect(declared(ex)).await.unwrap());
+        let (seen, collector) = spawn_collector(Consumer::bind(ex, "#").await);
         let destination = Destination::new("rabbit", transport.clone()).retry(fast_retry(5));
         let ids = with_relay(sqlite_outbox().await, destination, async |outbox| {
             let ids: Vec<_> = commit_orders(outbox).await.into_keys().collect();
@@ -515,23 +517,21 @@ async fn end_to_end_through_the_relay_exactly_once_without_faults() {
             }
         }
         collector.abort();
-        delete_exchange(&ex).await;
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
-    within(Duration::from_secs(150), async {
-        let ex = unique("outbox-t-ex");
+    with_exchange(Duration::from_secs(150), async |ex| {
         let proxy = TcpProxy::start(&amqp_addr()).await;
         let cfg = RabbitMqConfig {
             connect_timeout: Duration::from_secs(2),
-            ..RabbitMqConfig { url: amqp_url_via(&proxy.addr().to_string()), ..declared(&ex) }
+            ..RabbitMqConfig { url: amqp_url_via(&proxy.addr().to_string()), ..declared(ex) }
         };
         let transport = Arc::new(RabbitMqTransport::connect(cfg).await.unwrap());
         // The consumer talks to the broker directly: only the relay's link is cut.
-        let (seen, collector) = spawn_collector(Consumer::bind(&ex, "#").await);
+        let (seen, collector) = spawn_collector(Consumer::bind(ex, "#").await);
 
         // Few attempts: if the outage cost attempts, messages would end `failed`.
         let destination =
@@ -597,7 +597,6 @@ async fn broker_outage_keeps_messages_pending_then_delivers_everything() {
             assert_key_order(order.iter().map(|id| (key.as_str(), *id)));
         }
         collector.abort();
-        delete_exchange(&ex).await;
     })
     .await;
 }
@@ -723,7 +722,7 @@ async fn amqps_client_certificates_are_sent_and_refusals_explained() {
 
 #[tokio::test]
 async fn tls_settings_need_amqps_and_readable_files() {
-    let config = |url: &str| RabbitMqConfig::new(url, "x");
+    let config = |url: String, _: Option<String>| RabbitMqConfig::new(url, "x");
     let plain = ("amqp://guest:guest@localhost:1/%2f", "needs an amqps:// URL");
     assert_unusable_tls_files_refused(config, "amqps://guest:guest@localhost:1/%2f", Some(plain)).await;
 }

@@ -75,15 +75,27 @@ async fn read_from(con: &mut redis::aio::MultiplexedConnection, key: &str) -> Ve
         .collect()
 }
 
-async fn del(keys: &[&str]) {
-    let mut con = redis_conn().await;
-    let _: () = redis::cmd("DEL").arg(keys).query_async(&mut con).await.unwrap();
+/// Runs `test` within `limit` with a name of its own, `base`: the keys it writes are `base` or
+/// start with `base:`, and are deleted after it.
+async fn with_fresh_keys(limit: Duration, test: impl AsyncFnOnce(&str)) {
+    within(limit, async {
+        let base = unique("outbox_t");
+        test(&base).await;
+        let mut con = redis_conn().await;
+        let found: Vec<String> =
+            redis::cmd("KEYS").arg(format!("{base}*")).query_async(&mut con).await.unwrap();
+        let keys: Vec<&String> =
+            found.iter().filter(|k| *k == &base || k.starts_with(&format!("{base}:"))).collect();
+        if !keys.is_empty() {
+            let _: () = redis::cmd("DEL").arg(keys).query_async(&mut con).await.unwrap();
+        }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn direct_publish_appends_every_header_in_order() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
+    with_fresh_keys(TEST_TIMEOUT, async |base| {
         let t = RedisTransport::connect(RedisConfig {
             maxlen: Some(10_000),
             ..config(format!("redis://{}", server()), &format!("{base}:{{topic}}"))
@@ -114,7 +126,6 @@ async fn direct_publish_appends_every_header_in_order() {
             );
         }
         assert!(t.publish(&[]).await.is_empty());
-        del(&[&format!("{base}:order.paid"), &format!("{base}:order.shipped")]).await;
     })
     .await;
 }
@@ -126,34 +137,29 @@ fn received(got: &[Got]) -> impl Iterator<Item = (i64, &str, &BTreeMap<String, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn relay_end_to_end_publishes_committed_messages_once() {
-    within(TEST_TIMEOUT, async {
-        let stream = unique("outbox_t");
-        let t = RedisTransport::connect(config(format!("redis://{}", server()), &stream)).await.unwrap();
+    with_fresh_keys(TEST_TIMEOUT, async |stream| {
+        let t = RedisTransport::connect(config(format!("redis://{}", server()), stream)).await.unwrap();
         let committed = relay_orders("redis", Arc::new(t)).await;
-        check_received(received(&read(&stream).await), &committed, true);
-        del(&[&stream]).await;
+        check_received(received(&read(stream).await), &committed, true);
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outage_keeps_messages_pending_and_loses_nothing() {
-    within(TEST_TIMEOUT * 2, async {
-        let stream = unique("outbox_t");
+    with_fresh_keys(TEST_TIMEOUT * 2, async |stream| {
         let proxy = TcpProxy::start(&server()).await;
-        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
+        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), stream)).await.unwrap();
         let committed = relay_orders_through_an_outage("redis", Arc::new(t), &proxy).await;
         // At-least-once: an XADD applied just before the cut may have been appended twice.
-        check_received(received(&read(&stream).await), &committed, false);
-        del(&[&stream]).await;
+        check_received(received(&read(stream).await), &committed, false);
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn classification_of_failures() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
+    with_fresh_keys(TEST_TIMEOUT, async |base| {
         let url = format!("redis://{}", server());
 
         // Oversized payload: permanent, before sending; later messages of its key are held back.
@@ -188,8 +194,6 @@ async fn classification_of_failures() {
         ];
         assert_invalid_named("redis", RedisTransport::connect, invalid).await;
         assert_unknown_key_refused::<RedisConfig>(r#"{"stream":"s","bogus":1}"#, "bogus");
-
-        del(&[&format!("{base}:str"), &format!("{base}:a")]).await;
     })
     .await;
 }
@@ -200,8 +204,7 @@ async fn classification_of_failures() {
 /// key and is delivered, not refused.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() {
-    within(TEST_TIMEOUT, async {
-        let base = unique("outbox_t");
+    with_fresh_keys(TEST_TIMEOUT, async |base| {
         let t = RedisTransport::connect(RedisConfig {
             max_payload_bytes: 1024,
             ..config(format!("redis://{}", server()), &format!("{base}:{{topic}}"))
@@ -236,21 +239,18 @@ async fn a_message_outside_the_bounds_fails_alone_and_the_connection_survives() 
         assert_eq!(read(&format!("{base}:sec.a\nb")).await.len(), 1);
         assert_eq!(t.publish(&[good(6)]).await, vec![Outcome::Delivered]);
         assert_eq!(read(&format!("{base}:ok")).await.len(), 5);
-        del(&[&format!("{base}:ok"), &format!("{base}:sec.a\nb")]).await;
     })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds() {
-    within(TEST_TIMEOUT, async {
-        let stream = unique("outbox_t");
+    with_fresh_keys(TEST_TIMEOUT, async |stream| {
         let proxy = TcpProxy::start(&server()).await;
-        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), &stream)).await.unwrap();
+        let t = RedisTransport::connect(config(format!("redis://{}", proxy.addr()), stream)).await.unwrap();
         assert_a_cut_is_unavailable(&t, &proxy).await;
         // The connection is re-established on demand: at most one more failure, then delivered.
         assert_a_restore_recovers(&t, &proxy).await;
-        del(&[&stream]).await;
     })
     .await;
 }
@@ -259,21 +259,16 @@ async fn publish_during_a_cut_is_unavailable_and_the_next_after_restore_succeeds
 /// reported delivered is in the stream, and every call answers within its timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delivered_always_means_appended_under_repeated_cuts() {
-    within(TEST_TIMEOUT, async {
-        let stream = unique("outbox_t");
-        let proxy = Arc::new(TcpProxy::start(&server()).await);
-        let t = RedisTransport::connect(RedisConfig {
-            timeout: Duration::from_millis(1500),
-            ..config(format!("redis://{}", proxy.addr()), &stream)
-        })
-        .await
-        .unwrap();
-        let delivered = delivered_under_repeated_cuts(&t, proxy, (97, 150)).await;
+    with_fresh_keys(TEST_TIMEOUT, async |stream| {
+        let connect = async |addr: std::net::SocketAddr| {
+            let config = config(format!("redis://{addr}"), stream);
+            RedisTransport::connect(RedisConfig { timeout: Duration::from_millis(1500), ..config }).await
+        };
+        let delivered = delivered_under_repeated_cuts(&server(), connect, (97, 150)).await;
         let stored: std::collections::HashSet<String> =
-            read(&stream).await.into_iter().map(|g| g.id).collect();
+            read(stream).await.into_iter().map(|g| g.id).collect();
         let missing: Vec<&String> = delivered.difference(&stored).collect();
         assert!(missing.is_empty(), "reported delivered but not appended: {missing:?}");
-        del(&[&stream]).await;
     })
     .await;
 }
@@ -304,16 +299,14 @@ async fn tls_conn(pki: &Pki, port: u16, client_cert: bool) -> redis::aio::Multip
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::redis(&pki, false);
-        let url = format!("rediss://localhost:{}/0", server.port());
+    on_tls_server(tls::redis, false, async |pki, port| {
+        let url = format!("rediss://localhost:{port}/0");
         let t = RedisTransport::connect(tls_config(url, Some(pki.path("ca.pem")))).await.unwrap();
         t.health().await.unwrap();
         let batch: Vec<_> =
             (1..=3).map(|id| envelope(id, "order.paid", Some("k"), &format!("tls {id}"), true)).collect();
         assert_eq!(t.publish(&batch).await, vec![Outcome::Delivered; 3]);
-        let got = read_from(&mut tls_conn(&pki, server.port(), false).await, "tls:order.paid").await;
+        let got = read_from(&mut tls_conn(pki, port, false).await, "tls:order.paid").await;
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["tls 1", "tls 2", "tls 3"]);
         for (g, e) in got.iter().zip(&batch) {
             assert_eq!((g.id.as_str(), &g.headers), (e.id.to_string().as_str(), &e.headers));
@@ -324,13 +317,10 @@ async fn tls_with_the_ca_file_publishes_and_the_message_arrives() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_refused() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::redis(&pki, true);
-        let url = format!("rediss://localhost:{}", server.port());
-        let cfg = tls_config(url.clone(), Some(pki.path("ca.pem")));
-        let (missing, foreign) = client_certificate_required(&pki, cfg, "redis", &url).await;
-        let got = read_from(&mut tls_conn(&pki, server.port(), true).await, "tls:order.paid").await;
+    on_tls_server(tls::redis, true, async |pki, port| {
+        let url = format!("rediss://localhost:{port}");
+        let (missing, foreign) = client_certificate_required(pki, tls_config, &url).await;
+        let got = read_from(&mut tls_conn(pki, port, true).await, "tls:order.paid").await;
         assert_eq!(got.iter().map(|g| g.payload.as_str()).collect::<Vec<_>>(), ["by certificate"]);
         assert!(missing.contains("requires a client certificate and none was given"), "{missing}");
         assert!(foreign.contains("the server refused this client's certificate"), "{foreign}");
@@ -340,11 +330,8 @@ async fn tls_client_certificate_is_presented_and_a_missing_or_foreign_one_is_ref
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
-    within(TEST_TIMEOUT, async {
-        let pki = Pki::new();
-        let server = tls::redis(&pki, false);
-        let port = server.port();
-        assert_unknown_ca_and_wrong_host_explained(&pki, tls_config, "redis", ("rediss", "", port)).await;
+    on_tls_server(tls::redis, false, async |pki, port| {
+        assert_unknown_ca_and_wrong_host_explained(pki, tls_config, ("rediss", "", port)).await;
         // A plain redis:// URL to the TLS port: no answer in Redis's protocol.
         let cfg = RedisConfig {
             connect_timeout: Duration::from_secs(1),
@@ -357,7 +344,6 @@ async fn tls_unknown_ca_and_wrong_host_name_are_explained() {
 
 #[tokio::test]
 async fn tls_files_that_cannot_be_used_are_configuration_errors_naming_the_key() {
-    let config = |url: &str| tls_config(url.into(), None);
     let plain = ("redis://localhost", "needs a rediss:// URL");
-    assert_unusable_tls_files_refused(config, "rediss://localhost", Some(plain)).await;
+    assert_unusable_tls_files_refused(tls_config, "rediss://localhost", Some(plain)).await;
 }

@@ -497,15 +497,18 @@ pub(crate) async fn assert_outage_costs_no_attempt<DB: OutboxDatabase>(
     }
 }
 
-/// Publishes `stress` envelopes through `t` for 8 s while `proxy` cuts and restores its
-/// connections (up for `up_ms.0 + (n * 37) % up_ms.1` ms, then down for 50 to 250 ms). Every
-/// call answers within 2.5 s and each envelope is delivered or unavailable, some of each.
-/// Returns the ids (as text) of the delivered ones, for the caller to find at the broker.
-pub(crate) async fn delivered_under_repeated_cuts(
-    t: &dyn Transport,
-    proxy: Arc<TcpProxy>,
+/// Connects a transport with `connect`, given the address of a proxy to `server`, and publishes
+/// `stress` envelopes through it for 8 s while the proxy cuts and restores its connections (up
+/// for `up_ms.0 + (n * 37) % up_ms.1` ms, then down for 50 to 250 ms). Every call answers
+/// within 2.5 s and each envelope is delivered or unavailable, some of each. Returns the ids (as
+/// text) of the delivered ones, for the caller to find at the broker.
+pub(crate) async fn delivered_under_repeated_cuts<T: Transport>(
+    server: &str,
+    connect: impl AsyncFnOnce(std::net::SocketAddr) -> Result<T, TransportError>,
     up_ms: (u64, u64),
 ) -> HashSet<String> {
+    let proxy = Arc::new(TcpProxy::start(server).await);
+    let t = connect(proxy.addr()).await.unwrap();
     let flapping = CancellationToken::new();
     let flapper = {
         let (proxy, flapping) = (proxy.clone(), flapping.clone());
@@ -861,13 +864,13 @@ pub(crate) async fn connect_refusal<C: TlsConfig>(config: C) -> String {
     }
 }
 
-/// Checks every transport's handling of TLS files it cannot use: `config` builds the
-/// transport's configuration for a URL, which gets the files; `connect` must refuse each case
+/// Checks every transport's handling of TLS files it cannot use: `tls_config` builds the
+/// transport's configuration for a URL (and no CA file), which gets the files; `connect` must refuse each case
 /// with a configuration error naming the key and saying why, and `validate` (what `outbox
 /// check` runs) must say the same. With `plain` (a URL without TLS, and what the error must
 /// say), a CA file with that URL must be refused too.
 pub(crate) async fn assert_unusable_tls_files_refused<C: TlsConfig>(
-    config: impl Fn(&str) -> C,
+    tls_config: impl Fn(String, Option<String>) -> C,
     tls_url: &str,
     plain: Option<(&str, &str)>,
 ) {
@@ -885,7 +888,7 @@ pub(crate) async fn assert_unusable_tls_files_refused<C: TlsConfig>(
         cases.push((plain_url, [p("ca.pem"), None, None], "tls_ca_file", needs));
     }
     for (url, files, key, says) in cases {
-        let c = config(url).with_tls_files(files.clone());
+        let c = tls_config(url.into(), None).with_tls_files(files.clone());
         let checked = match c.check() {
             Err(e) => e.to_string(),
             Ok(()) => panic!("{files:?} with {url} passed validation"),
@@ -896,17 +899,35 @@ pub(crate) async fn assert_unusable_tls_files_refused<C: TlsConfig>(
     }
 }
 
-/// Against a TLS server that requires a client certificate, `config` (trusting the test CA of
-/// `pki`) with the client's certificate connects and delivers the envelope `by certificate`
-/// (id 7, topic `order.paid`), for the caller to find at the broker; without a certificate, and
-/// with one another CA signed (`stranger`), `connect` fails with an error of the transport
-/// `kind` naming `url`. Returns those two errors' texts, for the caller to check why.
+/// Runs `test` within [`WAIT`] against a TLS server of the test's own, which `start` runs with
+/// a fresh test PKI (requiring a client certificate when `require_client`): `test` gets the PKI
+/// and the server's port.
+pub(crate) async fn on_tls_server(
+    start: fn(&outbox_testkit::tls::Pki, bool) -> outbox_testkit::tls::TlsServer,
+    require_client: bool,
+    test: impl AsyncFnOnce(&outbox_testkit::tls::Pki, u16),
+) {
+    within(WAIT, async {
+        let pki = outbox_testkit::tls::Pki::new();
+        let server = start(&pki, require_client);
+        test(&pki, server.port()).await;
+    })
+    .await;
+}
+
+/// Against the TLS server at `url` that requires a client certificate, the configuration
+/// `tls_config` builds for `url` and the test CA of `pki`, with the client's certificate,
+/// connects and delivers the envelope `by certificate` (id 7, topic `order.paid`), for the caller
+/// to find at the broker; without a certificate, and with one another CA signed (`stranger`),
+/// `connect` fails with an error of its transport naming `url`. Returns those two errors'
+/// texts, for the caller to check why.
 pub(crate) async fn client_certificate_required<C: TlsConfig>(
     pki: &outbox_testkit::tls::Pki,
-    config: C,
-    kind: &str,
+    tls_config: impl Fn(String, Option<String>) -> C,
     url: &str,
 ) -> (String, String) {
+    let config = tls_config(url.into(), Some(pki.path("ca.pem")));
+    let kind = C::KIND;
     let t = config.clone().with_client_cert(pki, Some("client")).connect_with().await.unwrap();
     assert_eq!(
         t.publish(&[envelope(7, "order.paid", None, "by certificate", false)]).await,
@@ -924,15 +945,15 @@ pub(crate) async fn client_certificate_required<C: TlsConfig>(
 
 /// With a TLS server on `port` (its certificate from `pki`): the URL
 /// `<scheme>://<user>:s3cret-pw@localhost:<port>` with no CA file, and with another CA's, is
-/// refused as signed by an unknown CA, the error of the transport `kind` naming the URL with
+/// refused as signed by an unknown CA, the error of its transport naming the URL with
 /// its password redacted; with the right CA and the host `127.0.0.1`, for the host name.
 /// `tls_config` builds the configuration for a URL and a CA file.
 pub(crate) async fn assert_unknown_ca_and_wrong_host_explained<C: TlsConfig>(
     pki: &outbox_testkit::tls::Pki,
     tls_config: impl Fn(String, Option<String>) -> C,
-    kind: &str,
     (scheme, user, port): (&str, &str, u16),
 ) {
+    let kind = C::KIND;
     let url = format!("{scheme}://{user}:s3cret-pw@localhost:{port}");
     for ca in [None, Some(pki.path("other-ca.pem"))] {
         let err = connect_error(tls_config(url.clone(), ca).connect_with().await);
