@@ -9,8 +9,8 @@ use outbox_core::{Error, MessageId, Result};
 use sqlx::Pool;
 
 use crate::message::InboxMessage;
-use crate::migrate::{Migration, MigrationReport, Migrator, SCHEMA};
-use outbox_store::{Dialect, Tables};
+use crate::migrate::{MigrationReport, Migrator, SCHEMA};
+use outbox_store::Tables;
 
 /// Longest consumer group name the table holds.
 pub const MAX_GROUP_LEN: usize = 128;
@@ -23,37 +23,7 @@ pub const MAX_PRUNE_BATCH: u32 = 10_000;
 ///
 /// Library users call these through [`Inbox`].
 pub trait InboxDatabase: Migrator {
-    /// This dialect's shipped inbox migrations.
-    const MIGRATIONS: &'static [Migration];
-
-    /// Which dialect this is (what [`Tables::render`] renders for).
-    const DIALECT: Dialect;
-
-    /// Applies the missing inbox migrations (see the `migrate` module docs).
-    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
-        Self::migrate_in(pool, Tables::canonical())
-    }
-
-    /// [`migrate`](Self::migrate) for the object names `tables`.
-    fn migrate_in(
-        pool: &Pool<Self>,
-        tables: &Tables,
-    ) -> impl Future<Output = Result<MigrationReport>> + Send {
-        async move {
-            tables.check_for(Self::DIALECT)?;
-            Self::migrate_schema(pool, &SCHEMA, tables, Self::MIGRATIONS).await
-        }
-    }
-
-    /// The inbox schema version recorded in the database (0 when the table does not exist).
-    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_in(pool, Tables::canonical())
-    }
-
-    /// [`schema_version`](Self::schema_version) for the object names `tables`.
-    fn schema_version_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_of(pool, &SCHEMA, tables)
-    }
+    outbox_store::schema_methods!(SCHEMA, "inbox");
 
     /// Inserts `(group, message_id)` on `conn`, inside the caller's transaction: `true` when
     /// the row is new, `false` when it already exists (committed by another transaction, which

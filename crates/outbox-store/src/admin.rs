@@ -25,7 +25,7 @@ pub(crate) use checks::{
     bulk_statuses, check_actor, check_age, check_batch, check_ids, check_pause, check_scan, refused, report,
     BULK_RETRY_FROM,
 };
-pub(crate) use impl_admin::impl_admin;
+pub(crate) use impl_admin::{impl_admin, to_admin};
 pub(crate) use shared::Admin;
 pub(crate) use sql::AdminSql;
 pub use types::{

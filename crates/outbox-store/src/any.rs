@@ -98,6 +98,14 @@ pub fn ensure_crypto_provider() -> bool {
         && rustls::crypto::ring::default_provider().install_default().is_ok()
 }
 
+/// A pool of at most `max_connections` that waits at most 10 s for a connection.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+fn pool_options<DB: sqlx::Database>(max_connections: u32) -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(max_connections)
+        .acquire_timeout(std::time::Duration::from_secs(10))
+}
+
 impl AnyOutbox {
     /// Connects a small pool (`max_connections`) to `url` (over TLS as the URL says; see
     /// [`ensure_crypto_provider`]).
@@ -114,62 +122,23 @@ impl AnyOutbox {
         match Dialect::of_url(url)? {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(std::time::Duration::from_secs(10))
-                    .connect(url)
-                    .await
-                    .map_err(unreachable)?;
+                let pool = pool_options(max_connections).connect(url).await.map_err(unreachable)?;
                 Ok(AnyOutbox::Postgres(Outbox::new(pool)))
             }
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
-                let pool = sqlx::mysql::MySqlPoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(std::time::Duration::from_secs(10))
-                    .connect(&url)
-                    .await
-                    .map_err(unreachable)?;
+                let pool = pool_options(max_connections).connect(&url).await.map_err(unreachable)?;
                 Ok(AnyOutbox::MySql(Outbox::new(pool)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
                 let opts = crate::sqlite::connect_options(url)?;
-                let pool = sqlx::sqlite::SqlitePoolOptions::new()
-                    .max_connections(max_connections)
-                    .acquire_timeout(std::time::Duration::from_secs(10))
-                    .connect_with(opts)
-                    .await
-                    .map_err(unreachable)?;
+                let pool = pool_options(max_connections).connect_with(opts).await.map_err(unreachable)?;
                 Ok(AnyOutbox::Sqlite(Outbox::new(pool)))
             }
             #[allow(unreachable_patterns)]
             other => Err(Error::Config(format!("{other:?} support is not compiled into this build"))),
-        }
-    }
-
-    /// See [`Outbox::migrate`].
-    pub async fn migrate(&self) -> Result<MigrationReport> {
-        match self {
-            #[cfg(feature = "postgres")]
-            AnyOutbox::Postgres(o) => o.migrate().await,
-            #[cfg(feature = "mysql")]
-            AnyOutbox::MySql(o) => o.migrate().await,
-            #[cfg(feature = "sqlite")]
-            AnyOutbox::Sqlite(o) => o.migrate().await,
-        }
-    }
-
-    /// See [`Outbox::check_schema`].
-    pub async fn check_schema(&self) -> Result<()> {
-        match self {
-            #[cfg(feature = "postgres")]
-            AnyOutbox::Postgres(o) => o.check_schema().await,
-            #[cfg(feature = "mysql")]
-            AnyOutbox::MySql(o) => o.check_schema().await,
-            #[cfg(feature = "sqlite")]
-            AnyOutbox::Sqlite(o) => o.check_schema().await,
         }
     }
 }
@@ -188,6 +157,16 @@ macro_rules! each {
 }
 
 impl AnyOutbox {
+    /// See [`Outbox::migrate`].
+    pub async fn migrate(&self) -> Result<MigrationReport> {
+        each!(self, o => o.migrate().await)
+    }
+
+    /// See [`Outbox::check_schema`].
+    pub async fn check_schema(&self) -> Result<()> {
+        each!(self, o => o.check_schema().await)
+    }
+
     /// The after-commit signal of the underlying outbox.
     pub fn signal(&self) -> &crate::CommitSignal {
         each!(self, o => o.signal())

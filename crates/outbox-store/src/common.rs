@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use outbox_core::{Error, NewMessage, Result, Status};
-use sqlx::{ColumnIndex, Decode, Row, Type};
+use sqlx::{Arguments, ColumnIndex, Decode, Encode, Row, Type};
 
 use crate::error::db;
 use crate::relay::AckOutcome;
@@ -27,6 +27,74 @@ pub(crate) fn max_attempts(msg: &NewMessage) -> Result<Option<i32>> {
             })
         })
         .transpose()
+}
+
+/// A dialect's `ENQUEUE` arguments in the order of its parameters: biz type and key, topic, key,
+/// tag, headers, payload, max attempts, `deliver_at` and `delay` (the dialect's own time values),
+/// then created by, `by` times (a dialect whose `?` cannot repeat binds it again for updated by).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) fn enqueue_args<'q, DB, T>(
+    msg: &'q NewMessage,
+    deliver_at: T,
+    delay: Option<i64>,
+    by: usize,
+) -> Result<DB::Arguments<'q>>
+where
+    DB: sqlx::Database,
+    Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    &'q str: Encode<'q, DB> + Type<DB>,
+    String: Encode<'q, DB> + Type<DB>,
+    Option<i32>: Encode<'q, DB> + Type<DB>,
+    Option<i64>: Encode<'q, DB> + Type<DB>,
+    T: Encode<'q, DB> + Type<DB> + 'q,
+{
+    let (biz_type, biz_key) = biz_parts(msg);
+    let max_attempts = max_attempts(msg)?;
+    let mut args = DB::Arguments::<'q>::default();
+    let add = || -> std::result::Result<(), sqlx::error::BoxDynError> {
+        args.add(biz_type)?;
+        args.add(biz_key)?;
+        args.add(msg.topic.as_str())?;
+        args.add(msg.key.as_deref())?;
+        args.add(msg.tag.as_deref())?;
+        args.add(msg.headers_json())?;
+        args.add(msg.payload.as_str())?;
+        args.add(max_attempts)?;
+        args.add(deliver_at)?;
+        args.add(delay)?;
+        for _ in 0..by {
+            args.add(msg.created_by.as_deref())?;
+        }
+        Ok(())
+    };
+    add().map_err(|e| db(sqlx::Error::Encode(e)))?;
+    Ok(args)
+}
+
+/// The message enqueued before with `msg`'s biz pair, for a dialect whose insert of a duplicate
+/// returns no id: `existing` reads it, binding the biz type, then the biz key.
+#[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) async fn enqueued_before<DB>(
+    conn: &mut DB::Connection,
+    tables: &crate::Tables,
+    existing: &str,
+    msg: &NewMessage,
+) -> Result<outbox_core::Enqueued>
+where
+    DB: crate::OutboxDatabase,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> Option<&'q str>: Encode<'q, DB> + Type<DB>,
+    (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
+{
+    let (biz_type, biz_key) = biz_parts(msg);
+    let id: i64 = sqlx::query_scalar::<DB, i64>(&tables.render(DB::DIALECT, existing))
+        .bind(biz_type)
+        .bind(biz_key)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db)?;
+    Ok(outbox_core::Enqueued { id: outbox_core::MessageId(id), created: false })
 }
 
 /// Parses a `status` column of `table` (row `id`), naming the row when a foreign writer put
@@ -62,6 +130,21 @@ pub(crate) trait Cells {
     fn time(&self, col: &'static str, at: At) -> Result<DateTime<Utc>>;
     fn opt_time(&self, col: &'static str, at: At) -> Result<Option<DateTime<Utc>>>;
 }
+
+/// Writes [`Cells`] methods that read their columns as sqlx decodes them (the columns a dialect
+/// stores as they are), each `method: type`.
+#[allow(unused_macros)]
+macro_rules! decoded_cells {
+    ($($method:ident: $ty:ty),* $(,)?) => {
+        $(
+            fn $method(&self, col: &'static str, _: $crate::common::At) -> ::outbox_core::Result<$ty> {
+                $crate::common::get(self, col)
+            }
+        )*
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use decoded_cells;
 
 /// One row of the relay's delivery query (`message_id, destination, status, attempts,
 /// last_error, wait_ms`), on any dialect.
@@ -185,76 +268,86 @@ pub(crate) fn ack_step(message: Option<&str>, delivery: Option<Status>) -> AckSt
     }
 }
 
+/// How a dialect counts the rows a statement changed (each driver's result has its own
+/// `rows_affected`; sqlx has no trait for it).
+pub(crate) trait Affected: crate::OutboxDatabase {
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
 /// The SQL of each [`AckStep`] in one dialect: a delivery row inserted `acked` and marked
 /// `acked` (both bind the message id, then the destination), the message's deliveries still
-/// open and the message completed (both bind the message id); and how the dialect counts the
-/// rows a statement changed.
-pub(crate) struct AckSql<DB: sqlx::Database> {
-    pub(crate) dialect: crate::names::Dialect,
+/// open and the message completed (both bind the message id).
+pub(crate) struct AckSql {
     pub(crate) insert: &'static str,
     pub(crate) mark: &'static str,
     pub(crate) open: &'static str,
     pub(crate) complete: &'static str,
-    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
 }
 
-/// Runs `step` for the delivery of `message_id` to `destination`, on the connection of the
-/// caller's transaction (which read and locked the rows [`ack_step`] decided on).
-pub(crate) async fn record_ack<DB>(
-    conn: &mut DB::Connection,
-    sql: &AckSql<DB>,
+/// Records an ACK of `message_id` at `destination` in `tx`, which read and locked the message's
+/// status (`message`, `None`: no such message) and its delivery's there (`delivery`, `None`: no
+/// row): the step [`ack_step`] decides, then commits. An ACK can overtake the relay's own
+/// bookkeeping (the consumer got the message before the relay recorded the delivery, which is
+/// still `sending`); the token proves the delivery was issued, so it is recorded now and the
+/// settlement keeps it.
+pub(crate) async fn finish_ack<DB>(
+    mut tx: sqlx::Transaction<'_, DB>,
+    sql: &AckSql,
     tables: &crate::Tables,
-    step: AckStep,
+    message: Option<&str>,
+    delivery: Option<&str>,
     message_id: i64,
     destination: &str,
 ) -> Result<AckOutcome>
 where
-    DB: sqlx::Database,
+    DB: Affected,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     i64: Type<DB> + for<'q> sqlx::Encode<'q, DB> + for<'r> Decode<'r, DB>,
     String: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
     (i64,): for<'r> sqlx::FromRow<'r, DB::Row>,
 {
-    let (insert_or_mark, complete) = match step {
-        AckStep::Answer(outcome) => return Ok(outcome),
-        AckStep::Insert => (sql.insert, false),
-        AckStep::Mark { complete } => (sql.mark, complete),
-    };
-    sqlx::query::<DB>(&tables.render(sql.dialect, insert_or_mark))
-        .bind(message_id)
-        .bind(destination.to_owned())
-        .execute(&mut *conn)
-        .await
-        .map_err(db)?;
-    if !complete {
-        return Ok(AckOutcome::Acked { message_done: false });
-    }
-    let (open,): (i64,) = sqlx::query_as::<DB, (i64,)>(&tables.render(sql.dialect, sql.open))
-        .bind(message_id)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)?;
-    let message_done = open == 0 && {
-        let done = sqlx::query::<DB>(&tables.render(sql.dialect, sql.complete))
+    let outcome = 'write: {
+        let (insert_or_mark, complete) = match ack_step(message, delivery.map(delivery_status).transpose()?) {
+            AckStep::Answer(outcome) => break 'write outcome,
+            AckStep::Insert => (sql.insert, false),
+            AckStep::Mark { complete } => (sql.mark, complete),
+        };
+        sqlx::query::<DB>(&tables.render(DB::DIALECT, insert_or_mark))
             .bind(message_id)
-            .execute(&mut *conn)
+            .bind(destination.to_owned())
+            .execute(&mut *tx)
             .await
             .map_err(db)?;
-        (sql.rows_affected)(&done) == 1
+        if !complete {
+            break 'write AckOutcome::Acked { message_done: false };
+        }
+        let (open,): (i64,) = sqlx::query_as::<DB, (i64,)>(&tables.render(DB::DIALECT, sql.open))
+            .bind(message_id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db)?;
+        let message_done = open == 0 && {
+            let done = sqlx::query::<DB>(&tables.render(DB::DIALECT, sql.complete))
+                .bind(message_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+            DB::rows_affected(&done) == 1
+        };
+        AckOutcome::Acked { message_done }
     };
-    Ok(AckOutcome::Acked { message_done })
+    tx.commit().await.map_err(db)?;
+    Ok(outcome)
 }
 
 /// ACK mode, the statements that send an overdue delivery back to `pending` one row at a time
 /// (dialects without array parameters): `delivery` binds the message id, then the destination;
 /// `message` binds the new attempts, the destination named in its error, then the message id.
 #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) struct ExpireSql<DB: sqlx::Database> {
-    pub(crate) dialect: crate::names::Dialect,
+pub(crate) struct ExpireSql {
     pub(crate) delivery: &'static str,
     pub(crate) message: &'static str,
-    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
 }
 
 /// Sends the `due` deliveries (locked by the caller's transaction, with their messages) back to
@@ -263,12 +356,12 @@ pub(crate) struct ExpireSql<DB: sqlx::Database> {
 #[cfg_attr(not(any(feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) async fn expire_each<DB>(
     conn: &mut DB::Connection,
-    sql: &ExpireSql<DB>,
+    sql: &ExpireSql,
     tables: &crate::Tables,
     due: &[(i64, String, i32)],
 ) -> Result<u64>
 where
-    DB: sqlx::Database,
+    DB: Affected,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     i64: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
@@ -277,16 +370,16 @@ where
 {
     let mut expired = 0;
     for (id, destination, _) in due {
-        let done = sqlx::query::<DB>(&tables.render(sql.dialect, sql.delivery))
+        let done = sqlx::query::<DB>(&tables.render(DB::DIALECT, sql.delivery))
             .bind(*id)
             .bind(destination.clone())
             .execute(&mut *conn)
             .await
             .map_err(db)?;
-        expired += (sql.rows_affected)(&done);
+        expired += DB::rows_affected(&done);
     }
     for (id, (destination, attempts)) in expired_per_message(due) {
-        sqlx::query::<DB>(&tables.render(sql.dialect, sql.message))
+        sqlx::query::<DB>(&tables.render(DB::DIALECT, sql.message))
             .bind(attempts)
             .bind(destination)
             .bind(id)
@@ -295,6 +388,31 @@ where
             .map_err(db)?;
     }
     Ok(expired)
+}
+
+/// Returns every message `owner` leases to `pending`, due now, with the dialect's `statement`,
+/// which binds the owner `binds` times (as updated by, then as the lease owner: once where a
+/// parameter can repeat); returns how many it released.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+pub(crate) async fn release_leases<DB>(
+    outbox: &crate::Outbox<DB>,
+    statement: &str,
+    binds: usize,
+    owner: &str,
+) -> Result<u64>
+where
+    DB: Affected,
+    for<'p> &'p sqlx::Pool<DB>: sqlx::Executor<'p, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    for<'q> &'q str: Encode<'q, DB> + Type<DB>,
+{
+    let sql = outbox.tables().render(DB::DIALECT, statement);
+    let mut query = sqlx::query::<DB>(&sql);
+    for _ in 0..binds {
+        query = query.bind(owner);
+    }
+    let done = query.execute(outbox.pool()).await.map_err(db)?;
+    Ok(DB::rows_affected(&done))
 }
 
 /// A delivery's `status` column.
@@ -363,15 +481,23 @@ fn poison_reason(what: &str) -> String {
 /// `sending` under its lease) `failed` with a reason, for a row it cannot read or whose outcome
 /// could not be written. `statement` binds the reason, the message id, then the lease owner.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
-pub(crate) struct FailSql<DB: sqlx::Database> {
-    pub(crate) statement: &'static str,
-    pub(crate) rows_affected: fn(&DB::QueryResult) -> u64,
+pub(crate) struct FailSql<DB> {
+    statement: &'static str,
+    db: std::marker::PhantomData<fn() -> DB>,
+}
+
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+impl<DB> FailSql<DB> {
+    /// The dialect's `statement`.
+    pub(crate) const fn new(statement: &'static str) -> Self {
+        FailSql { statement, db: std::marker::PhantomData }
+    }
 }
 
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 impl<DB> FailSql<DB>
 where
-    DB: crate::OutboxDatabase,
+    DB: Affected,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
     i64: Type<DB> + for<'q> sqlx::Encode<'q, DB>,
@@ -394,7 +520,7 @@ where
             .execute(&mut *conn)
             .await
             .map_err(db)?;
-        Ok((self.rows_affected)(&done))
+        Ok(DB::rows_affected(&done))
     }
 
     /// Logs and fails the claimed rows that could not be read, each alone (a row whose own
@@ -412,6 +538,29 @@ where
                 tracing::error!(message_id = p.id, error = %e, "Could not mark an unreadable row failed");
             }
         }
+    }
+
+    /// The messages of the rows a lease claimed for `owner`, in id order: each row decoded
+    /// alone ([`decode_rows`]), the unreadable ones failed alone on a connection of `pool`.
+    pub(crate) async fn leased(
+        &self,
+        pool: &sqlx::Pool<DB>,
+        tables: &crate::Tables,
+        owner: &str,
+        rows: &[DB::Row],
+        decode: fn(&DB::Row) -> Result<outbox_core::OutboxMessage>,
+    ) -> Result<Vec<outbox_core::OutboxMessage>>
+    where
+        for<'s> &'s str: ColumnIndex<DB::Row>,
+        for<'r> i64: Decode<'r, DB>,
+    {
+        let (mut out, poison) = decode_rows(rows, |r| r.try_get::<i64, _>("id").ok(), decode);
+        if !poison.is_empty() {
+            let mut conn = pool.acquire().await.map_err(db)?;
+            self.fail_poison(&mut conn, tables, owner, &poison).await;
+        }
+        out.sort_by_key(|m| m.id);
+        Ok(out)
     }
 }
 

@@ -30,6 +30,32 @@ pub struct Migration {
     pub sql: &'static str,
 }
 
+/// The outbox's shipped migrations on the dialect whose files are in `migrations/$dir/`: every
+/// dialect ships the same versions, each in a file of the same name.
+#[allow(unused_macros)]
+macro_rules! outbox_migrations {
+    ($dir:literal) => {
+        $crate::migrate::outbox_migrations!(@ $dir;
+            1 "0001_outbox.sql" "outbox_message and outbox_delivery",
+            2 "0002_relay_wakeup.sql" "relay wake-up",
+            3 "0003_claim_heads.sql" "claim heads",
+            4 "0004_open_key.sql" "open key",
+            5 "0005_bounds.sql" "bounds",
+            6 "0006_destination_pause.sql" "destination pause",
+            7 "0007_relay_presence.sql" "relay presence",
+        )
+    };
+    (@ $dir:literal; $($version:literal $file:literal $description:literal,)*) => {
+        &[$($crate::migrate::Migration {
+            version: $version,
+            description: $description,
+            sql: include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/", $dir, "/", $file)),
+        }),*]
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use outbox_migrations;
+
 /// What a migration run did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct MigrationReport {

@@ -8,45 +8,15 @@ use outbox_core::{Enqueued, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::{Pool, Transaction};
 
 use crate::error::db;
-use crate::migrate::{Migration, MigrationReport, Migrator, OUTBOX_SCHEMA};
-use crate::names::{Dialect, Tables};
+use crate::migrate::{MigrationReport, Migrator, OUTBOX_SCHEMA};
+use crate::names::Tables;
 use crate::signal::CommitSignal;
 
 /// A database the outbox runs on: PostgreSQL, MySQL/MariaDB or SQLite (sqlx's database types).
 ///
 /// Library users rarely call these directly: [`Outbox`] and [`OutboxConnection`] wrap them.
 pub trait OutboxDatabase: Migrator {
-    /// This dialect's shipped migrations of the outbox tables.
-    const MIGRATIONS: &'static [Migration];
-
-    /// Which dialect this is (what [`Tables::render`] renders for).
-    const DIALECT: Dialect;
-
-    /// Applies the missing schema migrations (see the `migrate` module docs).
-    fn migrate(pool: &Pool<Self>) -> impl Future<Output = Result<MigrationReport>> + Send {
-        Self::migrate_in(pool, Tables::canonical())
-    }
-
-    /// [`migrate`](Self::migrate) for the object names `tables`.
-    fn migrate_in(
-        pool: &Pool<Self>,
-        tables: &Tables,
-    ) -> impl Future<Output = Result<MigrationReport>> + Send {
-        async move {
-            tables.check_for(Self::DIALECT)?;
-            Self::migrate_schema(pool, &OUTBOX_SCHEMA, tables, Self::MIGRATIONS).await
-        }
-    }
-
-    /// The schema version recorded in the database (0 when the outbox tables do not exist).
-    fn schema_version(pool: &Pool<Self>) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_of(pool, &OUTBOX_SCHEMA, Tables::canonical())
-    }
-
-    /// [`schema_version`](Self::schema_version) for the object names `tables`.
-    fn schema_version_in(pool: &Pool<Self>, tables: &Tables) -> impl Future<Output = Result<i64>> + Send {
-        Self::schema_version_of(pool, &OUTBOX_SCHEMA, tables)
-    }
+    crate::schema_methods!(OUTBOX_SCHEMA, "outbox");
 
     /// Inserts one message on `conn` (inside the caller's transaction) in one round trip, or
     /// returns the existing message when its `(biz_type, biz_key)` is already taken.
@@ -169,15 +139,112 @@ pub(crate) fn traced_batch(msgs: &[NewMessage]) -> std::borrow::Cow<'_, [NewMess
     std::borrow::Cow::Borrowed(msgs)
 }
 
+/// The items of a dialect trait over [`Migrator`] for the versioned schema `$schema` (the
+/// outbox's in [`OutboxDatabase`], the inbox's in `outbox-inbox`): its `MIGRATIONS` and
+/// `DIALECT`, and the provided methods `migrate`, `migrate_in`, `schema_version` and
+/// `schema_version_in`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! schema_methods {
+    ($schema:expr, $what:literal) => {
+        #[doc = concat!("This dialect's shipped migrations of the ", $what, " tables.")]
+        const MIGRATIONS: &'static [$crate::Migration];
+
+        /// Which dialect this is (what [`Tables::render`]($crate::Tables::render) renders for).
+        const DIALECT: $crate::Dialect;
+
+        #[doc = concat!("Applies the missing ", $what, " migrations (see the `migrate` module docs).")]
+        fn migrate(
+            pool: &::sqlx::Pool<Self>,
+        ) -> impl ::std::future::Future<Output = ::outbox_core::Result<$crate::MigrationReport>> + Send {
+            Self::migrate_in(pool, $crate::Tables::canonical())
+        }
+
+        /// [`migrate`](Self::migrate) for the object names `tables`.
+        fn migrate_in(
+            pool: &::sqlx::Pool<Self>,
+            tables: &$crate::Tables,
+        ) -> impl ::std::future::Future<Output = ::outbox_core::Result<$crate::MigrationReport>> + Send {
+            async move {
+                tables.check_for(Self::DIALECT)?;
+                Self::migrate_schema(pool, &$schema, tables, Self::MIGRATIONS).await
+            }
+        }
+
+        #[doc = concat!("The ", $what, " schema version recorded in the database (0 when its tables do not exist).")]
+        fn schema_version(
+            pool: &::sqlx::Pool<Self>,
+        ) -> impl ::std::future::Future<Output = ::outbox_core::Result<i64>> + Send {
+            Self::schema_version_of(pool, &$schema, $crate::Tables::canonical())
+        }
+
+        /// [`schema_version`](Self::schema_version) for the object names `tables`.
+        fn schema_version_in(
+            pool: &::sqlx::Pool<Self>,
+            tables: &$crate::Tables,
+        ) -> impl ::std::future::Future<Output = ::outbox_core::Result<i64>> + Send {
+            Self::schema_version_of(pool, &$schema, tables)
+        }
+    };
+}
+
 /// Implements [`OutboxDatabase`] for a dialect with the functions of its module (`MIGRATIONS`,
-/// `enqueue`, `enqueue_batch`, `get`), [`OutboxConnection`] for its connection, and the
-/// module's `render` (its SQL for a set of [`Tables`] names).
+/// `enqueue_in`, `enqueue_batch_in`), [`OutboxConnection`] for its connection, and writes the
+/// module's `render` (its SQL for a set of [`Tables`] names), its `get_in` (`MESSAGE_COLUMNS`
+/// of the row whose id binds to the placeholder `$id`, decoded by `$read`) and the
+/// canonical-names forms `enqueue`, `enqueue_batch` and `get`.
 #[allow(unused_macros)]
 macro_rules! impl_dialect {
-    ($conn:ty, $db:ty, $dialect:expr) => {
+    ($conn:ty, $db:ty, $dialect:expr, id = $id:literal, read = $read:path) => {
         /// `sql` for the names `tables` on this database.
         pub(crate) fn render<'a>(tables: &$crate::Tables, sql: &'a str) -> ::std::borrow::Cow<'a, str> {
             tables.render($dialect, sql)
+        }
+
+        /// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`](crate::OutboxDatabase::enqueue).
+        pub async fn enqueue(
+            conn: &mut $conn,
+            msg: &::outbox_core::NewMessage,
+        ) -> ::outbox_core::Result<::outbox_core::Enqueued> {
+            enqueue_in(conn, $crate::Tables::canonical(), msg).await
+        }
+
+        /// Enqueues several messages; see [`enqueue_batch_in`] and
+        /// [`OutboxDatabase::enqueue_batch`](crate::OutboxDatabase::enqueue_batch).
+        pub async fn enqueue_batch(
+            conn: &mut $conn,
+            msgs: &[::outbox_core::NewMessage],
+        ) -> ::outbox_core::Result<Vec<::outbox_core::Enqueued>> {
+            enqueue_batch_in(conn, $crate::Tables::canonical(), msgs).await
+        }
+
+        /// Reads one message by id.
+        pub async fn get(
+            conn: &mut $conn,
+            id: ::outbox_core::MessageId,
+        ) -> ::outbox_core::Result<Option<::outbox_core::OutboxMessage>> {
+            get_in(conn, $crate::Tables::canonical(), id).await
+        }
+
+        /// [`get`] from the tables named by `tables`.
+        pub async fn get_in(
+            conn: &mut $conn,
+            tables: &$crate::Tables,
+            id: ::outbox_core::MessageId,
+        ) -> ::outbox_core::Result<Option<::outbox_core::OutboxMessage>> {
+            let sql = format!(concat!("SELECT {} FROM outbox_message WHERE id = ", $id), MESSAGE_COLUMNS);
+            let row = ::sqlx::query(&render(tables, &sql))
+                .bind(id.0)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err($crate::error::db)?;
+            row.as_ref().map($read).transpose()
+        }
+
+        impl $crate::common::Affected for $db {
+            fn rows_affected(done: &<$db as ::sqlx::Database>::QueryResult) -> u64 {
+                done.rows_affected()
+            }
         }
 
         impl $crate::OutboxDatabase for $db {

@@ -16,50 +16,14 @@ use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result}
 use sqlx::mysql::{MySqlConnection, MySqlRow};
 use sqlx::{MySql, MySqlPool, QueryBuilder, Row, Transaction};
 
-use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
+use crate::common::{decoded_cells, enqueue_args, enqueued_before, At, Cells};
 use crate::error::{db, is_biz_duplicate};
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::names::{Dialect, Tables};
 use crate::outbox::{impl_dialect, Outbox};
 
 /// The shipped migrations, from `migrations/mysql/`.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "outbox_message and outbox_delivery",
-        sql: include_str!("../../migrations/mysql/0001_outbox.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "relay wake-up",
-        sql: include_str!("../../migrations/mysql/0002_relay_wakeup.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "claim heads",
-        sql: include_str!("../../migrations/mysql/0003_claim_heads.sql"),
-    },
-    Migration {
-        version: 4,
-        description: "open key",
-        sql: include_str!("../../migrations/mysql/0004_open_key.sql"),
-    },
-    Migration {
-        version: 5,
-        description: "bounds",
-        sql: include_str!("../../migrations/mysql/0005_bounds.sql"),
-    },
-    Migration {
-        version: 6,
-        description: "destination pause",
-        sql: include_str!("../../migrations/mysql/0006_destination_pause.sql"),
-    },
-    Migration {
-        version: 7,
-        description: "relay presence",
-        sql: include_str!("../../migrations/mysql/0007_relay_presence.sql"),
-    },
-];
+pub const MIGRATIONS: &[Migration] = crate::migrate::outbox_migrations!("mysql");
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
@@ -78,7 +42,7 @@ mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::MySqlLock;
 
-impl_dialect!(MySqlConnection, MySql, Dialect::MySql);
+impl_dialect!(MySqlConnection, MySql, Dialect::MySql, id = "?", read = decode_message);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's), under the session lock
 /// `GET_LOCK(schema.mysql_lock, 60)`, so concurrent migrators serialize.
@@ -151,30 +115,11 @@ impl Migrator for MySql {
     }
 }
 
-/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
-pub async fn enqueue(conn: &mut MySqlConnection, msg: &NewMessage) -> Result<Enqueued> {
-    enqueue_in(conn, Tables::canonical(), msg).await
-}
-
 /// [`enqueue`] into the tables named by `tables`.
 pub async fn enqueue_in(conn: &mut MySqlConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
-    let (biz_type, biz_key) = biz_parts(msg);
-    let inserted = sqlx::query(&tables.render(Dialect::MySql, ENQUEUE))
-        .bind(biz_type)
-        .bind(biz_key)
-        .bind(&msg.topic)
-        .bind(msg.key.as_deref())
-        .bind(msg.tag.as_deref())
-        .bind(msg.headers_json())
-        .bind(&msg.payload)
-        .bind(max_attempts(msg)?)
-        .bind(msg.deliver_at)
-        .bind(msg.delay_micros())
-        .bind(msg.created_by.as_deref())
-        .bind(msg.created_by.as_deref())
-        .execute(&mut *conn)
-        .await;
+    let args = enqueue_args::<MySql, _>(msg, msg.deliver_at, msg.delay_micros(), 2)?;
+    let inserted = sqlx::query_with(&tables.render(Dialect::MySql, ENQUEUE), args).execute(&mut *conn).await;
     match inserted {
         Ok(done) => {
             let id = i64::try_from(done.last_insert_id())
@@ -182,51 +127,20 @@ pub async fn enqueue_in(conn: &mut MySqlConnection, tables: &Tables, msg: &NewMe
             Ok(Enqueued { id: MessageId(id), created: true })
         }
         Err(e) if is_biz_duplicate(&e, &tables.name("outbox_message_biz_unique")) => {
-            let id: i64 = sqlx::query_scalar(&tables.render(Dialect::MySql, EXISTING))
-                .bind(biz_type)
-                .bind(biz_key)
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(db)?;
-            Ok(Enqueued { id: MessageId(id), created: false })
+            enqueued_before::<MySql>(conn, tables, EXISTING, msg).await
         }
         Err(e) => Err(db(e)),
     }
 }
 
-/// Enqueues several messages, one statement each (MySQL cannot return the ids of a multi-row
-/// insert reliably under every `innodb_autoinc_lock_mode`).
-pub async fn enqueue_batch(conn: &mut MySqlConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    enqueue_batch_in(conn, Tables::canonical(), msgs).await
-}
-
-/// [`enqueue_batch`] into the tables named by `tables`.
+/// [`enqueue_batch`] into the tables named by `tables`: one statement each (MySQL cannot return
+/// the ids of a multi-row insert reliably under every `innodb_autoinc_lock_mode`).
 pub async fn enqueue_batch_in(
     conn: &mut MySqlConnection,
     tables: &Tables,
     msgs: &[NewMessage],
 ) -> Result<Vec<Enqueued>> {
     crate::common::enqueue_each::<MySql>(conn, tables, msgs).await
-}
-
-/// Reads one message by id.
-pub async fn get(conn: &mut MySqlConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
-    get_in(conn, Tables::canonical(), id).await
-}
-
-/// [`get`] from the tables named by `tables`.
-pub async fn get_in(
-    conn: &mut MySqlConnection,
-    tables: &Tables,
-    id: MessageId,
-) -> Result<Option<OutboxMessage>> {
-    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?");
-    let row = sqlx::query(&tables.render(Dialect::MySql, &sql))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db)?;
-    row.as_ref().map(decode_message).transpose()
 }
 
 /// Reads a text column. The tables use the `utf8mb4_bin` collation (exact, case-sensitive keys),
@@ -267,13 +181,7 @@ impl Cells for MySqlRow {
         opt_text(self, col)
     }
 
-    fn time(&self, col: &'static str, _: At) -> Result<DateTime<Utc>> {
-        cell(self, col)
-    }
-
-    fn opt_time(&self, col: &'static str, _: At) -> Result<Option<DateTime<Utc>>> {
-        cell(self, col)
-    }
+    decoded_cells!(time: DateTime<Utc>, opt_time: Option<DateTime<Utc>>);
 }
 
 /// Appends `(?, ?, ...)` binding `ids`.

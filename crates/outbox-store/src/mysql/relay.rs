@@ -30,13 +30,11 @@ use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
 use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
-use crate::common::{decode_rows, FailSql, Poison};
+use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
-use crate::relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
-};
+use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
 use crate::signal::CommitSignal;
 
 /// Step 1: `(id, source)` of the window (`sending`, `pending`, `?` rows each) and of the first
@@ -175,7 +173,7 @@ const FAIL_ONE: &str = "UPDATE outbox_message SET status = 'failed', attempts = 
      created_at = IF(created_at >= '1970-01-01', created_at, UTC_TIMESTAMP(6)) \
      WHERE id = ? AND (status = 'pending' OR (status = 'sending' AND lease_owner = ?))";
 
-const FAIL: FailSql<MySql> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
+const FAIL: FailSql<MySql> = FailSql::new(FAIL_ONE);
 
 /// [`write_settlement`] and [`FAIL_ONE`] for [`settle_isolated`].
 struct MySqlWrites<'a> {
@@ -304,6 +302,23 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = MySql>>(
     rows.iter().map(crate::common::delivery_state).collect()
 }
 
+/// Every message an owner leases back to `pending`, due now; binds the owner twice (updated by,
+/// lease owner).
+const RELEASE: &str =
+    "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
+     next_attempt_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), updated_by = ? \
+     WHERE status = 'sending' AND lease_owner = ?";
+
+/// Appends `lease_until` and `next_attempt_at` both `lease` from now (a leased row is due again
+/// when its lease expires).
+fn push_lease(qb: &mut QueryBuilder<'_, MySql>, lease: Duration) {
+    qb.push("lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
+    qb.push_bind(ms(lease) * 1000);
+    qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
+    qb.push_bind(ms(lease) * 1000);
+    qb.push(" MICROSECOND");
+}
+
 /// The row locks of a locked claim on this database.
 pub type MySqlLock = crate::relay::RowLock<MySql>;
 
@@ -315,14 +330,9 @@ impl Outbox<MySql> {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut qb = QueryBuilder::<MySql>::new(
-            render(tables, "UPDATE outbox_message SET lease_until = UTC_TIMESTAMP(6) + INTERVAL ")
-                .into_owned(),
-        );
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND WHERE status = 'sending' AND lease_owner = ");
+        let mut qb = QueryBuilder::<MySql>::new(render(tables, "UPDATE outbox_message SET ").into_owned());
+        push_lease(&mut qb, lease);
+        qb.push(" WHERE status = 'sending' AND lease_owner = ");
         qb.push_bind(owner.to_owned());
         qb.push(" AND id IN ");
         in_list(&mut qb, ids.iter().map(|i| i.0));
@@ -330,29 +340,7 @@ impl Outbox<MySql> {
     }
 
     async fn release_leases(&self, owner: &str) -> Result<u64> {
-        let tables = self.tables();
-        let done = sqlx::query(&render(
-            tables,
-            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
-             next_attempt_at = UTC_TIMESTAMP(6), updated_at = UTC_TIMESTAMP(6), updated_by = ? \
-             WHERE status = 'sending' AND lease_owner = ?",
-        ))
-        .bind(owner)
-        .bind(owner)
-        .execute(self.pool())
-        .await
-        .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-}
-
-impl Acks for Outbox<MySql> {
-    async fn expire_acks(&self, limit: usize) -> Result<u64> {
-        super::ack::expire(self, limit).await
-    }
-
-    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
-        super::ack::ack(self, message_id, destination).await
+        release_leases(self, RELEASE, 2, owner).await
     }
 }
 
@@ -398,11 +386,9 @@ impl Outbox<MySql> {
             render(tables, "UPDATE outbox_message SET status = 'sending', lease_owner = ").into_owned(),
         );
         qb.push_bind(owner.to_owned());
-        qb.push(", lease_until = UTC_TIMESTAMP(6) + INTERVAL ");
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND, next_attempt_at = UTC_TIMESTAMP(6) + INTERVAL ");
-        qb.push_bind(ms(lease) * 1000);
-        qb.push(" MICROSECOND, updated_at = UTC_TIMESTAMP(6), updated_by = ");
+        qb.push(", ");
+        push_lease(&mut qb, lease);
+        qb.push(", updated_at = UTC_TIMESTAMP(6), updated_by = ");
         qb.push_bind(owner.to_owned());
         qb.push(" WHERE id IN ");
         in_list(&mut qb, kept.iter().map(|m| m.id.0));

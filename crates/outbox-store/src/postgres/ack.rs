@@ -7,10 +7,10 @@ use std::collections::HashSet;
 use outbox_core::{MessageId, Result};
 use sqlx::Postgres;
 
-use crate::common::{ack_step, delivery_status, expired_per_message, record_ack, AckSql};
+use crate::common::{expired_per_message, finish_ack, AckSql};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::AckOutcome;
+use crate::relay::{AckOutcome, Acks};
 
 /// ACK mode: sent deliveries whose ACK deadline has passed. Rows another transaction holds (an
 /// ACK being recorded, another reaper) are skipped, never waited for.
@@ -49,104 +49,88 @@ const OPEN_DELIVERIES: &str = "SELECT COUNT(*) FROM outbox_delivery WHERE messag
 const COMPLETE_MESSAGE: &str =
     "UPDATE outbox_message SET status = 'acked', updated_at = now() WHERE id = $1 AND status = 'sent'";
 
-const ACK_SQL: AckSql<Postgres> = AckSql {
-    dialect: crate::Dialect::Postgres,
-    insert: INSERT_ACKED,
-    mark: MARK_ACKED,
-    open: OPEN_DELIVERIES,
-    complete: COMPLETE_MESSAGE,
-    rows_affected: |r| r.rows_affected(),
-};
+const ACK_SQL: AckSql =
+    AckSql { insert: INSERT_ACKED, mark: MARK_ACKED, open: OPEN_DELIVERIES, complete: COMPLETE_MESSAGE };
 
-/// [`crate::Acks::expire_acks`].
-pub(super) async fn expire(outbox: &Outbox<Postgres>, limit: usize) -> Result<u64> {
-    let tables = outbox.tables();
-    if limit == 0 {
-        return Ok(0);
-    }
-    let mut tx = outbox.pool().begin().await.map_err(db)?;
-    let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(tables, DUE_ACKS))
-        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db)?;
-    if due.is_empty() {
-        tx.commit().await.map_err(db)?;
-        return Ok(0);
-    }
-    // Lock order is message then delivery everywhere else (settle, ack): take the messages
-    // with SKIP LOCKED so this never waits while holding delivery locks (no deadlock); a
-    // delivery whose message is busy is left for the next pass.
-    let mut ids: Vec<i64> = due.iter().map(|d| d.0).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    let free: HashSet<i64> = sqlx::query_scalar(&render(
-        tables,
-        "SELECT id FROM outbox_message WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED",
-    ))
-    .bind(&ids)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(db)?
-    .into_iter()
-    .collect();
-    let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
-    if due.is_empty() {
-        tx.commit().await.map_err(db)?;
-        return Ok(0);
-    }
-    let done = sqlx::query(&render(tables, EXPIRE_DELIVERIES))
-        .bind(due.iter().map(|d| d.0).collect::<Vec<_>>())
-        .bind(due.iter().map(|d| d.1.clone()).collect::<Vec<_>>())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    let per_message = expired_per_message(&due);
-    sqlx::query(&render(tables, EXPIRE_MESSAGES))
-        .bind(per_message.keys().copied().collect::<Vec<_>>())
-        .bind(per_message.values().map(|v| v.0.clone()).collect::<Vec<_>>())
-        .bind(per_message.values().map(|v| v.1).collect::<Vec<_>>())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
-    tx.commit().await.map_err(db)?;
-    Ok(done.rows_affected())
-}
-
-/// [`crate::Acks::ack`].
-pub(super) async fn ack(
-    outbox: &Outbox<Postgres>,
-    message_id: MessageId,
-    destination: &str,
-) -> Result<AckOutcome> {
-    let tables = outbox.tables();
-    let mut tx = outbox.pool().begin().await.map_err(db)?;
-    // The message first: two ACKs of the same message serialize here, so the last one sees
-    // the other's delivery acked and completes the message.
-    let msg: Option<String> =
-        sqlx::query_scalar(&render(tables, "SELECT status FROM outbox_message WHERE id = $1 FOR UPDATE"))
-            .bind(message_id.0)
-            .fetch_optional(&mut *tx)
+impl Acks for Outbox<Postgres> {
+    async fn expire_acks(&self, limit: usize) -> Result<u64> {
+        let tables = self.tables();
+        if limit == 0 {
+            return Ok(0);
+        }
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(tables, DUE_ACKS))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *tx)
             .await
             .map_err(db)?;
-    let status: Option<String> = if msg.is_none() {
-        None
-    } else {
-        sqlx::query_scalar(&render(
+        if due.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(0);
+        }
+        // Lock order is message then delivery everywhere else (settle, ack): take the messages
+        // with SKIP LOCKED so this never waits while holding delivery locks (no deadlock); a
+        // delivery whose message is busy is left for the next pass.
+        let mut ids: Vec<i64> = due.iter().map(|d| d.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let free: HashSet<i64> = sqlx::query_scalar(&render(
             tables,
-            "SELECT status FROM outbox_delivery WHERE message_id = $1 AND destination = $2 FOR UPDATE",
+            "SELECT id FROM outbox_message WHERE id = ANY($1) ORDER BY id FOR UPDATE SKIP LOCKED",
         ))
-        .bind(message_id.0)
-        .bind(destination)
-        .fetch_optional(&mut *tx)
+        .bind(&ids)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?
-    };
-    // An ACK can overtake the relay's own bookkeeping: the consumer got the message while
-    // the relay had not yet recorded the delivery (message still `sending`). The token
-    // proves the delivery was issued, so record the ACK now; settling keeps it.
-    let step = ack_step(msg.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-    let outcome = record_ack::<Postgres>(&mut tx, &ACK_SQL, tables, step, message_id.0, destination).await?;
-    tx.commit().await.map_err(db)?;
-    Ok(outcome)
+        .into_iter()
+        .collect();
+        let due: Vec<(i64, String, i32)> = due.into_iter().filter(|d| free.contains(&d.0)).collect();
+        if due.is_empty() {
+            tx.commit().await.map_err(db)?;
+            return Ok(0);
+        }
+        let done = sqlx::query(&render(tables, EXPIRE_DELIVERIES))
+            .bind(due.iter().map(|d| d.0).collect::<Vec<_>>())
+            .bind(due.iter().map(|d| d.1.clone()).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        let per_message = expired_per_message(&due);
+        sqlx::query(&render(tables, EXPIRE_MESSAGES))
+            .bind(per_message.keys().copied().collect::<Vec<_>>())
+            .bind(per_message.values().map(|v| v.0.clone()).collect::<Vec<_>>())
+            .bind(per_message.values().map(|v| v.1).collect::<Vec<_>>())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
+        let tables = self.tables();
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        // The message first: two ACKs of the same message serialize here, so the last one sees
+        // the other's delivery acked and completes the message.
+        let msg: Option<String> =
+            sqlx::query_scalar(&render(tables, "SELECT status FROM outbox_message WHERE id = $1 FOR UPDATE"))
+                .bind(message_id.0)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(db)?;
+        let status: Option<String> = if msg.is_none() {
+            None
+        } else {
+            sqlx::query_scalar(&render(
+                tables,
+                "SELECT status FROM outbox_delivery WHERE message_id = $1 AND destination = $2 FOR UPDATE",
+            ))
+            .bind(message_id.0)
+            .bind(destination)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db)?
+        };
+        finish_ack(tx, &ACK_SQL, tables, msg.as_deref(), status.as_deref(), message_id.0, destination).await
+    }
 }

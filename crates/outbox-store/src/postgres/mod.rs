@@ -12,50 +12,14 @@ use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result}
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{PgPool, Postgres, Row};
 
-use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
+use crate::common::{decoded_cells, enqueue_args, max_attempts, Cells};
 use crate::error::db;
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::names::{Dialect, Tables};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/postgres/`.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "outbox_message and outbox_delivery",
-        sql: include_str!("../../migrations/postgres/0001_outbox.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "relay wake-up",
-        sql: include_str!("../../migrations/postgres/0002_relay_wakeup.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "claim heads",
-        sql: include_str!("../../migrations/postgres/0003_claim_heads.sql"),
-    },
-    Migration {
-        version: 4,
-        description: "open key",
-        sql: include_str!("../../migrations/postgres/0004_open_key.sql"),
-    },
-    Migration {
-        version: 5,
-        description: "bounds",
-        sql: include_str!("../../migrations/postgres/0005_bounds.sql"),
-    },
-    Migration {
-        version: 6,
-        description: "destination pause",
-        sql: include_str!("../../migrations/postgres/0006_destination_pause.sql"),
-    },
-    Migration {
-        version: 7,
-        description: "relay presence",
-        sql: include_str!("../../migrations/postgres/0007_relay_presence.sql"),
-    },
-];
+pub const MIGRATIONS: &[Migration] = crate::migrate::outbox_migrations!("postgres");
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
@@ -170,7 +134,7 @@ mod relay;
 pub(crate) use relay::deliveries_locked;
 pub use relay::PgLock;
 
-impl_dialect!(PgConnection, Postgres, Dialect::Postgres);
+impl_dialect!(PgConnection, Postgres, Dialect::Postgres, id = "$1", read = decode_message);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one transaction holding the
 /// transaction-scoped advisory lock `schema.pg_lock`, so concurrent migrators serialize and DDL
@@ -219,28 +183,12 @@ impl Migrator for Postgres {
     }
 }
 
-/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
-pub async fn enqueue(conn: &mut PgConnection, msg: &NewMessage) -> Result<Enqueued> {
-    enqueue_in(conn, Tables::canonical(), msg).await
-}
-
 /// [`enqueue`] into the tables named by `tables`.
 pub async fn enqueue_in(conn: &mut PgConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
-    let (biz_type, biz_key) = biz_parts(msg);
-    let sql = if biz_key.is_some() { ENQUEUE } else { ENQUEUE_PLAIN };
-    let row = sqlx::query(&tables.render(Dialect::Postgres, sql))
-        .bind(biz_type)
-        .bind(biz_key)
-        .bind(&msg.topic)
-        .bind(msg.key.as_deref())
-        .bind(msg.tag.as_deref())
-        .bind(msg.headers_json())
-        .bind(&msg.payload)
-        .bind(max_attempts(msg)?)
-        .bind(msg.deliver_at)
-        .bind(msg.delay_micros())
-        .bind(msg.created_by.as_deref())
+    let sql = if msg.biz.is_some() { ENQUEUE } else { ENQUEUE_PLAIN };
+    let args = enqueue_args::<Postgres, _>(msg, msg.deliver_at, msg.delay_micros(), 1)?;
+    let row = sqlx::query_with(&tables.render(Dialect::Postgres, sql), args)
         .fetch_one(&mut *conn)
         .await
         .map_err(db)?;
@@ -250,12 +198,7 @@ pub async fn enqueue_in(conn: &mut PgConnection, tables: &Tables, msg: &NewMessa
     })
 }
 
-/// Enqueues several messages in one statement; see [`OutboxDatabase::enqueue_batch`].
-pub async fn enqueue_batch(conn: &mut PgConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    enqueue_batch_in(conn, Tables::canonical(), msgs).await
-}
-
-/// [`enqueue_batch`] into the tables named by `tables`.
+/// [`enqueue_batch`] into the tables named by `tables`, in one statement.
 pub async fn enqueue_batch_in(
     conn: &mut PgConnection,
     tables: &Tables,
@@ -339,45 +282,16 @@ pub async fn enqueue_batch_in(
     Ok(out)
 }
 
-/// Reads one message by id.
-pub async fn get(conn: &mut PgConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
-    get_in(conn, Tables::canonical(), id).await
-}
-
-/// [`get`] from the tables named by `tables`.
-pub async fn get_in(
-    conn: &mut PgConnection,
-    tables: &Tables,
-    id: MessageId,
-) -> Result<Option<OutboxMessage>> {
-    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = $1");
-    let row = sqlx::query(&tables.render(Dialect::Postgres, &sql))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db)?;
-    row.as_ref().map(decode_message).transpose()
-}
-
 /// Decodes a row selected with [`MESSAGE_COLUMNS`].
 pub(crate) fn decode_message(row: &PgRow) -> Result<OutboxMessage> {
     crate::common::decode_message_with(row, row)
 }
 
 impl Cells for PgRow {
-    fn text(&self, col: &'static str, _: At) -> Result<String> {
-        cell(self, col)
-    }
-
-    fn opt_text(&self, col: &'static str, _: At) -> Result<Option<String>> {
-        cell(self, col)
-    }
-
-    fn time(&self, col: &'static str, _: At) -> Result<DateTime<Utc>> {
-        cell(self, col)
-    }
-
-    fn opt_time(&self, col: &'static str, _: At) -> Result<Option<DateTime<Utc>>> {
-        cell(self, col)
-    }
+    decoded_cells!(
+        text: String,
+        opt_text: Option<String>,
+        time: DateTime<Utc>,
+        opt_time: Option<DateTime<Utc>>,
+    );
 }

@@ -19,13 +19,11 @@ use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
-use crate::common::{decode_rows, FailSql, Poison};
+use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
-use crate::relay::{
-    AckOutcome, Acks, ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups,
-};
+use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
 
@@ -217,7 +215,13 @@ SET status = 'failed', attempts = attempts + 1, last_error = $1, next_attempt_at
                       THEN created_at ELSE now() END
 WHERE id = $2 AND (status = 'pending' OR (status = 'sending' AND lease_owner = $3))";
 
-const FAIL: FailSql<Postgres> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
+const FAIL: FailSql<Postgres> = FailSql::new(FAIL_ONE);
+
+/// Every message an owner leases back to `pending`, due now; binds the owner.
+const RELEASE: &str =
+    "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
+     next_attempt_at = now(), updated_at = now(), updated_by = $1 \
+     WHERE status = 'sending' AND lease_owner = $1";
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
@@ -352,28 +356,7 @@ impl Outbox<Postgres> {
     }
 
     async fn release_leases(&self, owner: &str) -> Result<u64> {
-        let tables = self.tables();
-        let done = sqlx::query(&render(
-            tables,
-            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, \
-             next_attempt_at = now(), updated_at = now(), updated_by = $1 \
-             WHERE status = 'sending' AND lease_owner = $1",
-        ))
-        .bind(owner)
-        .execute(self.pool())
-        .await
-        .map_err(db)?;
-        Ok(done.rows_affected())
-    }
-}
-
-impl Acks for Outbox<Postgres> {
-    async fn expire_acks(&self, limit: usize) -> Result<u64> {
-        super::ack::expire(self, limit).await
-    }
-
-    async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
-        super::ack::ack(self, message_id, destination).await
+        release_leases(self, RELEASE, 1, owner).await
     }
 }
 
@@ -430,13 +413,7 @@ impl Outbox<Postgres> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
-        if !poison.is_empty() {
-            let mut conn = self.pool().acquire().await.map_err(db)?;
-            FAIL.fail_poison(&mut conn, tables, owner, &poison).await;
-        }
-        out.sort_by_key(|m| m.id);
-        Ok(out)
+        FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await
     }
 
     async fn claim_locked(

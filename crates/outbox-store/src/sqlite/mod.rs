@@ -3,6 +3,7 @@
 //! SQLite has one writer at a time, so claiming needs no `SKIP LOCKED`: a write transaction
 //! (`BEGIN IMMEDIATE`) is already exclusive. Timestamps are INTEGER milliseconds since the Unix
 //! epoch (UTC). Use [`connect_options`] for a pool: WAL journal, a busy timeout and foreign keys.
+//! [`get`] reads text that is not valid UTF-8, which only a foreign writer can store, as U+FFFD.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -12,50 +13,14 @@ use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result}
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
 use sqlx::{Connection, Row, Sqlite, SqlitePool};
 
-use crate::common::{biz_parts, get as cell, max_attempts, At, Cells};
+use crate::common::{decoded_cells, enqueue_args, enqueued_before, get as cell, At, Cells};
 use crate::error::db;
 use crate::migrate::{recorded_version, upgrade, Migration, MigrationReport, Migrator, Schema};
 use crate::names::{Dialect, Tables};
 use crate::outbox::impl_dialect;
 
 /// The shipped migrations, from `migrations/sqlite/`.
-pub const MIGRATIONS: &[Migration] = &[
-    Migration {
-        version: 1,
-        description: "outbox_message and outbox_delivery",
-        sql: include_str!("../../migrations/sqlite/0001_outbox.sql"),
-    },
-    Migration {
-        version: 2,
-        description: "relay wake-up",
-        sql: include_str!("../../migrations/sqlite/0002_relay_wakeup.sql"),
-    },
-    Migration {
-        version: 3,
-        description: "claim heads",
-        sql: include_str!("../../migrations/sqlite/0003_claim_heads.sql"),
-    },
-    Migration {
-        version: 4,
-        description: "open key",
-        sql: include_str!("../../migrations/sqlite/0004_open_key.sql"),
-    },
-    Migration {
-        version: 5,
-        description: "bounds",
-        sql: include_str!("../../migrations/sqlite/0005_bounds.sql"),
-    },
-    Migration {
-        version: 6,
-        description: "destination pause",
-        sql: include_str!("../../migrations/sqlite/0006_destination_pause.sql"),
-    },
-    Migration {
-        version: 7,
-        description: "relay presence",
-        sql: include_str!("../../migrations/sqlite/0007_relay_presence.sql"),
-    },
-];
+pub const MIGRATIONS: &[Migration] = crate::migrate::outbox_migrations!("sqlite");
 
 const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
@@ -87,7 +52,7 @@ pub fn connect_options(url: &str) -> Result<SqliteConnectOptions> {
 mod admin;
 mod relay;
 
-impl_dialect!(SqliteConnection, Sqlite, Dialect::Sqlite);
+impl_dialect!(SqliteConnection, Sqlite, Dialect::Sqlite, id = "?1", read = read_message);
 
 /// The migrator of any [`Schema`] (the outbox's, the inbox's): one `BEGIN IMMEDIATE`
 /// transaction, which takes the write lock at once, so concurrent migrators serialize.
@@ -121,75 +86,29 @@ impl Migrator for Sqlite {
     }
 }
 
-/// Enqueues one message on `conn`; see [`OutboxDatabase::enqueue`].
-pub async fn enqueue(conn: &mut SqliteConnection, msg: &NewMessage) -> Result<Enqueued> {
-    enqueue_in(conn, Tables::canonical(), msg).await
-}
-
 /// [`enqueue`] into the tables named by `tables`.
 pub async fn enqueue_in(conn: &mut SqliteConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
-    let (biz_type, biz_key) = biz_parts(msg);
-    let id: Option<i64> = sqlx::query_scalar(&tables.render(Dialect::Sqlite, ENQUEUE))
-        .bind(biz_type)
-        .bind(biz_key)
-        .bind(&msg.topic)
-        .bind(msg.key.as_deref())
-        .bind(msg.tag.as_deref())
-        .bind(msg.headers_json())
-        .bind(&msg.payload)
-        .bind(max_attempts(msg)?)
-        .bind(msg.deliver_at.map(|t| t.timestamp_millis()))
-        .bind(msg.delay_micros().map(|us| us / 1000))
-        .bind(msg.created_by.as_deref())
+    let deliver_at = msg.deliver_at.map(|t| t.timestamp_millis());
+    let args = enqueue_args::<Sqlite, _>(msg, deliver_at, msg.delay_micros().map(|us| us / 1000), 1)?;
+    let id: Option<i64> = sqlx::query_scalar_with(&tables.render(Dialect::Sqlite, ENQUEUE), args)
         .fetch_optional(&mut *conn)
         .await
         .map_err(db)?;
     if let Some(id) = id {
         return Ok(Enqueued { id: MessageId(id), created: true });
     }
-    let id: i64 = sqlx::query_scalar(&tables.render(Dialect::Sqlite, EXISTING))
-        .bind(biz_type)
-        .bind(biz_key)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(db)?;
-    Ok(Enqueued { id: MessageId(id), created: false })
+    enqueued_before::<Sqlite>(conn, tables, EXISTING, msg).await
 }
 
-/// Enqueues several messages (one in-process statement each; SQLite has no network round trip).
-pub async fn enqueue_batch(conn: &mut SqliteConnection, msgs: &[NewMessage]) -> Result<Vec<Enqueued>> {
-    enqueue_batch_in(conn, Tables::canonical(), msgs).await
-}
-
-/// [`enqueue_batch`] into the tables named by `tables`.
+/// [`enqueue_batch`] into the tables named by `tables`: one in-process statement each (SQLite
+/// has no network round trip).
 pub async fn enqueue_batch_in(
     conn: &mut SqliteConnection,
     tables: &Tables,
     msgs: &[NewMessage],
 ) -> Result<Vec<Enqueued>> {
     crate::common::enqueue_each::<Sqlite>(conn, tables, msgs).await
-}
-
-/// Reads one message by id (text that is not valid UTF-8, which only a foreign writer can
-/// store, reads as U+FFFD).
-pub async fn get(conn: &mut SqliteConnection, id: MessageId) -> Result<Option<OutboxMessage>> {
-    get_in(conn, Tables::canonical(), id).await
-}
-
-/// [`get`] from the tables named by `tables`.
-pub async fn get_in(
-    conn: &mut SqliteConnection,
-    tables: &Tables,
-    id: MessageId,
-) -> Result<Option<OutboxMessage>> {
-    let sql = format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id = ?1");
-    let row = sqlx::query(&tables.render(Dialect::Sqlite, &sql))
-        .bind(id.0)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db)?;
-    row.as_ref().map(read_message).transpose()
 }
 
 /// Milliseconds since the epoch to a UTC instant.
@@ -257,13 +176,7 @@ impl Cells for Text<'_> {
 }
 
 impl Cells for SqliteRow {
-    fn text(&self, col: &'static str, _: At) -> Result<String> {
-        cell(self, col)
-    }
-
-    fn opt_text(&self, col: &'static str, _: At) -> Result<Option<String>> {
-        cell(self, col)
-    }
+    decoded_cells!(text: String, opt_text: Option<String>);
 
     fn time(&self, col: &'static str, at: At) -> Result<DateTime<Utc>> {
         let ms: i64 = cell(self, col)?;

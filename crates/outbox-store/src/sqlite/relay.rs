@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use outbox_core::{MessageId, Result};
 use sqlx::sqlite::Sqlite;
-use sqlx::{Connection, QueryBuilder, Row};
+use sqlx::{Connection, QueryBuilder};
 
 use super::decode_message;
-use crate::common::{ack_step, delivery_status, expire_each, record_ack, AckSql, ExpireSql};
-use crate::common::{decode_rows, FailSql};
+use crate::common::{expire_each, finish_ack, AckSql, ExpireSql};
+use crate::common::{release_leases, FailSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{settle_isolated, SettleWrites};
@@ -53,14 +53,8 @@ const ACK_COMPLETE_MESSAGE: &str = concat!(
     now_ms!(),
     " WHERE id = ?1 AND status = 'sent'"
 );
-const ACK_SQL: AckSql<Sqlite> = AckSql {
-    dialect: crate::Dialect::Sqlite,
-    insert: ACK_INSERT,
-    mark: ACK_MARK,
-    open: ACK_OPEN_DELIVERIES,
-    complete: ACK_COMPLETE_MESSAGE,
-    rows_affected: |r| r.rows_affected(),
-};
+const ACK_SQL: AckSql =
+    AckSql { insert: ACK_INSERT, mark: ACK_MARK, open: ACK_OPEN_DELIVERIES, complete: ACK_COMPLETE_MESSAGE };
 
 /// Candidates come from the heads among the first `?4` due rows, the due rows without a key,
 /// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
@@ -251,7 +245,16 @@ const FAIL_ONE: &str = concat!(
     " WHERE id = ?2 AND status = 'sending' AND lease_owner = ?3"
 );
 
-const FAIL: FailSql<Sqlite> = FailSql { statement: FAIL_ONE, rows_affected: |r| r.rows_affected() };
+const FAIL: FailSql<Sqlite> = FailSql::new(FAIL_ONE);
+
+/// Every message an owner leases back to `pending`, due now; binds the owner.
+const RELEASE: &str = concat!(
+    "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
+    now_ms!(),
+    ", updated_at = ",
+    now_ms!(),
+    ", updated_by = ?1 WHERE status = 'sending' AND lease_owner = ?1"
+);
 
 /// SQLite leases every claim: holding its single writer lock for the length of a publish would
 /// block every business transaction, so its [`Claims::Lock`] is [`NoLocks`].
@@ -275,13 +278,7 @@ impl Claims for Outbox<Sqlite> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
-        if !poison.is_empty() {
-            let mut conn = self.pool().acquire().await.map_err(db)?;
-            FAIL.fail_poison(&mut conn, tables, owner, &poison).await;
-        }
-        out.sort_by_key(|m| m.id);
-        Ok(Claimed::leased(out))
+        Ok(Claimed::leased(FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?))
     }
 
     async fn deliveries_held(
@@ -357,25 +354,12 @@ impl Claims for Outbox<Sqlite> {
     }
 
     async fn release(&self, owner: &str) -> Result<u64> {
-        let tables = self.tables();
-        let done = sqlx::query(&render(tables, concat!(
-            "UPDATE outbox_message SET status = 'pending', lease_owner = NULL, lease_until = NULL, next_attempt_at = ",
-            now_ms!(),
-            ", updated_at = ",
-            now_ms!(),
-            ", updated_by = ?1 WHERE status = 'sending' AND lease_owner = ?1"
-        )))
-        .bind(owner)
-        .execute(self.pool())
-        .await
-        .map_err(db)?;
-        Ok(done.rows_affected())
+        release_leases(self, RELEASE, 1, owner).await
     }
 }
 
 /// ACK mode, an overdue delivery back to `pending`, then its message.
-const EXPIRE_SQL: ExpireSql<Sqlite> = ExpireSql {
-    dialect: crate::Dialect::Sqlite,
+const EXPIRE_SQL: ExpireSql = ExpireSql {
     delivery: concat!(
         "UPDATE outbox_delivery SET status = 'pending', attempts = attempts + 1, next_attempt_at = ",
         now_ms!(),
@@ -391,7 +375,6 @@ const EXPIRE_SQL: ExpireSql<Sqlite> = ExpireSql {
         now_ms!(),
         " WHERE id = ?3 AND status IN ('sent', 'acked')"
     ),
-    rows_affected: |r| r.rows_affected(),
 };
 
 impl Acks for Outbox<Sqlite> {
@@ -440,13 +423,8 @@ impl Acks for Outbox<Sqlite> {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db)?;
-        // An ACK that overtakes the relay's bookkeeping (message still `sending`): record it now;
-        // settling keeps it (see the PostgreSQL module).
-        let step = ack_step(msg_status.as_deref(), status.as_deref().map(delivery_status).transpose()?);
-        let outcome =
-            record_ack::<Sqlite>(&mut tx, &ACK_SQL, tables, step, message_id.0, destination).await?;
-        tx.commit().await.map_err(db)?;
-        Ok(outcome)
+        finish_ack(tx, &ACK_SQL, tables, msg_status.as_deref(), status.as_deref(), message_id.0, destination)
+            .await
     }
 }
 
