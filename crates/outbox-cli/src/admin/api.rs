@@ -1,7 +1,7 @@
 //! The handlers of `/healthz`, `/readyz` and `/api/v1`.
 
 use axum::body::Bytes;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -12,10 +12,11 @@ use outbox_core::{MessageId, Status};
 use outbox_store::{
     BulkAction, ListFilter, MessageAdmin, MessageEdit, Selection, MAX_FAILURE_GROUPS, MAX_LIST_LIMIT,
 };
+use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::problem::Problem;
+use super::problem::{Part, Problem};
 use super::AdminState;
 
 /// Longest text filter accepted, in bytes.
@@ -185,11 +186,9 @@ fn bounded(name: &str, v: Option<String>) -> Result<Option<String>, Problem> {
 /// One page of messages in id order, and the cursor of the next page (`null` on the last).
 pub(super) async fn list(
     State(state): State<AdminState>,
-    store: Result<Path<String>, PathRejection>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    Part(Path(store)): Part<Path<String>>,
+    Part(Query(q)): Part<Query<ListQuery>>,
 ) -> Result<Response, Problem> {
-    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
-    let Query(q) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
     let s = state.store(&store)?;
     let filter = q.into_filter()?;
     let page = s.outbox.list(&filter).await?;
@@ -200,9 +199,8 @@ pub(super) async fn list(
 /// Throughput and backlog over the last hour: one point per backlog sample.
 pub(super) async fn history(
     State(state): State<AdminState>,
-    store: Result<Path<String>, PathRejection>,
+    Part(Path(store)): Part<Path<String>>,
 ) -> Result<Response, Problem> {
-    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
     let s = state.store(&store)?;
     Ok(Json(json!({ "store": s.name, "points": state.metrics.history.points(&s.name) })).into_response())
 }
@@ -220,11 +218,9 @@ pub(super) struct FailuresQuery {
 /// Failed messages grouped by cause, the largest group first.
 pub(super) async fn failures(
     State(state): State<AdminState>,
-    store: Result<Path<String>, PathRejection>,
-    query: Result<Query<FailuresQuery>, QueryRejection>,
+    Part(Path(store)): Part<Path<String>>,
+    Part(Query(q)): Part<Query<FailuresQuery>>,
 ) -> Result<Response, Problem> {
-    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
-    let Query(q) = query.map_err(|e| Problem::bad_request(e.body_text()))?;
     let limit = q.limit.unwrap_or(100);
     if limit == 0 || limit > MAX_FAILURE_GROUPS {
         return Err(Problem::bad_request(format!("limit {limit} is out of range 1..={MAX_FAILURE_GROUPS}")));
@@ -292,16 +288,15 @@ impl BulkBody {
 /// Retries (re-drives failed) or cancels (pending and failed) many messages at once.
 pub(super) async fn bulk(
     State(state): State<AdminState>,
-    p: Result<Path<(String, String)>, PathRejection>,
+    Part(Path((store, action))): Part<Path<(String, String)>>,
     body: Result<Json<BulkBody>, JsonRejection>,
 ) -> Result<Response, Problem> {
-    let Path((store, action)) = p.map_err(|e| Problem::bad_request(e.body_text()))?;
     let action = match action.as_str() {
         "retry" => BulkAction::Retry,
         "cancel" => BulkAction::Cancel,
         _ => return Err(Problem::not_found("no such bulk action: retry or cancel")),
     };
-    let Json(body) = body.map_err(|e| Problem::bad_request(e.body_text()))?;
+    let Json(body) = body?;
     let (selection, dry_run) = body.into_selection()?;
     let outbox = &state.store(&store)?.outbox;
     let count = outbox.bulk(action, &selection, ACTOR, dry_run, None).await?;
@@ -311,8 +306,11 @@ pub(super) async fn bulk(
     Ok(Json(json!({ "action": action, "dry_run": dry_run, "count": count })).into_response())
 }
 
-fn message_path(p: Result<Path<(String, String)>, PathRejection>) -> Result<(String, MessageId), Problem> {
-    let Path((store, id)) = p.map_err(|e| Problem::bad_request(e.body_text()))?;
+/// The `{store}` and `{id}` of a message's path.
+type MessagePath = Part<Path<(String, String)>>;
+
+/// The store and message of a `.../messages/{id}` path.
+fn message_path(Part(Path((store, id))): MessagePath) -> Result<(String, MessageId), Problem> {
     let id: i64 = id
         .parse()
         .ok()
@@ -322,27 +320,18 @@ fn message_path(p: Result<Path<(String, String)>, PathRejection>) -> Result<(Str
 }
 
 /// One message with its deliveries.
-pub(super) async fn show(
-    State(state): State<AdminState>,
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, Problem> {
+pub(super) async fn show(State(state): State<AdminState>, p: MessagePath) -> Result<Response, Problem> {
     let (store, id) = message_path(p)?;
     Ok(Json(state.store(&store)?.outbox.show(id).await?).into_response())
 }
 
 /// Re-drives one failed or cancelled message.
-pub(super) async fn retry(
-    State(state): State<AdminState>,
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, Problem> {
+pub(super) async fn retry(State(state): State<AdminState>, p: MessagePath) -> Result<Response, Problem> {
     act(&state, p, Action::Retry).await
 }
 
 /// Cancels one pending or failed message.
-pub(super) async fn cancel(
-    State(state): State<AdminState>,
-    p: Result<Path<(String, String)>, PathRejection>,
-) -> Result<Response, Problem> {
+pub(super) async fn cancel(State(state): State<AdminState>, p: MessagePath) -> Result<Response, Problem> {
     act(&state, p, Action::Cancel).await
 }
 
@@ -351,7 +340,7 @@ pub(super) async fn cancel(
 /// `[admin] allow_resend = true`.
 pub(super) async fn resend(
     State(state): State<AdminState>,
-    p: Result<Path<(String, String)>, PathRejection>,
+    p: MessagePath,
     body: Bytes,
 ) -> Result<Response, Problem> {
     let (store, id) = message_path(p)?;
@@ -361,11 +350,7 @@ pub(super) async fn resend(
             "edit-and-resend is disabled; set [admin] allow_resend = true to enable it",
         ));
     }
-    let edit: MessageEdit = if body.iter().all(u8::is_ascii_whitespace) {
-        MessageEdit::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| Problem::bad_request(format!("body: {e}")))?
-    };
+    let edit: MessageEdit = optional_body(&body)?;
     let resent = state.store(&store)?.outbox.resend(id, &edit, ACTOR).await?;
     tracing::info!(
         store = %printable(&store, 64), message_id = id.0, copy_id = resent.copy.id.0,
@@ -380,11 +365,7 @@ enum Action {
     Cancel,
 }
 
-async fn act(
-    state: &AdminState,
-    p: Result<Path<(String, String)>, PathRejection>,
-    action: Action,
-) -> Result<Response, Problem> {
+async fn act(state: &AdminState, p: MessagePath, action: Action) -> Result<Response, Problem> {
     let (store, id) = message_path(p)?;
     let outbox = &state.store(&store)?.outbox;
     let m = match action {
@@ -398,9 +379,8 @@ async fn act(
 /// The destinations this relay publishes to, and which of them are paused on a store.
 pub(super) async fn destinations(
     State(state): State<AdminState>,
-    store: Result<Path<String>, PathRejection>,
+    Part(Path(store)): Part<Path<String>>,
 ) -> Result<Response, Problem> {
-    let Path(store) = store.map_err(|e| Problem::bad_request(e.body_text()))?;
     let pauses = state.store(&store)?.outbox.pauses().await?;
     let list: Vec<_> = state
         .destinations
@@ -426,21 +406,16 @@ struct PauseBody {
 /// Pauses or resumes a destination for every relay on the store.
 pub(super) async fn pause(
     State(state): State<AdminState>,
-    p: Result<Path<(String, String, String)>, PathRejection>,
+    Part(Path((store, destination, action))): Part<Path<(String, String, String)>>,
     body: Bytes,
 ) -> Result<Response, Problem> {
-    let Path((store, destination, action)) = p.map_err(|e| Problem::bad_request(e.body_text()))?;
     let outbox = &state.store(&store)?.outbox;
     if !state.destinations.iter().any(|d| d.name == destination) {
         return Err(Problem::not_found(format!("no destination named {:?}", printable(&destination, 128))));
     }
     let changed = match action.as_str() {
         "pause" => {
-            let body: PauseBody = if body.iter().all(u8::is_ascii_whitespace) {
-                PauseBody::default()
-            } else {
-                serde_json::from_slice(&body).map_err(|e| Problem::bad_request(format!("body: {e}")))?
-            };
+            let body: PauseBody = optional_body(&body)?;
             outbox.pause(&destination, ACTOR, body.reason.as_deref()).await?
         }
         "resume" => outbox.resume(&destination, ACTOR).await?,
@@ -449,6 +424,14 @@ pub(super) async fn pause(
     let paused = action == "pause";
     tracing::info!(store = %printable(&store, 64), destination = %destination, paused, changed, "Admin API: destination");
     Ok(Json(json!({ "destination": destination, "paused": paused, "changed": changed })).into_response())
+}
+
+/// A JSON body that may be left out: empty (or only white space) is `T::default()`.
+fn optional_body<T: DeserializeOwned + Default>(body: &Bytes) -> Result<T, Problem> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(body).map_err(|e| Problem::bad_request(format!("body: {e}")))
 }
 
 pub(super) async fn not_found() -> Problem {

@@ -1,6 +1,9 @@
 //! Errors as `application/problem+json` (RFC 9457): a title per status, a detail that says what
 //! was wrong and where, never raw input (it is escaped and cut) and never a secret.
 
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use outbox_core::text::printable;
@@ -44,6 +47,36 @@ impl From<Error> for Problem {
                 Problem::new(StatusCode::SERVICE_UNAVAILABLE, "the store failed; see the relay's log")
             }
         }
+    }
+}
+
+/// A request part axum could not read (a path segment, the query, a JSON body): 400 with
+/// axum's own text.
+macro_rules! bad_request_from {
+    ($($rejection:ty),+) => {$(
+        impl From<$rejection> for Problem {
+            fn from(e: $rejection) -> Self {
+                Problem::bad_request(e.body_text())
+            }
+        }
+    )+};
+}
+
+bad_request_from!(PathRejection, QueryRejection, JsonRejection);
+
+/// What axum's extractor `E` reads from the request head (`Path`, `Query`), refused as a
+/// [`Problem`] when it cannot be read.
+pub(crate) struct Part<E>(pub(crate) E);
+
+impl<S: Send + Sync, E> FromRequestParts<S> for Part<E>
+where
+    E: FromRequestParts<S>,
+    Problem: From<E::Rejection>,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        Ok(Part(E::from_request_parts(parts, state).await?))
     }
 }
 
