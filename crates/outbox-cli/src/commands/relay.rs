@@ -92,12 +92,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         });
         relays.push(tokio::spawn(relay.run(stop.clone())));
         if !config.retention.finished_after.is_zero() {
-            let retention = outbox_relay::Retention {
-                finished_after: config.retention.finished_after,
-                interval: config.retention.interval,
-                batch: config.retention.batch,
-            };
-            relays.push(tokio::spawn(retention.run(outbox, name.clone(), stop.clone())));
+            relays.push(tokio::spawn(config.retention.retention().run(outbox, name.clone(), stop.clone())));
         }
     }
     if let (true, Some(secret)) = (config.destinations.values().any(|d| d.ack.is_some()), ack_secret) {

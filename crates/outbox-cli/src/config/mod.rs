@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use origin::Origin;
 use outbox_core::RetryPolicy;
-use outbox_relay::{BreakerConfig, RelayConfig};
+use outbox_relay::{BreakerConfig, RelayConfig, Retention};
 use outbox_transport::TransportConfig;
 use serde::Deserialize;
 use toml::Spanned;
@@ -393,13 +393,17 @@ pub(crate) struct RetentionConfig {
     pub(crate) batch: usize,
 }
 
+/// The library's defaults, and what the daemon runs per store: the same fields.
 impl Default for RetentionConfig {
     fn default() -> Self {
-        RetentionConfig {
-            finished_after: Duration::from_secs(7 * 86_400),
-            interval: Duration::from_secs(60),
-            batch: 1000,
-        }
+        let Retention { finished_after, interval, batch } = Retention::default();
+        RetentionConfig { finished_after, interval, batch }
+    }
+}
+
+impl RetentionConfig {
+    pub(crate) fn retention(&self) -> Retention {
+        Retention { finished_after: self.finished_after, interval: self.interval, batch: self.batch }
     }
 }
 
