@@ -14,7 +14,7 @@
 mod spec;
 mod sql;
 
-use sqlx::{MySqlPool, PgPool, Row};
+use sqlx::{MySqlPool, PgPool};
 
 pub use outbox_store::{Dialect, Tables};
 pub use spec::{
@@ -113,6 +113,37 @@ impl CheckReport {
     }
 }
 
+/// `$body` with `$pool` bound to the pool of either database: one text, compiled for each.
+macro_rules! on_pool {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            Db::Postgres($pool) => $body,
+            Db::MySql($pool) => $body,
+        }
+    };
+}
+
+/// Takes over one batch of pending legacy rows in transaction `$tx`: `$message_id` inserts the
+/// message of legacy row `$id` and evaluates to its id; the link follows. Evaluates to how many.
+macro_rules! take_over_batch {
+    ($tx:ident, $sql:ident, $bridge:ident, $lock:expr, $id:ident => $message_id:expr) => {{
+        let ids: Vec<i64> = sqlx::query_scalar(&format!("{}{}", $sql.untaken(TAKE_OVER_BATCH), $lock))
+            .fetch_all(&mut *$tx)
+            .await
+            .map_err(db_err($bridge, "finding the pending legacy rows"))?;
+        for $id in &ids {
+            let message_id: i64 = $message_id;
+            sqlx::query(&$sql.link())
+                .bind($id)
+                .bind(message_id)
+                .execute(&mut *$tx)
+                .await
+                .map_err(db_err($bridge, "linking"))?;
+        }
+        ids.len()
+    }};
+}
+
 fn db_err<'a>(bridge: &'a Bridge, doing: &'static str) -> impl FnOnce(sqlx::Error) -> AdoptError + 'a {
     move |source| AdoptError::Database { bridge: bridge.name.clone(), doing, source }
 }
@@ -122,32 +153,19 @@ fn db_err<'a>(bridge: &'a Bridge, doing: &'static str) -> impl FnOnce(sqlx::Erro
 pub async fn inspect(db: Db<'_>, bridge: &Bridge) -> Result<LegacyColumns, AdoptError> {
     let schema = bridge.schema.as_ref().map(|s| s.as_str().to_owned());
     let table = bridge.table.as_str();
-    let rows: Vec<(String, String, Option<i64>)> = match db {
-        Db::Postgres(pool) => sqlx::query(
-            "SELECT column_name::text, data_type::text, character_maximum_length::bigint \
-             FROM information_schema.columns WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2",
-        )
-        .bind(&schema)
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .map_err(db_err(bridge, "reading the legacy table's columns"))?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect(),
-        Db::MySql(pool) => sqlx::query(
-            "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR), CAST(character_maximum_length AS SIGNED) \
-             FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?",
-        )
-        .bind(&schema)
-        .bind(table)
-        .fetch_all(pool)
-        .await
-        .map_err(db_err(bridge, "reading the legacy table's columns"))?
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect(),
+    let sql = if db.dialect() == Dialect::Postgres {
+        "SELECT column_name::text, data_type::text, character_maximum_length::bigint \
+         FROM information_schema.columns WHERE table_schema = COALESCE($1, current_schema()) AND table_name = $2"
+    } else {
+        "SELECT CAST(column_name AS CHAR), CAST(data_type AS CHAR), CAST(character_maximum_length AS SIGNED) \
+         FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
     };
+    let rows: Vec<(String, String, Option<i64>)> = on_pool!(db, pool => sqlx::query_as(sql)
+        .bind(&schema)
+        .bind(table)
+        .fetch_all(pool)
+        .await
+        .map_err(db_err(bridge, "reading the legacy table's columns"))?);
     let legacy = |message: String| AdoptError::Legacy { bridge: bridge.name.clone(), message };
     if rows.is_empty() {
         return Err(legacy(format!(
@@ -244,6 +262,11 @@ pub async fn install(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Ins
     let taken_over = match db {
         Db::Postgres(pool) => {
             let mut tx = pool.begin().await.map_err(db_err(bridge, "beginning the install"))?;
+            // `DROP ... IF EXISTS` of what is not there yet is not worth a notice on the terminal.
+            sqlx::raw_sql("SET LOCAL client_min_messages = warning")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err(bridge, "beginning the install"))?;
             for s in &statements {
                 sqlx::raw_sql(s).execute(&mut *tx).await.map_err(db_err(bridge, "installing the bridge"))?;
             }
@@ -256,29 +279,16 @@ pub async fn install(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Ins
                 .map_err(db_err(bridge, "recording the bridge"))?;
             let mut n = 0u64;
             loop {
-                let ids: Vec<i64> = sqlx::query_scalar(&sql.untaken(TAKE_OVER_BATCH))
-                    .fetch_all(&mut *tx)
+                let taken = take_over_batch!(tx, sql, bridge, "", id => sqlx::query_scalar(&sql.take_over())
+                    .bind(id)
+                    .fetch_one(&mut *tx)
                     .await
-                    .map_err(db_err(bridge, "finding the pending legacy rows"))?;
-                for id in &ids {
-                    let mid: i64 = sqlx::query_scalar(&sql.take_over())
-                        .bind(id)
-                        .fetch_one(&mut *tx)
-                        .await
-                        .map_err(db_err(bridge, "taking over a pending legacy row"))?;
-                    sqlx::query(&sql.link())
-                        .bind(id)
-                        .bind(mid)
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db_err(bridge, "linking"))?;
-                }
-                n += ids.len() as u64;
-                if ids.len() < TAKE_OVER_BATCH as usize {
+                    .map_err(db_err(bridge, "taking over a pending legacy row"))?);
+                n += taken as u64;
+                if taken < TAKE_OVER_BATCH as usize {
                     break;
                 }
             }
-            record_taken_over(db, &sql, bridge, n, Some(&mut tx)).await?;
             tx.commit().await.map_err(db_err(bridge, "committing the install"))?;
             n
         }
@@ -296,73 +306,37 @@ pub async fn install(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Ins
             let mut n = 0u64;
             loop {
                 let mut tx = pool.begin().await.map_err(db_err(bridge, "beginning the take-over"))?;
-                let ids: Vec<i64> =
-                    sqlx::query_scalar(&format!("{} FOR UPDATE", sql.untaken(TAKE_OVER_BATCH)))
-                        .fetch_all(&mut *tx)
-                        .await
-                        .map_err(db_err(bridge, "finding the pending legacy rows"))?;
-                for id in &ids {
+                let taken = take_over_batch!(tx, sql, bridge, " FOR UPDATE", id => {
                     let done = sqlx::query(&sql.take_over())
                         .bind(id)
                         .execute(&mut *tx)
                         .await
                         .map_err(db_err(bridge, "taking over a pending legacy row"))?;
-                    sqlx::query(&sql.link())
-                        .bind(id)
-                        .bind(done.last_insert_id())
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(db_err(bridge, "linking"))?;
-                }
+                    i64::try_from(done.last_insert_id()).unwrap_or(i64::MAX)
+                });
                 tx.commit().await.map_err(db_err(bridge, "committing the take-over"))?;
-                n += ids.len() as u64;
-                if ids.len() < TAKE_OVER_BATCH as usize {
+                n += taken as u64;
+                if taken < TAKE_OVER_BATCH as usize {
                     break;
                 }
             }
-            record_taken_over(db, &sql, bridge, n, None).await?;
             n
         }
     };
+    on_pool!(db, pool => sqlx::query(&taken_over_sql(&sql))
+        .bind(i64::try_from(taken_over).unwrap_or(i64::MAX))
+        .bind(&bridge.name)
+        .execute(pool)
+        .await
+        .map(drop)
+        .map_err(db_err(bridge, "recording the take-over"))?);
     Ok(InstallReport { taken_over, triggers: installed_triggers(db, &sql).await? })
 }
 
-async fn record_taken_over(
-    db: Db<'_>,
-    sql: &Sql<'_>,
-    bridge: &Bridge,
-    n: u64,
-    tx: Option<&mut sqlx::Transaction<'_, sqlx::Postgres>>,
-) -> Result<(), AdoptError> {
-    let n = i64::try_from(n).unwrap_or(i64::MAX);
-    let table = sql.obj("outbox_adopt_bridge");
-    match (db, tx) {
-        (Db::Postgres(_), Some(tx)) => {
-            sqlx::query(&format!("UPDATE {table} SET taken_over = taken_over + $1 WHERE bridge = $2"))
-                .bind(n)
-                .bind(&bridge.name)
-                .execute(&mut **tx)
-                .await
-        }
-        (Db::Postgres(pool), None) => {
-            sqlx::query(&format!("UPDATE {table} SET taken_over = taken_over + $1 WHERE bridge = $2"))
-                .bind(n)
-                .bind(&bridge.name)
-                .execute(pool)
-                .await
-        }
-        (Db::MySql(pool), _) => {
-            return sqlx::query(&format!("UPDATE {table} SET taken_over = taken_over + ? WHERE bridge = ?"))
-                .bind(n)
-                .bind(&bridge.name)
-                .execute(pool)
-                .await
-                .map(|_| ())
-                .map_err(db_err(bridge, "recording the take-over"))
-        }
-    }
-    .map(|_| ())
-    .map_err(db_err(bridge, "recording the take-over"))
+/// `UPDATE` of the bridge's take-over count by `n` (statement and its two binds).
+fn taken_over_sql(sql: &Sql<'_>) -> String {
+    let (a, b) = if sql.d == Dialect::Postgres { ("$1", "$2") } else { ("?", "?") };
+    format!("UPDATE {} SET taken_over = taken_over + {a} WHERE bridge = {b}", sql.obj("outbox_adopt_bridge"))
 }
 
 /// The bridge's triggers present in the database.
@@ -430,11 +404,10 @@ pub async fn check(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Check
         sql.obj("outbox_adopt_bridge"),
         sql.bridge_lit()
     );
-    let row: Option<(String, i64, Option<String>, i64)> = match db {
-        Db::Postgres(pool) => sqlx::query_as(&query).fetch_optional(pool).await,
-        Db::MySql(pool) => sqlx::query_as(&query).fetch_optional(pool).await,
-    }
-    .map_err(db_err(bridge, "reading the bridge's record"))?;
+    let row: Option<(String, i64, Option<String>, i64)> = on_pool!(db, pool => sqlx::query_as(&query)
+        .fetch_optional(pool)
+        .await
+        .map_err(db_err(bridge, "reading the bridge's record"))?);
     match row {
         None => problems.push(format!("bridge {} is not installed", bridge.name)),
         Some((def, writes, last, taken)) => {
@@ -486,25 +459,20 @@ pub async fn remove(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<(), 
     statements.push(format!("DELETE FROM {link} WHERE bridge = {}", sql.bridge_lit()));
     statements.push(format!("DELETE FROM {table} WHERE bridge = {}", sql.bridge_lit()));
     for s in &statements {
-        match db {
-            Db::Postgres(pool) => sqlx::raw_sql(s).execute(pool).await.map(|_| ()),
-            Db::MySql(pool) => sqlx::raw_sql(s).execute(pool).await.map(|_| ()),
-        }
-        .map_err(db_err(bridge, "removing the bridge"))?;
+        on_pool!(db, pool => sqlx::raw_sql(s).execute(pool).await.map(drop).map_err(db_err(bridge, "removing the bridge"))?);
     }
     let left = format!("SELECT COUNT(*) FROM {table}");
-    let n: i64 = match db {
-        Db::Postgres(pool) => sqlx::query_scalar(&left).fetch_one(pool).await,
-        Db::MySql(pool) => sqlx::query_scalar(&left).fetch_one(pool).await,
-    }
-    .map_err(db_err(bridge, "counting the bridges left"))?;
+    let n: i64 = on_pool!(db, pool => sqlx::query_scalar(&left)
+        .fetch_one(pool)
+        .await
+        .map_err(db_err(bridge, "counting the bridges left"))?);
     if n == 0 {
         for s in [format!("DROP TABLE IF EXISTS {link}"), format!("DROP TABLE IF EXISTS {table}")] {
-            match db {
-                Db::Postgres(pool) => sqlx::raw_sql(&s).execute(pool).await.map(|_| ()),
-                Db::MySql(pool) => sqlx::raw_sql(&s).execute(pool).await.map(|_| ()),
-            }
-            .map_err(db_err(bridge, "dropping the bridge tables"))?;
+            on_pool!(db, pool => sqlx::raw_sql(&s)
+                .execute(pool)
+                .await
+                .map(drop)
+                .map_err(db_err(bridge, "dropping the bridge tables"))?);
         }
     }
     Ok(())

@@ -119,26 +119,37 @@ impl Sql<'_> {
         }
     }
 
-    /// NULL, or at most `max` characters with no control character.
-    fn fits(&self, e: &str, max: u32) -> String {
-        if self.pg() {
-            format!("({e} IS NULL OR (char_length({e}) <= {max} AND {}({e})))", self.obj("outbox_text_ok"))
+    /// At most `max` characters with no control character (or NULL, unless `required`).
+    fn fits(&self, e: &str, max: u32, required: bool) -> String {
+        let text = if self.pg() {
+            format!("char_length({e}) <= {max} AND {}({e})", self.obj("outbox_text_ok"))
         } else {
-            format!("({e} IS NULL OR (CHAR_LENGTH({e}) <= {max} AND {e} NOT REGEXP '[[:cntrl:]]'))")
+            format!("CHAR_LENGTH({e}) <= {max} AND {e} NOT REGEXP '[[:cntrl:]]'")
+        };
+        if required {
+            format!("({e} IS NOT NULL AND {text})")
+        } else {
+            format!("({e} IS NULL OR ({text}))")
         }
     }
 
     /// True when the legacy row `row` can be a message (the outbox's own rules).
     pub(crate) fn valid(&self, row: &str) -> String {
         let topic = self.topic(row);
-        let mut parts = vec![format!("{topic} IS NOT NULL"), self.fits(&topic, 255)];
-        parts.push(self.fits(&self.clean(row, self.b.key.as_ref()), 255));
-        parts.push(self.fits(&self.clean(row, self.b.tag.as_ref()), 128));
+        let mut parts = match &self.b.topic {
+            TopicSource::Constant(_) => Vec::new(),
+            TopicSource::Column(_) => vec![self.fits(&topic, 255, true)],
+        };
+        parts.push(self.fits(&self.clean(row, self.b.key.as_ref()), 255, false));
+        parts.push(self.fits(&self.clean(row, self.b.tag.as_ref()), 128, false));
         if let Some((t, k)) = &self.b.biz {
             let (t, k) = (self.clean(row, Some(t)), self.clean(row, Some(k)));
             parts.push(format!("(({t}) IS NULL) = (({k}) IS NULL)"));
-            parts.push(self.fits(&t, 64));
-            parts.push(self.fits(&k, 255));
+            parts.push(self.fits(&t, 64, false));
+            parts.push(self.fits(&k, 255, false));
+        }
+        if parts.is_empty() {
+            return "TRUE".into();
         }
         format!("({})", parts.join(" AND "))
     }
@@ -323,10 +334,44 @@ impl Sql<'_> {
     /// The bridge's triggers (and PostgreSQL functions), each statement on its own: the
     /// definition `--check` compares.
     pub(crate) fn triggers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(set) = self.refuse_set(if self.pg() { ":=" } else { "=" }) {
+            out.extend(self.refuse(&set));
+        }
         if self.pg() {
-            self.pg_triggers()
+            self.pg_triggers(&mut out);
         } else {
-            self.mysql_triggers()
+            self.mysql_triggers(&mut out);
+        }
+        out
+    }
+
+    /// The refuse trigger (BEFORE INSERT on the legacy table) setting `set`.
+    fn refuse(&self, set: &[String]) -> Vec<String> {
+        let (pending, valid) = (self.is_pending("NEW"), self.valid("NEW"));
+        if self.pg() {
+            vec![
+                format!(
+                    "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $outbox$\nBEGIN\n    \
+                     IF {pending} AND NOT {valid} THEN\n        {};\n    END IF;\n    RETURN NEW;\nEND\n$outbox$",
+                    self.own("refuse"),
+                    set.join(";\n        "),
+                ),
+                format!(
+                    "CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()",
+                    self.own_name("refuse"),
+                    self.legacy(),
+                    self.own("refuse")
+                ),
+            ]
+        } else {
+            vec![format!(
+                "CREATE TRIGGER {} BEFORE INSERT ON {} FOR EACH ROW\nBEGIN\n    IF {pending} AND NOT {valid} THEN\n        \
+                 SET {};\n    END IF;\nEND",
+                self.own("refuse"),
+                self.legacy(),
+                set.join(", "),
+            )]
         }
     }
 
@@ -365,25 +410,8 @@ impl Sql<'_> {
         Some(set)
     }
 
-    fn pg_triggers(&self) -> Vec<String> {
-        let legacy = self.legacy();
-        let message = self.obj("outbox_message");
-        let mut out = Vec::new();
-        if let Some(set) = self.refuse_set(":=") {
-            out.push(format!(
-                "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $outbox$\nBEGIN\n    \
-                 IF {} AND NOT {} THEN\n        {};\n    END IF;\n    RETURN NEW;\nEND\n$outbox$",
-                self.own("refuse"),
-                self.is_pending("NEW"),
-                self.valid("NEW"),
-                set.join(";\n        "),
-            ));
-            out.push(format!(
-                "CREATE TRIGGER {} BEFORE INSERT ON {legacy} FOR EACH ROW EXECUTE FUNCTION {}()",
-                self.own_name("refuse"),
-                self.own("refuse")
-            ));
-        }
+    fn pg_triggers(&self, out: &mut Vec<String>) {
+        let (legacy, message) = (self.legacy(), self.obj("outbox_message"));
         let (cols, vals) = self.message_values("NEW", "ok");
         out.push(format!(
             "CREATE OR REPLACE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $outbox$\nDECLARE\n    \
@@ -434,23 +462,10 @@ impl Sql<'_> {
                 self.own("guard")
             ));
         }
-        out
     }
 
-    fn mysql_triggers(&self) -> Vec<String> {
-        let legacy = self.legacy();
-        let message = self.obj("outbox_message");
-        let mut out = Vec::new();
-        if let Some(set) = self.refuse_set("=") {
-            out.push(format!(
-                "CREATE TRIGGER {} BEFORE INSERT ON {legacy} FOR EACH ROW\nBEGIN\n    IF {} AND NOT {} THEN\n        \
-                 SET {};\n    END IF;\nEND",
-                self.own("refuse"),
-                self.is_pending("NEW"),
-                self.valid("NEW"),
-                set.join(", "),
-            ));
-        }
+    fn mysql_triggers(&self, out: &mut Vec<String>) {
+        let (legacy, message) = (self.legacy(), self.obj("outbox_message"));
         let (cols, vals) = self.message_values("NEW", "ok");
         // LAST_INSERT_ID() inside a trigger is restored when the trigger ends: the legacy
         // application's own LAST_INSERT_ID() / getGeneratedKeys still see its row's id.
@@ -487,7 +502,6 @@ impl Sql<'_> {
                 self.bridge_lit(),
             ));
         }
-        out
     }
 
     /// The names of the bridge's triggers (installed or not) and the table each is on.

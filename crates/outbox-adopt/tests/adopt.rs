@@ -85,66 +85,26 @@ impl Legacy<'_> {
     }
 }
 
-fn bridge(toml_text: &str) -> outbox_adopt::Bridge {
-    let c: BridgeConfig = toml::from_str(toml_text).unwrap();
-    c.check().unwrap()
+/// The one `[[adopt]]` section of `toml_text`.
+fn section(toml_text: &str) -> BridgeConfig {
+    #[derive(serde::Deserialize)]
+    struct File {
+        adopt: Vec<BridgeConfig>,
+    }
+    let mut file: File = toml::from_str(toml_text).unwrap_or_else(|e| panic!("{e}\n{toml_text}"));
+    assert_eq!(file.adopt.len(), 1);
+    file.adopt.remove(0)
 }
 
-const T_LOCAL_MESSAGE_MYSQL: &str = "CREATE TABLE `t_local_message` (
-`id` bigint NOT NULL AUTO_INCREMENT COMMENT '主键ID',
-`biz_type` varchar(64) NOT NULL COMMENT '业务类型',
-`biz_key` varchar(128) NOT NULL COMMENT '业务幂等键',
-`topic` varchar(255) NOT NULL COMMENT 'RocketMQ Topic',
-`message_body` text NOT NULL COMMENT '消息内容(JSON格式)',
-`status` tinyint NOT NULL COMMENT '消息状态:0-待发送,1-发送中,2-已发送,3-发送失败',
-`retry_count` int NOT NULL DEFAULT 0 COMMENT '消息已重试次数',
-`next_retry_time` datetime DEFAULT NULL COMMENT '下一次重试时间',
-`last_exec_time` datetime DEFAULT NULL COMMENT '最后一次发送时间',
-`fail_reason` varchar(512) DEFAULT NULL COMMENT '最后一次失败原因',
-`created_by` varchar(64) NOT NULL COMMENT '创建人或系统代码标识',
-`updated_by` varchar(64) NOT NULL COMMENT '修改人或系统代码标识',
-`gmt_create` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '创建时间',
-`gmt_modified` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP COMMENT '修改时间',
-PRIMARY KEY (`id`),
-UNIQUE KEY `uk_biz_type_key` (`biz_type`, `biz_key`) COMMENT '业务幂等约束',
-KEY `idx_status_next_retry` (`status`, `next_retry_time`) COMMENT '扫描待重试的消息',
-KEY `idx_topic` (`topic`) COMMENT '按 topic 查找'
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COMMENT='本地消息表(生产者侧)'";
+fn bridge(toml_text: &str) -> outbox_adopt::Bridge {
+    section(toml_text).check().unwrap()
+}
 
-/// The same table in PostgreSQL: types adapted, comments dropped, `ON UPDATE` left to the app.
-const T_LOCAL_MESSAGE_PG: &str = "CREATE TABLE t_local_message (
-id bigserial PRIMARY KEY,
-biz_type varchar(64) NOT NULL,
-biz_key varchar(128) NOT NULL,
-topic varchar(255) NOT NULL,
-message_body text NOT NULL,
-status smallint NOT NULL,
-retry_count int NOT NULL DEFAULT 0,
-next_retry_time timestamp DEFAULT NULL,
-last_exec_time timestamp DEFAULT NULL,
-fail_reason varchar(512) DEFAULT NULL,
-created_by varchar(64) NOT NULL,
-updated_by varchar(64) NOT NULL,
-gmt_create timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
-gmt_modified timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
-CONSTRAINT uk_biz_type_key UNIQUE (biz_type, biz_key)
-);
-CREATE INDEX idx_status_next_retry ON t_local_message (status, next_retry_time)";
+const T_LOCAL_MESSAGE_MYSQL: &str = include_str!("../../../examples/adopt/seed004_t_local_message.mysql.sql");
 
-const T_LOCAL_MESSAGE_BRIDGE: &str = r#"
-name = "local_message"
-table = "t_local_message"
-topic_column = "topic"
-payload_column = "message_body"
-biz_type_column = "biz_type"
-biz_key_column = "biz_key"
-status_column = "status"
-status_values = { pending = 0, sending = 1, sent = 2, failed = 3 }
-attempts_column = "retry_count"
-next_attempt_column = "next_retry_time"
-last_attempt_column = "last_exec_time"
-reason_column = "fail_reason"
-"#;
+const T_LOCAL_MESSAGE_PG: &str = include_str!("../../../examples/adopt/seed004_t_local_message.postgres.sql");
+
+const T_LOCAL_MESSAGE_BRIDGE: &str = include_str!("../../../examples/adopt/seed004_t_local_message.toml");
 
 fn insert_local(biz_key: &str, topic: &str, status: i32) -> String {
     format!(
@@ -172,7 +132,7 @@ fn write(id: MessageId, status: Status, attempts: i32, error: &str) -> MessageWr
 /// inserts become messages, rolled-back ones never; the relay's claim, success, retry and final
 /// failure show in the legacy columns; an unusable row is refused into the failed value; a
 /// foreign status write is counted; removal stops the capture and leaves the legacy rows alone.
-async fn local_message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>)
+async fn local_message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>, _url: &str)
 where
     Outbox<DB>: Claims,
 {
@@ -319,59 +279,16 @@ where
     );
 }
 
-const MESSAGE_MYSQL: &str = "CREATE TABLE `message` (
-`id` bigint NOT NULL AUTO_INCREMENT COMMENT 'id',
-`create_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '创建时间',
-`update_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP COMMENT '修改时间',
-`status_delete` tinyint NOT NULL DEFAULT '0' COMMENT '删除标记 0正常 1删除',
-`topic` varchar(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT 'topic',
-`tag` varchar(128) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT 'tag',
-`msg_id` varchar(64) CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL DEFAULT '' COMMENT '消息id',
-`msg_key` varchar(64) COLLATE utf8mb4_general_ci DEFAULT NULL COMMENT '消息key',
-`data` text CHARACTER SET utf8mb4 COLLATE utf8mb4_general_ci NOT NULL COMMENT '消息json串',
-`try_num` int NOT NULL DEFAULT '0' COMMENT '重试次数',
-`status` tinyint NOT NULL DEFAULT '0' COMMENT '发送状态 0-未发送 1-已发送',
-`next_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '下次驱动开始时间',
-PRIMARY KEY (`id`),
-KEY `idx_key` (`msg_key`),
-KEY `idx_nexttime_status` (`next_time`,`status`),
-KEY `idx_msgid` (`msg_id`)
-) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_general_ci ROW_FORMAT=DYNAMIC COMMENT='本地消息记录表'";
+const MESSAGE_MYSQL: &str = include_str!("../../../examples/adopt/seed001_message.mysql.sql");
 
-const MESSAGE_PG: &str = "CREATE TABLE message (
-id bigserial PRIMARY KEY,
-create_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
-update_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP,
-status_delete smallint NOT NULL DEFAULT 0,
-topic varchar(64) NOT NULL,
-tag varchar(128) NOT NULL,
-msg_id varchar(64) NOT NULL DEFAULT '',
-msg_key varchar(64) DEFAULT NULL,
-data text NOT NULL,
-try_num int NOT NULL DEFAULT 0,
-status smallint NOT NULL DEFAULT 0,
-next_time timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP
-);
-CREATE INDEX idx_key ON message (msg_key);
-CREATE INDEX idx_nexttime_status ON message (next_time, status)";
+const MESSAGE_PG: &str = include_str!("../../../examples/adopt/seed001_message.postgres.sql");
 
-const MESSAGE_BRIDGE: &str = r#"
-name = "message"
-table = "message"
-topic_column = "topic"
-payload_column = "data"
-key_column = "msg_key"
-tag_column = "tag"
-status_column = "status"
-status_values = { pending = 0, sent = 1 }
-attempts_column = "try_num"
-next_attempt_column = "next_time"
-"#;
+const MESSAGE_BRIDGE: &str = include_str!("../../../examples/adopt/seed001_message.toml");
 
 /// Seed 001's table: per-key order of the captured rows, the tag carried, a broker outage
 /// (retries) leaves the legacy row at 0 with its try count, success sets 1; on MySQL the legacy
 /// application's LAST_INSERT_ID() is still its own row's id.
-async fn message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>)
+async fn message<DB: OutboxDatabase>(outbox: &Outbox<DB>, legacy: Legacy<'_>, _url: &str)
 where
     Outbox<DB>: Claims,
 {
@@ -437,38 +354,13 @@ where
     remove(legacy.db(), tables, &b).await.unwrap();
 }
 
-const TASK_MYSQL: &str = "CREATE TABLE `message_deliver_task` (
-`id` bigint(20) unsigned NOT NULL AUTO_INCREMENT COMMENT '主键id',
-`task_no` varchar(128) NOT NULL COMMENT '唯一键,通知任务流水号',
-`message_code` varchar(255) NOT NULL COMMENT '消息code',
-`scene_type` varchar(255) NOT NULL DEFAULT '' COMMENT '业务场景类型',
-`deliver_start_time` datetime NOT NULL DEFAULT CURRENT_TIMESTAMP COMMENT '投递起始时间',
-`message_body` text COMMENT '消息体',
-`retry_times` int(10) NOT NULL DEFAULT '0' COMMENT '重试次数',
-`need_callback` int(1) NOT NULL DEFAULT '0' COMMENT '是否需要回执标识,0-不需要,1-需要',
-`message_status` int(10) NOT NULL DEFAULT '0' COMMENT '消息状态,DELETE(-1);SENDING(0);HANDLED(1)',
-`create_time` datetime NOT NULL DEFAULT '1971-01-01 08:00:00' COMMENT '记录创建时间',
-`update_time` datetime NOT NULL DEFAULT '1971-01-01 08:00:00' COMMENT '记录更新时间',
-`extend` varchar(1024) NOT NULL DEFAULT '' COMMENT '扩展字段',
-PRIMARY KEY (`id`) USING BTREE,
-UNIQUE KEY `uniq_task_no` (`task_no`) USING BTREE,
-KEY `idx_status_callback_retry` (`message_status`,`need_callback`,`retry_times`) USING BTREE
-) ENGINE=InnoDB AUTO_INCREMENT=13 DEFAULT CHARSET=utf8mb4 COMMENT='消息投递任务表'";
+const TASK_MYSQL: &str = include_str!("../../../examples/adopt/seed000_message_deliver_task.mysql.sql");
 
-const TASK_BRIDGE: &str = r#"
-name = "deliver_task"
-table = "message_deliver_task"
-topic_column = "message_code"
-payload_column = "message_body"
-tag_column = "scene_type"
-status_column = "message_status"
-status_values = { pending = 0, sent = 1 }
-attempts_column = "retry_times"
-"#;
+const TASK_BRIDGE: &str = include_str!("../../../examples/adopt/seed000_message_deliver_task.toml");
 
 /// Seed 000's task table (MySQL only, as in the article): the message code is the topic, a
 /// NULL body an empty payload, an unsigned id; the handled value once sent.
-async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>) {
+async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>, _url: &str) {
     let tables = Tables::canonical();
     let b = bridge(TASK_BRIDGE);
     install(legacy.db(), tables, &b).await.unwrap();
@@ -491,54 +383,38 @@ async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>) {
     remove(legacy.db(), tables, &b).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_local_message() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::Pg(&db.pool).exec(T_LOCAL_MESSAGE_PG).await;
-    local_message(&outbox, Legacy::Pg(&db.pool)).await;
-    db.drop_db().await;
+async fn java_writer_postgres(outbox: &Outbox<sqlx::Postgres>, legacy: Legacy<'_>, url: &str) {
+    java_writer(outbox, legacy, &jdbc_url(url, "postgresql"), "/usr/share/java/postgresql.jar").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_local_message() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::My(&db.pool).exec(T_LOCAL_MESSAGE_MYSQL).await;
-    local_message(&outbox, Legacy::My(&db.pool)).await;
-    db.drop_db().await;
+async fn java_writer_mysql(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>, url: &str) {
+    java_writer(outbox, legacy, &jdbc_url(url, "mariadb"), "/usr/share/java/mariadb-java-client.jar").await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_message() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::Pg(&db.pool).exec(MESSAGE_PG).await;
-    message(&outbox, Legacy::Pg(&db.pool)).await;
-    db.drop_db().await;
+/// One test per scenario and database: a fresh migrated database, the legacy table created from
+/// the seed's DDL, the scenario, the database dropped.
+macro_rules! on_fresh {
+    ($($test:ident: $fresh:ident, $legacy:ident, $ddl:expr => $scenario:ident;)+) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let db = outbox_testkit::$fresh().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            Legacy::$legacy(&db.pool).exec($ddl).await;
+            $scenario(&outbox, Legacy::$legacy(&db.pool), &db.url).await;
+            db.drop_db().await;
+        }
+    )+};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_message() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::My(&db.pool).exec(MESSAGE_MYSQL).await;
-    message(&outbox, Legacy::My(&db.pool)).await;
-    db.drop_db().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_deliver_task() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::My(&db.pool).exec(TASK_MYSQL).await;
-    deliver_task(&outbox, Legacy::My(&db.pool)).await;
-    db.drop_db().await;
+on_fresh! {
+    postgres_local_message: fresh_pg, Pg, T_LOCAL_MESSAGE_PG => local_message;
+    mysql_local_message: fresh_mysql, My, T_LOCAL_MESSAGE_MYSQL => local_message;
+    postgres_message: fresh_pg, Pg, MESSAGE_PG => message;
+    mysql_message: fresh_mysql, My, MESSAGE_MYSQL => message;
+    mysql_deliver_task: fresh_mysql, My, TASK_MYSQL => deliver_task;
+    postgres_java_writer: fresh_pg, Pg, MESSAGE_PG => java_writer_postgres;
+    mysql_java_writer: fresh_mysql, My, MESSAGE_MYSQL => java_writer_mysql;
 }
 
 #[test]
@@ -559,8 +435,7 @@ fn a_bad_mapping_names_its_key() {
             .chain([line])
             .collect::<Vec<_>>()
             .join("\n");
-        let c: BridgeConfig = toml::from_str(&text).unwrap();
-        let err = c.check().unwrap_err().to_string();
+        let err = section(&text).check().unwrap_err().to_string();
         assert!(err.starts_with(key), "{line}: {err}");
     }
 }
@@ -644,26 +519,4 @@ fn jdbc_url(sqlx_url: &str, subprotocol: &str) -> String {
         jdbc.push_str(&format!("&password={p}"));
     }
     jdbc
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_java_writer() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::Pg(&db.pool).exec(MESSAGE_PG).await;
-    let url = jdbc_url(&db.url, "postgresql");
-    java_writer(&outbox, Legacy::Pg(&db.pool), &url, "/usr/share/java/postgresql.jar").await;
-    db.drop_db().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_java_writer() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    Legacy::My(&db.pool).exec(MESSAGE_MYSQL).await;
-    let url = jdbc_url(&db.url, "mariadb");
-    java_writer(&outbox, Legacy::My(&db.pool), &url, "/usr/share/java/mariadb-java-client.jar").await;
-    db.drop_db().await;
 }

@@ -129,6 +129,20 @@ pub(crate) enum Command {
     ///   outbox purge --sent-before 12h --batch 5000 --json
     #[command(verbatim_doc_comment)]
     Purge(PurgeArgs),
+    /// Adopt an existing message table: the legacy application keeps inserting into its own
+    /// table, and the relay delivers every row and writes the outcome back into it.
+    ///
+    /// Installs, in the legacy database, the triggers of each `[[adopt]]` section of the
+    /// configuration and takes over the rows pending now, once. Switch the legacy scanner off
+    /// first: `--check` reports it if it still writes the table (docs/adopt.md).
+    ///
+    /// Examples:
+    ///   outbox adopt --config outbox.toml --print > adopt.sql    (review the SQL; nothing changes)
+    ///   outbox adopt --config outbox.toml
+    ///   outbox adopt --config outbox.toml --check
+    ///   outbox adopt --config outbox.toml --bridge legacy --remove
+    #[command(verbatim_doc_comment)]
+    Adopt(AdoptArgs),
     /// Measure the outbox against real servers: raw limits first, then drain, latency, enqueue
     /// overhead, scale and idle cost, each as a ratio to those limits.
     ///
@@ -351,6 +365,30 @@ pub(crate) struct ConfigArgs {
     /// e.g. `OUTBOX__STORES__0__URL`.
     #[arg(long, short, env = "OUTBOX_CONFIG", default_value = "outbox.toml")]
     pub(crate) config: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AdoptArgs {
+    /// Configuration file (TOML) with the `[[adopt]]` sections and their stores.
+    #[arg(long, short, env = "OUTBOX_CONFIG", default_value = "outbox.toml")]
+    pub(crate) config: PathBuf,
+    /// Only the bridge of this name (default: every `[[adopt]]` section).
+    #[arg(long)]
+    pub(crate) bridge: Option<String>,
+    /// Print the SQL that installing would run, for review; change nothing.
+    #[arg(long, conflicts_with_all = ["check", "remove"])]
+    pub(crate) print: bool,
+    /// Compare what is installed with the configuration and report writes to the legacy table
+    /// by anything but the relay; exit non-zero on any difference.
+    #[arg(long, conflicts_with = "remove")]
+    pub(crate) check: bool,
+    /// Remove the bridge (triggers, functions, its links); the legacy table and the messages
+    /// stay.
+    #[arg(long)]
+    pub(crate) remove: bool,
+    /// Print the result as JSON.
+    #[arg(long, conflicts_with = "print")]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

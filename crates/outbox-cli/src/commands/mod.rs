@@ -1,5 +1,6 @@
 //! One module per subcommand.
 
+pub(crate) mod adopt;
 #[cfg(feature = "bench")]
 mod bench;
 mod cancel;
@@ -31,6 +32,7 @@ pub(crate) async fn run(cli: Cli, relay_config: Option<anyhow::Result<Config>>) 
         Command::Retry(args) => retry::run(args).await,
         Command::Cancel(args) => cancel::run(args).await,
         Command::Purge(args) => purge::run(args).await,
+        Command::Adopt(args) => adopt::run(args).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench::run(args).await,
     }

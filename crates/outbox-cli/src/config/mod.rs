@@ -56,6 +56,9 @@ pub(crate) struct Config {
     /// Trace export over OTLP.
     #[serde(default)]
     pub(crate) telemetry: TelemetrySection,
+    /// Legacy message tables this relay delivers from (`outbox adopt`, docs/adopt.md).
+    #[serde(default)]
+    pub(crate) adopt: Vec<outbox_adopt::BridgeConfig>,
 }
 
 /// `[telemetry]`: the relay's spans (claim, publish per message and destination, settle)

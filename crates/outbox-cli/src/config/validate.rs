@@ -152,6 +152,7 @@ impl Config {
         if self.stores.is_empty() {
             return Err(err("stores", "is empty: add at least one [[stores]] with a name and url".into()));
         }
+        self.validate_adopt(origin)?;
         let mut names = std::collections::HashSet::new();
         for (i, s) in self.stores.iter().enumerate() {
             let name = s.name.get_ref();
@@ -348,6 +349,37 @@ impl Config {
 
     /// The `[relay]` bounds: those `RelayBuilder::build` checks, and bounds on durations it
     /// takes as given.
+    /// `[[adopt]]`: each mapping checked (its names reach SQL), names unique, its store known
+    /// and a PostgreSQL or MySQL/MariaDB one.
+    fn validate_adopt(&self, origin: &Origin<'_>) -> anyhow::Result<()> {
+        let mut names = std::collections::HashSet::new();
+        for (i, a) in self.adopt.iter().enumerate() {
+            let key = |k: &str| format!("adopt[{i}].{k}");
+            // The mapping's own error names its key (`adopt.<name>.<key>`).
+            a.check().map_err(|e| origin.error(&format!("adopt[{i}]"), e.to_string()))?;
+            if !names.insert(a.name.clone()) {
+                return Err(origin.error(&key("name"), format!("{} is used twice", shown(&a.name))));
+            }
+            let store = match &a.store {
+                Some(n) => self.stores.iter().find(|s| s.name.get_ref() == n).ok_or_else(|| {
+                    origin.error(&key("store"), format!("{} is not a [[stores]] name", shown(n)))
+                })?,
+                None if self.stores.len() == 1 => &self.stores[0],
+                None => return Err(origin.error(
+                    &key("store"),
+                    "is required when the relay has several stores: the one whose database holds the table"
+                        .into(),
+                )),
+            };
+            if dialect_of(store.url.get_ref()).ok() == Some(outbox_store::Dialect::Sqlite) {
+                return Err(
+                    origin.error(&key("store"), "adopt needs a PostgreSQL or MySQL/MariaDB store".into())
+                );
+            }
+        }
+        Ok(())
+    }
+
     fn validate_relay(&self, origin: &Origin<'_>) -> anyhow::Result<()> {
         let err = |key: &str, msg: String| origin.error(key, msg);
         let r = &self.relay;

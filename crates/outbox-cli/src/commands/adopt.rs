@@ -1,0 +1,141 @@
+//! `outbox adopt`: installs, prints, checks or removes the bridges of the `[[adopt]]` sections
+//! (docs/adopt.md), each in the database of the store it names.
+
+use anyhow::{bail, Context};
+use outbox_adopt::{Bridge, Db};
+use outbox_store::{redact_url, AnyOutbox};
+
+use crate::cli::AdoptArgs;
+use crate::config::{Config, StoreConfig};
+
+/// One bridge of the configuration with the store whose database holds its legacy table.
+pub(crate) struct Adoption<'a> {
+    pub(crate) bridge: Bridge,
+    pub(crate) store: &'a StoreConfig,
+}
+
+/// The bridges of `config` (every one, or the one named), each with its store. The mappings
+/// were checked when the configuration loaded.
+pub(crate) fn adoptions<'a>(config: &'a Config, only: Option<&str>) -> anyhow::Result<Vec<Adoption<'a>>> {
+    let mut out = Vec::new();
+    for (i, section) in config.adopt.iter().enumerate() {
+        if only.is_some_and(|n| n != section.name) {
+            continue;
+        }
+        let bridge = section.check().with_context(|| format!("adopt[{i}]"))?;
+        let store = match &section.store {
+            Some(name) => config.stores.iter().find(|s| s.name.get_ref() == name).with_context(|| {
+                format!("adopt.{}.store: no [[stores]] entry is named {name:?}", bridge.name)
+            })?,
+            None if config.stores.len() == 1 => &config.stores[0],
+            None => bail!(
+                "adopt.{}.store: the relay has several stores; name the one that holds the table",
+                bridge.name
+            ),
+        };
+        out.push(Adoption { bridge, store });
+    }
+    if let Some(name) = only {
+        if out.is_empty() {
+            bail!("--bridge {name:?}: no [[adopt]] section has that name");
+        }
+    }
+    if out.is_empty() {
+        bail!("the configuration has no [[adopt]] section (docs/adopt.md shows one)");
+    }
+    Ok(out)
+}
+
+/// Connects to `store` and runs `f` with its pool as an adopt [`Db`].
+pub(crate) async fn with_db<T>(
+    store: &StoreConfig,
+    f: impl for<'p> AsyncFnOnce(Db<'p>, &'p outbox_store::Tables) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    let shown = super::ops::clean(&redact_url(store.url.get_ref()), 1000);
+    let tables = store.tables()?;
+    let outbox = AnyOutbox::connect_with_tables(store.url.get_ref(), 2, tables.clone())
+        .await
+        .with_context(|| format!("store {}: connecting to {shown}", store.name.get_ref()))?;
+    match &outbox {
+        AnyOutbox::Postgres(o) => f(Db::Postgres(o.pool()), &tables).await,
+        AnyOutbox::MySql(o) => f(Db::MySql(o.pool()), &tables).await,
+        _ => bail!(
+            "store {}: adopt supports PostgreSQL and MySQL/MariaDB (a legacy table in SQLite can be read by the \
+             application itself)",
+            store.name.get_ref()
+        ),
+    }
+}
+
+pub(crate) async fn run(args: AdoptArgs) -> anyhow::Result<()> {
+    let config = Config::load(&args.config)?;
+    let mut failed = false;
+    for a in adoptions(&config, args.bridge.as_deref())? {
+        let name = a.bridge.name.clone();
+        let store = a.store.name.get_ref().clone();
+        let bridge = &a.bridge;
+        if args.print {
+            let script = with_db(a.store, async |db, tables| {
+                let cols = outbox_adopt::inspect(db, bridge).await?;
+                Ok(outbox_adopt::script(bridge, db.dialect(), tables, &cols))
+            })
+            .await?;
+            print!("{script}");
+        } else if args.check {
+            let report =
+                with_db(a.store, async |db, tables| Ok(outbox_adopt::check(db, tables, bridge).await?))
+                    .await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "bridge": name, "store": store, "ok": report.ok(), "problems": report.problems,
+                        "foreign_writes": report.foreign_writes,
+                        "last_foreign_write_at": report.last_foreign_write_at, "taken_over": report.taken_over,
+                    })
+                );
+            } else if report.ok() {
+                println!("adopt {name} (store {store}): installed as configured; no foreign writes");
+            } else {
+                for p in &report.problems {
+                    println!("adopt {name} (store {store}): {p}");
+                }
+                if report.foreign_writes > 0 {
+                    println!(
+                        "adopt {name} (store {store}): the legacy table's status/retry columns were changed {} times by \
+                         something other than the relay (last at {}): a legacy scanner or sender still runs and \
+                         double-sends; switch it off (docs/adopt.md)",
+                        report.foreign_writes,
+                        report.last_foreign_write_at.as_deref().unwrap_or("unknown")
+                    );
+                }
+            }
+            failed |= !report.ok();
+        } else if args.remove {
+            with_db(a.store, async |db, tables| Ok(outbox_adopt::remove(db, tables, bridge).await?)).await?;
+            println!(
+                "adopt {name} (store {store}): removed; the legacy table and the messages are untouched"
+            );
+        } else {
+            let report =
+                with_db(a.store, async |db, tables| Ok(outbox_adopt::install(db, tables, bridge).await?))
+                    .await?;
+            if args.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"bridge": name, "store": store, "taken_over": report.taken_over, "triggers": report.triggers})
+                );
+            } else {
+                println!(
+                    "adopt {name} (store {store}): installed ({}); took over {} pending legacy rows",
+                    report.triggers.join(", "),
+                    report.taken_over
+                );
+            }
+        }
+    }
+    if failed {
+        bail!("a bridge is not as configured, or its legacy table is written by someone else");
+    }
+    Ok(())
+}
