@@ -13,75 +13,15 @@ use outbox_adopt::{check, install, remove, BridgeConfig, Db};
 use outbox_store::{
     ClaimMode, Claims, MessageId, MessageWrite, Outbox, OutboxDatabase, Settlement, Status, Tables,
 };
-use sqlx::{MySqlPool, PgPool};
+use outbox_testkit::either::Either;
 
 /// The legacy database, whichever it is: the test's plain-SQL writer.
-#[derive(Clone, Copy)]
-enum Legacy<'a> {
-    Pg(&'a PgPool),
-    My(&'a MySqlPool),
-}
+type Legacy<'a> = Either<'a>;
 
-impl Legacy<'_> {
-    fn db(&self) -> Db<'_> {
-        match self {
-            Legacy::Pg(p) => Db::Postgres(p),
-            Legacy::My(p) => Db::MySql(p),
-        }
-    }
-
-    async fn exec(&self, sql: &str) {
-        match self {
-            Legacy::Pg(p) => sqlx::raw_sql(sql).execute(*p).await.map(|_| ()),
-            Legacy::My(p) => sqlx::raw_sql(sql).execute(*p).await.map(|_| ()),
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-    }
-
-    /// Runs `statements` in one transaction, committed or rolled back.
-    async fn tx(&self, statements: &[&str], commit: bool) {
-        match self {
-            Legacy::Pg(p) => {
-                let mut tx = p.begin().await.unwrap();
-                for s in statements {
-                    sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
-                }
-                if commit { tx.commit().await } else { tx.rollback().await }.unwrap();
-            }
-            Legacy::My(p) => {
-                let mut tx = p.begin().await.unwrap();
-                for s in statements {
-                    sqlx::raw_sql(s).execute(&mut *tx).await.unwrap();
-                }
-                if commit { tx.commit().await } else { tx.rollback().await }.unwrap();
-            }
-        }
-    }
-
-    /// One row of text columns (NULL as "NULL").
-    async fn row(&self, sql: &str) -> Vec<String> {
-        let wrapped = |cols: usize, get: &dyn Fn(usize) -> Option<String>| -> Vec<String> {
-            (0..cols).map(|i| get(i).unwrap_or_else(|| "NULL".into())).collect()
-        };
-        use sqlx::Row;
-        match self {
-            Legacy::Pg(p) => {
-                let r = sqlx::query(sql).fetch_one(*p).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-                wrapped(r.len(), &|i| r.get::<Option<String>, _>(i))
-            }
-            Legacy::My(p) => {
-                let r = sqlx::query(sql).fetch_one(*p).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
-                wrapped(r.len(), &|i| r.get::<Option<String>, _>(i))
-            }
-        }
-    }
-
-    async fn count(&self, sql: &str) -> i64 {
-        match self {
-            Legacy::Pg(p) => sqlx::query_scalar(sql).fetch_one(*p).await,
-            Legacy::My(p) => sqlx::query_scalar(sql).fetch_one(*p).await,
-        }
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+fn db<'a>(legacy: &Legacy<'a>) -> Db<'a> {
+    match *legacy {
+        Either::Pg(p) => Db::Postgres(p),
+        Either::My(p) => Db::MySql(p),
     }
 }
 
@@ -152,12 +92,12 @@ where
     legacy.exec(&insert_local("A-2", "orders", 0)).await;
     legacy.exec(&insert_local("A-0", "orders", 2)).await;
 
-    let report = install(legacy.db(), tables, &b).await.unwrap();
+    let report = install(db(&legacy), tables, &b).await.unwrap();
     assert_eq!(report.taken_over, 2, "the two pending rows are taken over");
     assert_eq!(report.triggers.len(), 4, "{:?}", report.triggers);
-    let again = install(legacy.db(), tables, &b).await.unwrap();
+    let again = install(db(&legacy), tables, &b).await.unwrap();
     assert_eq!(again.taken_over, 0, "never twice");
-    let fine = check(legacy.db(), tables, &b).await.unwrap();
+    let fine = check(db(&legacy), tables, &b).await.unwrap();
     assert!(fine.ok(), "{fine:?}");
     assert_eq!(fine.taken_over, 2);
 
@@ -204,16 +144,14 @@ where
     // tried), read as numbers and text the way both databases return them.
     let show = |k: &'static str| async move {
         let q =
-            |what: &str| format!("SELECT CAST({what} AS SIGNED) FROM t_local_message WHERE biz_key = '{k}'");
-        let pg = matches!(legacy, Legacy::Pg(_));
-        let q = |what: &str| if pg { q(what).replace("SIGNED", "BIGINT") } else { q(what) };
+            |what: &str| format!("SELECT {} FROM t_local_message WHERE biz_key = '{k}'", legacy.bigint(what));
         (
             legacy.count(&q("status")).await,
             legacy.count(&q("retry_count")).await,
             legacy
-                .row(&format!("SELECT fail_reason FROM t_local_message WHERE biz_key = '{k}'"))
+                .text(&format!("SELECT fail_reason FROM t_local_message WHERE biz_key = '{k}'"))
                 .await
-                .remove(0),
+                .unwrap_or_else(|| "NULL".into()),
             legacy.count(&q("CASE WHEN next_retry_time > gmt_create THEN 1 ELSE 0 END")).await == 1,
             legacy.count(&q("CASE WHEN last_exec_time IS NULL THEN 0 ELSE 1 END")).await == 1,
         )
@@ -252,25 +190,25 @@ where
     assert_eq!(show("A-2").await.2.chars().count(), 512);
 
     // A legacy scanner still running writes the status itself: counted, reported.
-    let before = check(legacy.db(), tables, &b).await.unwrap();
+    let before = check(db(&legacy), tables, &b).await.unwrap();
     assert_eq!(before.foreign_writes, 0, "the bridge's own writes are not foreign: {before:?}");
     legacy
         .exec("UPDATE t_local_message SET status = 2, retry_count = retry_count + 1 WHERE biz_key = 'A-2'")
         .await;
-    let after = check(legacy.db(), tables, &b).await.unwrap();
+    let after = check(db(&legacy), tables, &b).await.unwrap();
     assert_eq!(after.foreign_writes, 1, "{after:?}");
     assert!(after.last_foreign_write_at.is_some() && !after.ok());
 
     // A changed mapping is reported until it is installed.
     let changed = bridge(&T_LOCAL_MESSAGE_BRIDGE.replace("failed = 3", "failed = 4"));
-    let stale = check(legacy.db(), tables, &changed).await.unwrap();
+    let stale = check(db(&legacy), tables, &changed).await.unwrap();
     assert!(stale.problems.iter().any(|p| p.contains("another mapping")), "{stale:?}");
 
     // Removal: the triggers go, the legacy application's inserts are plain inserts again.
-    remove(legacy.db(), tables, &b).await.unwrap();
+    remove(db(&legacy), tables, &b).await.unwrap();
     legacy.exec(&insert_local("D-1", "orders", 0)).await;
     assert_eq!(legacy.count("SELECT COUNT(*) FROM outbox_message WHERE biz_key = 'D-1'").await, 0);
-    let gone = check(legacy.db(), tables, &b).await.unwrap();
+    let gone = check(db(&legacy), tables, &b).await.unwrap();
     assert!(gone.problems.iter().any(|p| p.contains("not installed")), "{gone:?}");
     assert_eq!(
         legacy.count("SELECT COUNT(*) FROM t_local_message").await,
@@ -295,13 +233,13 @@ where
     let tables = Tables::canonical();
     let b = bridge(MESSAGE_BRIDGE);
     legacy.exec("INSERT INTO outbox_message (topic, payload) VALUES ('other', 'x')").await;
-    install(legacy.db(), tables, &b).await.unwrap();
+    install(db(&legacy), tables, &b).await.unwrap();
     let insert = |key: &str, n: u32| {
         format!(
             "INSERT INTO message (topic, tag, msg_key, data) VALUES ('order-topic', 'paid', '{key}', '{{\"n\":{n}}}')"
         )
     };
-    if let Legacy::My(pool) = legacy {
+    if let Either::My(pool) = legacy {
         let mut conn = pool.acquire().await.unwrap();
         sqlx::raw_sql(&insert("k1", 1)).execute(&mut *conn).await.unwrap();
         let own: i64 = sqlx::query_scalar("SELECT CAST(LAST_INSERT_ID() AS SIGNED)")
@@ -350,8 +288,8 @@ where
     }
     assert_eq!(order, [r#"{"n":1}"#, r#"{"n":3}"#]);
     assert_eq!(legacy.count("SELECT COUNT(*) FROM message WHERE status = 1").await, 3);
-    assert!(check(legacy.db(), tables, &b).await.unwrap().ok());
-    remove(legacy.db(), tables, &b).await.unwrap();
+    assert!(check(db(&legacy), tables, &b).await.unwrap().ok());
+    remove(db(&legacy), tables, &b).await.unwrap();
 }
 
 const TASK_MYSQL: &str = include_str!("../../../examples/adopt/seed000_message_deliver_task.mysql.sql");
@@ -363,7 +301,7 @@ const TASK_BRIDGE: &str = include_str!("../../../examples/adopt/seed000_message_
 async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>, _url: &str) {
     let tables = Tables::canonical();
     let b = bridge(TASK_BRIDGE);
-    install(legacy.db(), tables, &b).await.unwrap();
+    install(db(&legacy), tables, &b).await.unwrap();
     legacy
         .exec("INSERT INTO message_deliver_task (task_no, message_code, scene_type, message_body) VALUES ('t-1', 'material.sync', 'approved', '{\"id\":7}'), ('t-2', 'material.sync', '', NULL)")
         .await;
@@ -380,7 +318,7 @@ async fn deliver_task(outbox: &Outbox<sqlx::MySql>, legacy: Legacy<'_>, _url: &s
     let sent = Settlement { sent: claimed.iter().map(|m| m.id).collect(), ..Default::default() };
     outbox.settle_held(outbox_store::Hold::Lease, "relay-t", &sent).await.unwrap();
     assert_eq!(legacy.count("SELECT COUNT(*) FROM message_deliver_task WHERE message_status = 1").await, 2);
-    remove(legacy.db(), tables, &b).await.unwrap();
+    remove(db(&legacy), tables, &b).await.unwrap();
 }
 
 async fn java_writer_postgres(outbox: &Outbox<sqlx::Postgres>, legacy: Legacy<'_>, url: &str) {
@@ -400,8 +338,8 @@ macro_rules! on_fresh {
             let db = outbox_testkit::$fresh().await;
             let outbox = Outbox::new(db.pool.clone());
             outbox.migrate().await.unwrap();
-            Legacy::$legacy(&db.pool).exec($ddl).await;
-            $scenario(&outbox, Legacy::$legacy(&db.pool), &db.url).await;
+            Either::$legacy(&db.pool).exec($ddl).await;
+            $scenario(&outbox, Either::$legacy(&db.pool), &db.url).await;
             db.drop_db().await;
         }
     )+};
@@ -449,7 +387,7 @@ where
 {
     let tables = Tables::canonical();
     let b = bridge(MESSAGE_BRIDGE);
-    install(legacy.db(), tables, &b).await.unwrap();
+    install(db(&legacy), tables, &b).await.unwrap();
     let out = run_java_writer(jdbc_url, jar, 5);
     let committed: Vec<i64> = out
         .lines()

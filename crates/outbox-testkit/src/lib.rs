@@ -20,6 +20,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Pool, Postgres, Sqlite};
 
 pub mod brokers;
+pub mod either;
 pub mod fs;
 pub mod net;
 pub mod process;

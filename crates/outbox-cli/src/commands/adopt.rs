@@ -139,3 +139,57 @@ pub(crate) async fn run(args: AdoptArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// How often the relay re-reads each bridge's record.
+const WATCH_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The relay's watch over the bridges of one store: at start and every 30 s it checks each
+/// bridge as `outbox adopt --check` does. Writes to the legacy table by anything but the relay
+/// (a legacy scanner or sender still running, which double-sends) are logged as a warning each
+/// time their count grows, and exported as `outbox_adopt_foreign_writes{bridge}`; a bridge not
+/// installed as configured is logged when that changes. Never stops the relay.
+pub(crate) async fn watch(
+    outbox: AnyOutbox,
+    tables: outbox_store::Tables,
+    store: String,
+    bridges: Vec<Bridge>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut seen: Vec<(i64, Vec<String>)> = vec![(0, Vec::new()); bridges.len()];
+    loop {
+        for (bridge, (writes, problems)) in bridges.iter().zip(seen.iter_mut()) {
+            let report = match &outbox {
+                AnyOutbox::Postgres(o) => outbox_adopt::check(Db::Postgres(o.pool()), &tables, bridge).await,
+                AnyOutbox::MySql(o) => outbox_adopt::check(Db::MySql(o.pool()), &tables, bridge).await,
+                _ => return,
+            };
+            let (now_writes, now_problems) = match report {
+                Ok(r) => {
+                    metrics::gauge!("outbox_adopt_foreign_writes", "store" => store.clone(), "bridge" => bridge.name.clone())
+                        .set(r.foreign_writes as f64);
+                    if r.foreign_writes > *writes {
+                        tracing::warn!(
+                            store = %store,
+                            bridge = %bridge.name,
+                            foreign_writes = r.foreign_writes,
+                            last_at = r.last_foreign_write_at.as_deref().unwrap_or("unknown"),
+                            "The legacy table's status/retry columns were written by something other than the \
+                             relay: a legacy scanner or sender still runs and double-sends; switch it off \
+                             (docs/adopt.md)"
+                        );
+                    }
+                    (r.foreign_writes, r.problems)
+                }
+                Err(e) => (*writes, vec![super::ops::clean(&e.to_string(), 500)]),
+            };
+            if now_problems != *problems && !now_problems.is_empty() {
+                tracing::warn!(store = %store, bridge = %bridge.name, problems = ?now_problems, "Bridge not as configured");
+            }
+            (*writes, *problems) = (now_writes, now_problems);
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(WATCH_EVERY) => {}
+        }
+    }
+}

@@ -91,6 +91,16 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             stats: relay.stats(),
         });
         relays.push(tokio::spawn(relay.run(stop.clone())));
+        let bridges: Vec<_> = super::adopt::adoptions(&config, None)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|a| a.store.name == s.name)
+            .map(|a| a.bridge)
+            .collect();
+        if !bridges.is_empty() {
+            let watch = super::adopt::watch(outbox.clone(), s.tables()?, name.clone(), bridges, stop.clone());
+            relays.push(tokio::spawn(watch));
+        }
         if !config.retention.finished_after.is_zero() {
             relays.push(tokio::spawn(config.retention.retention().run(outbox, name.clone(), stop.clone())));
         }
