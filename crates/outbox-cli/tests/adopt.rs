@@ -139,18 +139,20 @@ async fn a_legacy_table_through_the_daemon(legacy: Either<'_>, url: &str, ddl: &
     std::fs::remove_dir_all(dir).ok();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_legacy_table_through_the_daemon() {
-    let db = outbox_testkit::fresh_pg().await;
-    let ddl = include_str!("../../../examples/adopt/seed004_t_local_message.postgres.sql");
-    a_legacy_table_through_the_daemon(Either::Pg(&db.pool), &db.url, ddl).await;
-    db.drop_db().await;
+/// One test per server: a fresh database, the seed's DDL for it, the whole run.
+macro_rules! through_the_daemon {
+    ($($test:ident: $fresh:ident, $either:ident, $ddl:literal;)+) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $test() {
+            let db = outbox_testkit::$fresh().await;
+            let ddl = include_str!(concat!("../../../examples/adopt/", $ddl));
+            a_legacy_table_through_the_daemon(Either::$either(&db.pool), &db.url, ddl).await;
+            db.drop_db().await;
+        }
+    )+};
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_legacy_table_through_the_daemon() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let ddl = include_str!("../../../examples/adopt/seed004_t_local_message.mysql.sql");
-    a_legacy_table_through_the_daemon(Either::My(&db.pool), &db.url, ddl).await;
-    db.drop_db().await;
+through_the_daemon! {
+    postgres_legacy_table_through_the_daemon: fresh_pg, Pg, "seed004_t_local_message.postgres.sql";
+    mysql_legacy_table_through_the_daemon: fresh_mysql, My, "seed004_t_local_message.mysql.sql";
 }

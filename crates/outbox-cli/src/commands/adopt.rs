@@ -85,59 +85,64 @@ pub(crate) async fn run(args: AdoptArgs) -> anyhow::Result<()> {
             let report =
                 with_db(a.store, async |db, tables| Ok(outbox_adopt::check(db, tables, bridge).await?))
                     .await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({
-                        "bridge": name, "store": store, "ok": report.ok(), "problems": report.problems,
-                        "foreign_writes": report.foreign_writes,
-                        "last_foreign_write_at": report.last_foreign_write_at, "taken_over": report.taken_over,
-                    })
-                );
-            } else if report.ok() {
-                println!("adopt {name} (store {store}): installed as configured; no foreign writes");
-            } else {
-                for p in &report.problems {
-                    println!("adopt {name} (store {store}): {p}");
-                }
-                if report.foreign_writes > 0 {
-                    println!(
-                        "adopt {name} (store {store}): the legacy table's status/retry columns were changed {} times by \
-                         something other than the relay (last at {}): a legacy scanner or sender still runs and \
-                         double-sends; switch it off (docs/adopt.md)",
-                        report.foreign_writes,
-                        report.last_foreign_write_at.as_deref().unwrap_or("unknown")
-                    );
-                }
+            let mut lines: Vec<String> = report.problems.clone();
+            if report.foreign_writes > 0 {
+                lines.push(format!(
+                    "the legacy table's status/retry columns were changed {} times by something other than the \
+                     relay (last at {}): a legacy scanner or sender still runs and double-sends; switch it off \
+                     (docs/adopt.md)",
+                    report.foreign_writes,
+                    report.last_foreign_write_at.as_deref().unwrap_or("unknown")
+                ));
             }
+            if lines.is_empty() {
+                lines.push("installed as configured; no foreign writes".into());
+            }
+            let json = serde_json::json!({
+                "bridge": name, "store": store, "ok": report.ok(), "problems": report.problems,
+                "foreign_writes": report.foreign_writes,
+                "last_foreign_write_at": report.last_foreign_write_at, "taken_over": report.taken_over,
+            });
+            emit(args.json, &json, &name, &store, &lines);
             failed |= !report.ok();
         } else if args.remove {
             with_db(a.store, async |db, tables| Ok(outbox_adopt::remove(db, tables, bridge).await?)).await?;
-            println!(
-                "adopt {name} (store {store}): removed; the legacy table and the messages are untouched"
+            let line = "removed; the legacy table and the messages are untouched".to_owned();
+            emit(
+                args.json,
+                &serde_json::json!({"bridge": name, "store": store, "removed": true}),
+                &name,
+                &store,
+                &[line],
             );
         } else {
             let report =
                 with_db(a.store, async |db, tables| Ok(outbox_adopt::install(db, tables, bridge).await?))
                     .await?;
-            if args.json {
-                println!(
-                    "{}",
-                    serde_json::json!({"bridge": name, "store": store, "taken_over": report.taken_over, "triggers": report.triggers})
-                );
-            } else {
-                println!(
-                    "adopt {name} (store {store}): installed ({}); took over {} pending legacy rows",
-                    report.triggers.join(", "),
-                    report.taken_over
-                );
-            }
+            let line = format!(
+                "installed ({}); took over {} pending legacy rows",
+                report.triggers.join(", "),
+                report.taken_over
+            );
+            let json = serde_json::json!({"bridge": name, "store": store, "taken_over": report.taken_over, "triggers": report.triggers});
+            emit(args.json, &json, &name, &store, &[line]);
         }
     }
     if failed {
         bail!("a bridge is not as configured, or its legacy table is written by someone else");
     }
     Ok(())
+}
+
+/// One bridge's result: a JSON object, or a line per finding.
+fn emit(json: bool, value: &serde_json::Value, name: &str, store: &str, lines: &[String]) {
+    if json {
+        println!("{value}");
+    } else {
+        for l in lines {
+            println!("adopt {name} (store {store}): {l}");
+        }
+    }
 }
 
 /// How often the relay re-reads each bridge's record.
