@@ -238,11 +238,11 @@ for line in sys.stdin:
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m.get("profile", {}).get("test"):
         continue
     pkg = m["package_id"]
-    for crate in ("outbox-store", "outbox-relay", "outbox-inbox", "outbox-cli"):
+    for crate in ("outbox-store", "outbox-relay", "outbox-inbox", "outbox-cli", "outbox-adopt"):
         if ("/" + crate + "#") in pkg or pkg.startswith(crate + " "):  # cargo >= 1.77, older
             print(crate, os.path.dirname(m["manifest_path"]), m["executable"])
 ' >"$list"
-  [ -s "$list" ] || { rm -f "$list"; die "cargo test --workspace --no-run listed no test binary of outbox-store, outbox-relay, outbox-inbox or outbox-cli"; }
+  [ -s "$list" ] || { rm -f "$list"; die "cargo test --workspace --no-run listed no test binary of outbox-store, outbox-relay, outbox-inbox, outbox-cli or outbox-adopt"; }
   local crate dir exe failed=0 out
   out=$(mktemp)
   while read -r crate dir exe; do

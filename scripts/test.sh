@@ -3,7 +3,7 @@
 # MariaDB, Redis, RabbitMQ, NATS JetStream, Mosquitto), installs the Kafka and RocketMQ brokers the
 # transport tests start (scripts/brokers.sh), installs what
 # the foreign-language examples need, checks formatting and lints, and runs every test against
-# the real servers; then runs the MySQL tests of the store, relay, inbox and admin API suites a
+# the real servers; then runs the MySQL tests of the store, relay, inbox, admin API and adopt suites a
 # second time against a real MySQL 9.7 server of its own (scripts/mysql.sh). `.ci/run` runs
 # exactly this.
 set -euo pipefail
@@ -64,9 +64,9 @@ source scripts/brokers.sh
 echo "== cargo test"
 cargo test --workspace --no-fail-fast
 # The same MySQL tests again (every test named mysql or mariadb in outbox-store, outbox-relay,
-# outbox-inbox and outbox-cli), against MySQL instead of the shared MariaDB, from the binaries
+# outbox-inbox, outbox-cli and outbox-adopt), against MySQL instead of the shared MariaDB, from the binaries
 # built above.
-echo "== MySQL: the store, relay, inbox and admin API suites against MySQL"
+echo "== MySQL: the store, relay, inbox, admin API and adopt suites against MySQL"
 trap 'bash scripts/mysql.sh stop || true' EXIT
 bash scripts/mysql.sh test
 bash scripts/mysql.sh stop
