@@ -47,6 +47,9 @@ pub(crate) fn from_status(status: StatusCode, retry_after: Option<Duration>, sni
     Outcome::Failed { kind, reason, retry_after }
 }
 
+/// hyper's words for a connection that closed before a request could be sent on it.
+const NOT_READY: &str = "connection was not ready";
+
 /// Classifies a request that got no response. `address` is the redacted target URL.
 pub(crate) fn from_error(err: &reqwest::Error, address: &str, timeout: Duration) -> Outcome {
     let detail = causes(err);
@@ -65,6 +68,16 @@ pub(crate) fn from_error(err: &reqwest::Error, address: &str, timeout: Duration)
     }
     if err.is_connect() {
         return Outcome::unavailable(format!("{address}: cannot connect{detail}"));
+    }
+    if detail.contains(NOT_READY) {
+        // The connection closed before the request could be sent (hyper retried it once on a
+        // new one): the request never left. Seen when a TLS 1.3 server refuses the client's
+        // certificate and its alert arrives before the connection is ready, which loses the
+        // alert: the destination's set-up, never the message's.
+        return Outcome::unavailable(format!(
+            "{address}: cannot connect{detail} (the connection closed before the request was sent; with \
+             TLS, the server may have refused this client's certificate)"
+        ));
     }
     if err.is_builder() || err.is_redirect() {
         return Outcome::permanent(format!("{address}: invalid request{detail}"));
