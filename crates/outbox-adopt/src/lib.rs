@@ -458,22 +458,42 @@ pub async fn remove(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<(), 
     statements.extend(sql.shared_tables());
     statements.push(format!("DELETE FROM {link} WHERE bridge = {}", sql.bridge_lit()));
     statements.push(format!("DELETE FROM {table} WHERE bridge = {}", sql.bridge_lit()));
-    for s in &statements {
-        on_pool!(db, pool => sqlx::raw_sql(s).execute(pool).await.map(drop).map_err(db_err(bridge, "removing the bridge"))?);
-    }
     let left = format!("SELECT COUNT(*) FROM {table}");
-    let n: i64 = on_pool!(db, pool => sqlx::query_scalar(&left)
-        .fetch_one(pool)
-        .await
-        .map_err(db_err(bridge, "counting the bridges left"))?);
-    if n == 0 {
-        for s in [format!("DROP TABLE IF EXISTS {link}"), format!("DROP TABLE IF EXISTS {table}")] {
-            on_pool!(db, pool => sqlx::raw_sql(&s)
-                .execute(pool)
+    let last = [format!("DROP TABLE IF EXISTS {link}"), format!("DROP TABLE IF EXISTS {table}")];
+    // Runs the removal on `$e`; the shared tables go with the last bridge.
+    macro_rules! remove_on {
+        ($e:expr) => {{
+            for s in &statements {
+                sqlx::raw_sql(s).execute($e).await.map_err(db_err(bridge, "removing the bridge"))?;
+            }
+            let n: i64 = sqlx::query_scalar(&left)
+                .fetch_one($e)
                 .await
-                .map(drop)
-                .map_err(db_err(bridge, "dropping the bridge tables"))?);
+                .map_err(db_err(bridge, "counting the bridges left"))?;
+            if n == 0 {
+                for s in &last {
+                    sqlx::raw_sql(s)
+                        .execute($e)
+                        .await
+                        .map_err(db_err(bridge, "dropping the bridge tables"))?;
+                }
+            }
+        }};
+    }
+    match db {
+        // One transaction: the bridge goes whole or not at all, and `DROP ... IF EXISTS` of what
+        // is already gone is not worth a notice on the terminal.
+        Db::Postgres(pool) => {
+            let mut tx = pool.begin().await.map_err(db_err(bridge, "beginning the removal"))?;
+            sqlx::raw_sql("SET LOCAL client_min_messages = warning")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_err(bridge, "beginning the removal"))?;
+            remove_on!(&mut *tx);
+            tx.commit().await.map_err(db_err(bridge, "committing the removal"))?;
         }
+        // DDL commits by itself on MySQL/MariaDB: statement by statement, each idempotent.
+        Db::MySql(pool) => remove_on!(pool),
     }
     Ok(())
 }
