@@ -119,7 +119,13 @@ impl<S: RelayStore> Relay<S> {
                 Ok((batch, _)) if batch.is_empty() => {
                     drop(permit);
                     store_backoff = Duration::from_millis(100);
-                    if !idle {
+                    // A batch still in flight wakes this loop when it settles, and the claim
+                    // after it sees whatever was committed meanwhile: no need to declare idle.
+                    // Declaring idle and busy again around every batch of a few hot keys (each
+                    // batch leaves the next claim empty until it settles) cost two committed
+                    // writes and an extra claim per batch.
+                    let in_flight = permits.available_permits() < cfg.max_in_flight_batches;
+                    if !idle && !in_flight {
                         // Declare idle, then claim once more: a row committed between the empty
                         // claim and the declaration did not notify.
                         if let Err(e) = inner.store.set_idle(&cfg.owner, true, idle_ttl).await {
@@ -136,7 +142,7 @@ impl<S: RelayStore> Relay<S> {
                         _ = tokio::time::sleep(cfg.idle_interval) => false,
                     };
                     on_scan = !woke;
-                    if !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
+                    if idle && !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
                         let _ = inner.store.set_idle(&cfg.owner, true, idle_ttl).await;
                         idle_refreshed = Instant::now();
                     }
