@@ -15,6 +15,8 @@
 #   bash scripts/adopt-cost.sh [pg|my|both]    (ROUNDS=3 SECONDS_PER_RUN=10 SLAP_TX=20000 by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/relay-config.sh
+source scripts/relay-config.sh
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 which="${1:-both}"
@@ -35,19 +37,7 @@ payload='{"order_id":1234567,"user_id":42,"amount":"99.50","currency":"CNY","ite
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 config() { # url
-  cat >"$work/outbox.toml" <<EOF
-[relay]
-[[stores]]
-name = "shop"
-url = "$1"
-[destinations.stream.transport]
-type = "redis"
-url = "redis://127.0.0.1:6379"
-stream = "outbox-adopt-cost"
-[[routes]]
-topic = "#"
-destinations = ["stream"]
-EOF
+  relay_config shop "$1" outbox-adopt-cost >"$work/outbox.toml"
   grep -v '^#' examples/adopt/seed001_message.toml >>"$work/outbox.toml"
 }
 

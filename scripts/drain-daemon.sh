@@ -11,6 +11,8 @@
 # (default: the release build under CARGO_TARGET_DIR, built if missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/relay-config.sh
+source scripts/relay-config.sh
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 server="${1:?usage: $0 pg|my N [KEYS]}"
@@ -57,20 +59,7 @@ sql "$fill"
 sql "ANALYZE TABLE outbox_message" >/dev/null 2>&1 || sql "ANALYZE outbox_message"
 echo "== $server: $n messages, $keys keys, filled by SQL in $(awk -v a="$t" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s; load $(cut -d' ' -f1-3 /proc/loadavg)"
 
-cat >"$work/outbox.toml" <<EOF
-[relay]
-[[stores]]
-name = "drain"
-url = "$url"
-max_connections = 8
-[destinations.stream.transport]
-type = "redis"
-url = "redis://127.0.0.1:6379"
-stream = "$stream"
-[[routes]]
-topic = "#"
-destinations = ["stream"]
-EOF
+relay_config drain "$url" "$stream" "max_connections = 8" >"$work/outbox.toml"
 redis-cli -h 127.0.0.1 DEL "$stream" >/dev/null
 
 t0=$(date +%s.%N)
