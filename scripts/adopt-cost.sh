@@ -18,17 +18,13 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/relay-config.sh
 source scripts/relay-config.sh
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 which="${1:-both}"
 rounds="${ROUNDS:-3}"
 secs="${SECONDS_PER_RUN:-10}"
 slap_tx="${SLAP_TX:-20000}"
 db=outbox_adopt_cost
 # Only installs the tables and the bridge: the debug build the tests use is enough.
-outbox="${OUTBOX:-$CARGO_TARGET_DIR/debug/outbox}"
-if [ ! -x "$outbox" ]; then
-  cargo build --quiet -p outbox-cli
-fi
+outbox=$(outbox_binary debug)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -14,16 +14,12 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/relay-config.sh
 source scripts/relay-config.sh
 
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 server="${1:?usage: $0 pg|my N [KEYS]}"
 n="${2:?usage: $0 pg|my N [KEYS]}"
 keys="${3:-1000}"
 db=outbox_drain_daemon
 stream=outbox-drain-daemon
-outbox="${OUTBOX:-$CARGO_TARGET_DIR/release/outbox}"
-if [ ! -x "$outbox" ]; then
-  cargo build --release --quiet -p outbox-cli
-fi
+outbox=$(outbox_binary release)
 work=$(mktemp -d)
 relay_pid=""
 cleanup() {
