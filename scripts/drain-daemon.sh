@@ -14,9 +14,9 @@ cd "$(dirname "$0")/.."
 # shellcheck source=scripts/relay-config.sh
 source scripts/relay-config.sh
 
-server="${1:?usage: $0 pg|my N [KEYS]}"
-n="${2:?usage: $0 pg|my N [KEYS]}"
-keys="${3:-1000}"
+usage() { echo "usage: $0 pg|my N [KEYS]" >&2; exit 2; }
+[ $# -ge 2 ] && [ "$2" -gt 0 ] 2>/dev/null || usage
+server=$1 n=$2 keys=${3:-1000}
 db=outbox_drain_daemon
 stream=outbox-drain-daemon
 outbox=$(outbox_binary release)
@@ -46,7 +46,7 @@ case $server in
     drop() { mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS $db"; }
     fill="INSERT INTO outbox_message (topic, payload, msg_key) SELECT 'drain', '$payload', CONCAT('k', seq % $keys) FROM seq_1_to_$n"
     ;;
-  *) echo "usage: $0 pg|my N [KEYS]" >&2; exit 2 ;;
+  *) usage ;;
 esac
 
 "$outbox" migrate --database-url "$url" >/dev/null
