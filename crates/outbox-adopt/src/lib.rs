@@ -261,12 +261,7 @@ pub async fn install(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Ins
         sql.shared_tables().into_iter().chain(sql.drops()).chain(sql.triggers()).collect();
     let taken_over = match db {
         Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.map_err(db_err(bridge, "beginning the install"))?;
-            // `DROP ... IF EXISTS` of what is not there yet is not worth a notice on the terminal.
-            sqlx::raw_sql("SET LOCAL client_min_messages = warning")
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err(bridge, "beginning the install"))?;
+            let mut tx = quiet_tx(pool, bridge, "beginning the install").await?;
             for s in &statements {
                 sqlx::raw_sql(s).execute(&mut *tx).await.map_err(db_err(bridge, "installing the bridge"))?;
             }
@@ -448,6 +443,21 @@ pub async fn check(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<Check
     Ok(report)
 }
 
+/// A PostgreSQL transaction whose `DROP ... IF EXISTS` of what is not there sends no notice to
+/// the terminal.
+async fn quiet_tx<'c>(
+    pool: &'c sqlx::PgPool,
+    bridge: &Bridge,
+    what: &'static str,
+) -> Result<sqlx::Transaction<'c, sqlx::Postgres>, AdoptError> {
+    let mut tx = pool.begin().await.map_err(db_err(bridge, what))?;
+    sqlx::raw_sql("SET LOCAL client_min_messages = warning")
+        .execute(&mut *tx)
+        .await
+        .map_err(db_err(bridge, what))?;
+    Ok(tx)
+}
+
 /// Removes the bridge: its triggers, functions, record and links (the messages stay). The
 /// shared tables go with the last bridge. The legacy table is not touched.
 pub async fn remove(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<(), AdoptError> {
@@ -484,11 +494,7 @@ pub async fn remove(db: Db<'_>, tables: &Tables, bridge: &Bridge) -> Result<(), 
         // One transaction: the bridge goes whole or not at all, and `DROP ... IF EXISTS` of what
         // is already gone is not worth a notice on the terminal.
         Db::Postgres(pool) => {
-            let mut tx = pool.begin().await.map_err(db_err(bridge, "beginning the removal"))?;
-            sqlx::raw_sql("SET LOCAL client_min_messages = warning")
-                .execute(&mut *tx)
-                .await
-                .map_err(db_err(bridge, "beginning the removal"))?;
+            let mut tx = quiet_tx(pool, bridge, "beginning the removal").await?;
             remove_on!(&mut *tx);
             tx.commit().await.map_err(db_err(bridge, "committing the removal"))?;
         }

@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use outbox_testkit::either::Either;
+use outbox_testkit::eventually_within;
 use outbox_testkit::fs::temp_dir;
 use outbox_testkit::process::{RelayConfig, RelayProcess};
 use outbox_testkit::proxy::TcpProxy;
@@ -44,20 +45,12 @@ async fn wait_row(
     what: &str,
     want: impl Fn((i64, i64, bool)) -> bool,
 ) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let row = legacy_row(legacy, biz_key).await;
-        if want(row) {
-            return;
-        }
+    let want = &want;
+    eventually_within(Duration::from_secs(60), &format!("legacy row {biz_key}: {what}"), || {
         relay.assert_alive(what);
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{biz_key}: {what}: still {row:?}: {}",
-            relay.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        async move { want(legacy_row(legacy, biz_key).await) }
+    })
+    .await;
 }
 
 async fn a_legacy_table_through_the_daemon(legacy: Either<'_>, url: &str, ddl: &str) {
