@@ -13,6 +13,7 @@ use outbox_store::{DeliveryState, Hold, RelayStore, SettleReport, Settlement};
 use crate::decide::{decide, Decision, Rules};
 use crate::dispatch::Item;
 use crate::relay::Inner;
+use crate::runs::Waves;
 use crate::settle::{self, Target, TargetResult};
 use crate::stats::RelayStats;
 
@@ -116,9 +117,42 @@ fn decide_all<S: RelayStore>(
     (results, to_publish)
 }
 
+/// Publishes the batch in waves ([`crate::runs`]): one when it holds one message per key, one
+/// per message of its longest run otherwise. A message held back by an older one of its key
+/// that was not delivered is put back, not attempted.
+async fn publish_all<S: RelayStore>(
+    inner: &Inner<S>,
+    batch: &[OutboxMessage],
+    to_publish: Vec<Vec<Item>>,
+    results: &mut Results,
+) {
+    let mut waves = Waves::new(batch.iter().map(|m| (m.id.0, m.key.as_deref())));
+    if waves.count() <= 1 {
+        return publish_wave(inner, batch, to_publish, results).await;
+    }
+    for w in 0..waves.count() {
+        let mut wave: Vec<Vec<Item>> = vec![Vec::new(); to_publish.len()];
+        for (di, items) in to_publish.iter().enumerate() {
+            for &(mi, ti, attempts) in items.iter().filter(|(mi, _, _)| waves.wave_of(*mi) == w) {
+                if waves.is_held(mi) {
+                    results[mi][ti] = Some(TargetResult::Deferred { attempts, wait: Duration::ZERO });
+                } else {
+                    wave[di].push((mi, ti, attempts));
+                }
+            }
+        }
+        publish_wave(inner, batch, wave, results).await;
+        waves.answered(w, |mi| {
+            results[mi]
+                .iter()
+                .all(|r| matches!(r, Some(TargetResult::Delivered { .. } | TargetResult::AlreadyDone)))
+        });
+    }
+}
+
 /// Gates each destination by its breaker, publishes to all of them concurrently and records
 /// the outcomes in `results`.
-async fn publish_all<S: RelayStore>(
+async fn publish_wave<S: RelayStore>(
     inner: &Inner<S>,
     batch: &[OutboxMessage],
     to_publish: Vec<Vec<Item>>,

@@ -31,6 +31,12 @@ pub struct RelayConfig {
     /// `docs/adr/0003-relay-claim-order-and-wakeup.md`). Each in-flight batch then holds one
     /// database connection while it publishes. Defaults to true; SQLite always uses leases.
     pub lock_claims: bool,
+    /// Most messages of one key in one claim: a key's head and the due messages that follow
+    /// it without a gap, published in id order, each once the one before it is delivered (a
+    /// failure defers the rest of the run). Lets a few busy keys drain at more than one message
+    /// per key per claim. Where the store builds runs (locked claims on PostgreSQL, every claim
+    /// on MySQL/MariaDB); elsewhere, and with 1, a claim takes only heads. Defaults to 32.
+    pub max_run: usize,
     /// How long a message whose topic no route of this relay matches waits for another relay
     /// that routes it (a rolling deploy: the new routes run on some relays only) before it
     /// fails with "no route". Meanwhile it is put back without spending an attempt, with a
@@ -57,6 +63,7 @@ impl Default for RelayConfig {
             publish_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(10),
             lock_claims: true,
+            max_run: 32,
             unrouted_grace: Duration::from_secs(600),
             alert_circuit_open_after: Some(Duration::from_secs(300)),
             alert_overdue_after: Some(Duration::from_secs(900)),

@@ -42,6 +42,7 @@ mod presence;
 mod relay;
 mod retention;
 mod router;
+mod runs;
 mod settle;
 mod stats;
 pub mod testing;

@@ -279,6 +279,31 @@ async fn a_keys_messages_keep_their_order_through_retries() {
     running.stop().await;
 }
 
+/// Per-key runs: a key's backlog travels in one claim (published in id order, each once the one
+/// before it is delivered), and a failure in the middle of the run holds the rest back: nothing
+/// after the failed message is published until it is delivered.
+#[tokio::test(start_paused = true)]
+async fn a_keys_run_goes_in_one_claim_and_a_failure_holds_back_the_rest() {
+    let (b, running) = Bench::started(policy(10, Duration::from_millis(300)));
+    let keyed: Vec<_> = (0..20)
+        .map(|i| b.store.enqueue(&NewMessage::new("orders", format!("{i}")).key("k")).unwrap())
+        .collect();
+    b.t.fail_message(keyed[7], 1, Outcome::retryable("busy"));
+    until("all delivered", || keyed.iter().all(|id| b.status(*id) == Status::Sent)).await;
+
+    let received = b.t.received();
+    let ids: Vec<MessageId> = received.iter().map(|r| r.envelope.id).collect();
+    let expected: Vec<MessageId> = keyed[..8].iter().chain(&keyed[7..]).copied().collect();
+    assert_eq!(ids, expected, "in id order; the failed one again before anything after it");
+    let first = received[0].at;
+    let at_once = received.iter().take_while(|r| r.at == first).count();
+    assert_eq!(at_once, 8, "the run up to the failure went out in one claim, at one instant");
+    assert!(received[8].at >= first + Duration::from_millis(300), "the rest waited for the retry");
+    let attempts: Vec<i32> = keyed.iter().map(|id| b.store.get(*id).unwrap().attempts).collect();
+    assert_eq!(attempts.iter().sum::<i32>(), 1, "held-back messages spent no attempt: {attempts:?}");
+    running.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refused_settlement_pauses_claims_and_publishes_again_only_after_the_lease() {
     let b = Bench::new();

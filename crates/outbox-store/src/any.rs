@@ -230,13 +230,28 @@ impl Claims for AnyOutbox {
         limit: usize,
         lease: Duration,
     ) -> Result<Claimed<AnyLock>> {
+        self.claim_runs(mode, owner, limit, 1, lease).await
+    }
+
+    async fn claim_runs(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> Result<Claimed<AnyLock>> {
         Ok(match self {
             #[cfg(feature = "postgres")]
-            AnyOutbox::Postgres(o) => lift(o.claim_with(mode, owner, limit, lease).await?, AnyLock::Postgres),
+            AnyOutbox::Postgres(o) => {
+                lift(o.claim_runs(mode, owner, limit, run, lease).await?, AnyLock::Postgres)
+            }
             #[cfg(feature = "mysql")]
-            AnyOutbox::MySql(o) => lift(o.claim_with(mode, owner, limit, lease).await?, AnyLock::MySql),
+            AnyOutbox::MySql(o) => lift(o.claim_runs(mode, owner, limit, run, lease).await?, AnyLock::MySql),
             #[cfg(feature = "sqlite")]
-            AnyOutbox::Sqlite(o) => Claimed::leased(o.claim_with(mode, owner, limit, lease).await?.messages),
+            AnyOutbox::Sqlite(o) => {
+                Claimed::leased(o.claim_runs(mode, owner, limit, run, lease).await?.messages)
+            }
         })
     }
 

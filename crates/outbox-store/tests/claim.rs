@@ -183,12 +183,72 @@ where
     assert_eq!((m.status, m.updated_by.as_deref()), (Status::Sent, Some("heir")));
 }
 
+/// Per-key runs (`claim_runs`, locked): a key's head brings the due messages behind it in the
+/// same claim, in id order, at most `run` per key; a run stops before a message that is not due
+/// and takes nothing after it. Another relay, locked or leased, takes nothing of those keys.
+/// A run settled in part (the relay puts back what a failure held back) continues from its new
+/// head in the next claim.
+async fn a_keys_run_comes_with_its_head<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let mut a = Vec::new();
+    for _ in 0..4 {
+        a.push(enqueue(NewMessage::new("t", "{}").key("a")).await);
+    }
+    let b1 = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let b2 = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let b3 = enqueue(NewMessage::new("t", "{}").key("b").delay(Duration::from_secs(3600))).await;
+    let b4 = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let keyless = enqueue(NewMessage::new("t", "{}")).await;
+
+    let claimed = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 3, LEASE).await.unwrap();
+    let ids: Vec<MessageId> = claimed.messages.iter().map(|m| m.id).collect();
+    assert_eq!(ids, [a[0], a[1], a[2], b1, b2, keyless], "runs of 3 at most, up to b's delayed message");
+    assert!(!ids.contains(&b4), "nothing after a message that is not due");
+    assert!(matches!(claimed.hold, Hold::Lock(_)));
+
+    let other = lock(outbox, "relay-b", 100).await;
+    assert!(other.is_none(), "{:?}", other.map(|(b, _)| b.iter().map(|m| m.id).collect::<Vec<_>>()));
+    let leased = outbox.claim("relay-c", 100, LEASE).await.unwrap();
+    assert!(leased.is_empty(), "{:?}", leased.iter().map(|m| m.id).collect::<Vec<_>>());
+
+    // a[2] is held back by the relay (as after a failure of an older message): put back.
+    let settlement = Settlement {
+        sent: vec![a[0], a[1], b1, b2, keyless],
+        messages: vec![MessageWrite {
+            id: a[2],
+            status: Status::Pending,
+            attempts: 0,
+            retry_in: Duration::ZERO,
+            last_error: None,
+            attempted: false,
+        }],
+        deliveries: Vec::new(),
+    };
+    let report = outbox.settle_held(claimed.hold, "relay-a", &settlement).await.unwrap();
+    assert_eq!(report.settled, 6);
+    let next = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 3, LEASE).await.unwrap();
+    assert_eq!(next.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [a[2], a[3]]);
+    assert!(next.messages.iter().all(|m| m.attempts == 0 && m.status == Status::Pending));
+    for id in [b3, b4] {
+        let m = outbox.get(id).await.unwrap().unwrap();
+        assert_eq!(
+            (m.status, m.attempts),
+            (Status::Pending, 0),
+            "b's delayed message and the one behind it wait"
+        );
+    }
+}
+
 suite!(
     [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
     [
         heads_behind_a_busy_keys_backlog_are_claimed_at_once,
         a_locked_claim_holds_its_rows_and_keys_until_it_settles,
         a_frozen_claimer_loses_its_rows_after_the_lease,
+        a_keys_run_comes_with_its_head,
     ]
 );
 suite!(sqlite, outbox_testkit::fresh_sqlite, [heads_behind_a_busy_keys_backlog_are_claimed_at_once]);

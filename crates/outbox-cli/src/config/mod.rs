@@ -280,6 +280,8 @@ pub(crate) struct RelaySection {
     pub(crate) idle_interval: Duration,
     /// Batches in flight. Defaults to 2.
     pub(crate) max_in_flight_batches: usize,
+    /// Most messages of one key in one claim (1..=batch_size; 1: heads only). Defaults to 32.
+    pub(crate) max_run: usize,
     /// Publish timeout. Defaults to 10 s.
     #[serde(with = "outbox_core::duration")]
     pub(crate) publish_timeout: Duration,
@@ -304,6 +306,7 @@ impl Default for RelaySection {
             lease: d.lease,
             idle_interval: d.idle_interval,
             max_in_flight_batches: d.max_in_flight_batches,
+            max_run: d.max_run,
             publish_timeout: d.publish_timeout,
             shutdown_timeout: d.shutdown_timeout,
             lock_claims: d.lock_claims,
@@ -477,6 +480,7 @@ impl Config {
             lease: self.relay.lease,
             idle_interval: self.relay.idle_interval,
             max_in_flight_batches: self.relay.max_in_flight_batches,
+            max_run: self.relay.max_run,
             publish_timeout: self.relay.publish_timeout,
             shutdown_timeout: self.relay.shutdown_timeout,
             lock_claims: self.relay.lock_claims,

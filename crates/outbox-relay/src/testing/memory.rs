@@ -4,7 +4,7 @@
 //! cool-downs happen in virtual time, exactly and without waiting. Not for production: it
 //! keeps nothing across a restart. The SQL stores are tested against real databases.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -179,16 +179,31 @@ impl Claims for MemoryStore {
     /// key and only a key's head (no older open message with that key), as the SQL claims.
     async fn claim_with(
         &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Claimed<NoLocks>> {
+        self.claim_runs(mode, owner, limit, 1, lease).await
+    }
+
+    /// [`Claims::claim_with`] with runs: a key's head, then the due messages that follow it
+    /// without a gap, up to `run` per key, as the SQL stores' locked claims build them (with
+    /// the difference that every key may bring its whole run while places are left).
+    async fn claim_runs(
+        &self,
         _mode: ClaimMode,
         owner: &str,
         limit: usize,
+        run: usize,
         lease: Duration,
     ) -> Result<Claimed<NoLocks>> {
         let mut mem = self.mem();
         mem.claims += 1;
         scripted_refusal(&mut mem.refuse_claims, "claim")?;
         let now = Instant::now();
-        let mut keys_seen: HashSet<String> = HashSet::new();
+        // Per key: messages taken so far, or None once the key's line is broken.
+        let mut keys: HashMap<String, Option<usize>> = HashMap::new();
         let mut out = Vec::new();
         for row in mem.rows.values_mut() {
             if out.len() >= limit {
@@ -197,14 +212,26 @@ impl Claims for MemoryStore {
             if !is_open(row.msg.status) {
                 continue;
             }
-            let head = match &row.msg.key {
-                Some(k) => keys_seen.insert(k.clone()),
-                None => true,
-            };
             let due = match row.msg.status {
                 Status::Pending => row.due <= now,
                 Status::Sending => row.lease_until.is_some_and(|t| t <= now),
                 _ => false,
+            };
+            let head = match &row.msg.key {
+                Some(k) => {
+                    let line = keys.entry(k.clone()).or_insert(Some(0));
+                    match line {
+                        Some(n) if due && *n < run.max(1) => {
+                            *n += 1;
+                            true
+                        }
+                        _ => {
+                            *line = None;
+                            false
+                        }
+                    }
+                }
+                None => true,
             };
             if head && due {
                 row.msg.status = Status::Sending;

@@ -33,7 +33,7 @@ use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
 use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{settle_isolated, SettleWrites};
+use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
 use crate::signal::CommitSignal;
 
@@ -117,11 +117,57 @@ async fn lock_heads(
     Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message))
 }
 
+/// The runs behind the heads of `plan` (see `relay::runs`), locked in the claim's
+/// transaction: one statement reads the open messages after every head (one sub-select per
+/// key over `(open_key, id)`), a second locks the chosen ones by primary key.
+async fn lock_runs(
+    tx: &mut sqlx::Transaction<'static, MySql>,
+    tables: &Tables,
+    plan: &runs::RunPlan,
+) -> Result<Vec<OutboxMessage>> {
+    let per_key = i64::try_from(plan.per_key).unwrap_or(i64::MAX);
+    let mut qb = QueryBuilder::<MySql>::new("");
+    for (i, (key, head)) in plan.heads.iter().enumerate() {
+        if i > 0 {
+            qb.push(" UNION ALL ");
+        }
+        qb.push("(SELECT id, ");
+        qb.push_bind(*head);
+        qb.push(render(
+            tables,
+            " AS head, IF(status IN ('pending', 'sending') AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due \
+             FROM outbox_message WHERE open_key = ",
+        ));
+        qb.push_bind(key.clone());
+        qb.push(" AND id > ");
+        qb.push_bind(*head);
+        qb.push(" ORDER BY id LIMIT ");
+        qb.push_bind(per_key);
+        qb.push(")");
+    }
+    let found: Vec<(i64, i64, i64)> = qb.build_query_as().fetch_all(&mut **tx).await.map_err(db)?;
+    let mut followers: Vec<runs::Follower> =
+        found.into_iter().map(|(id, head, due)| runs::Follower { id, head, due: due != 0 }).collect();
+    let wanted = runs::wanted(&mut followers, plan.per_key);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut qb = QueryBuilder::<MySql>::new(
+        render(tables, &format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id IN ")).into_owned(),
+    );
+    in_list(&mut qb, wanted.iter().copied());
+    qb.push(" AND status IN ('pending', 'sending') AND next_attempt_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED");
+    let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
+    let (good, _undecodable) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+    Ok(runs::cut(&followers, &wanted, good.into_iter().map(|m| (m.id.0, m)).collect()))
+}
+
 /// Steps 1 to 3 in a new READ COMMITTED transaction: the claimable messages, locked, in id
-/// order, with the transaction that holds them.
+/// order, with the transaction that holds them; with `run` > 1, each keyed head's run behind it.
 async fn lock_candidates(
     outbox: &Outbox<MySql>,
     limit: usize,
+    run: usize,
     exact: bool,
 ) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>)> {
     let tables = outbox.tables();
@@ -154,6 +200,10 @@ async fn lock_candidates(
             kept.extend(extra);
             poison.extend(bad);
         }
+    }
+    if let Some(plan) = runs::plan(&kept, limit.saturating_sub(poison.len()), run) {
+        let more = lock_runs(&mut tx, tables, &plan).await?;
+        kept.extend(more);
     }
     kept.sort_by_key(|m| m.id);
     if !poison.is_empty() {
@@ -372,12 +422,18 @@ impl Wakeups for Outbox<MySql> {
 }
 
 impl Outbox<MySql> {
-    async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+    async fn claim_leased(
+        &self,
+        owner: &str,
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> Result<Vec<OutboxMessage>> {
         let tables = self.tables();
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, false).await?;
+        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, run, false).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -405,13 +461,14 @@ impl Outbox<MySql> {
         &self,
         _owner: &str,
         limit: usize,
+        run: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
         let tables = self.tables();
         if limit == 0 {
             return Ok(None);
         }
-        let (mut tx, kept, poison) = lock_candidates(self, limit, true).await?;
+        let (mut tx, kept, poison) = lock_candidates(self, limit, run, true).await?;
         if !kept.is_empty() {
             // A relay that vanishes without closing its connection (its host frozen, the network
             // cut without a reset) loses the claim after `lease`: MariaDB ends a transaction

@@ -22,7 +22,7 @@ use super::decode_message;
 use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{settle_isolated, SettleWrites};
+use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
@@ -166,6 +166,28 @@ const CLAIM_LOCKED: &str = concat!(
     "\n)
 SELECT w.n AS win_rows, (SELECT yes FROM need_heads) AS walked, p.*
 FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
+);
+
+/// The open messages that follow each head (`$1` keys, `$2` head ids) in its key, at most `$3`
+/// per key, in id order, each with whether it is due. One probe of the open-key index per key,
+/// in `(msg_key, id)` order from the head (as the head probes, so only that index can serve
+/// it); entries of the next key are dropped outside the `LIMIT`.
+const RUN_FOLLOWERS: &str = "\
+SELECT f.id, h.hid AS head, (f.status IN ('pending', 'sending') AND f.next_attempt_at <= now()) AS due
+FROM unnest($1::text[], $2::int8[]) AS h(k, hid)
+CROSS JOIN LATERAL (
+    SELECT o.id, o.msg_key, o.status, o.next_attempt_at FROM outbox_message o
+    WHERE o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed') AND (o.msg_key, o.id) > (h.k, h.hid)
+    ORDER BY o.msg_key, o.id LIMIT $3) f
+WHERE f.msg_key = h.k";
+
+/// Locks the followers chosen (`$1`) that are still due; another relay's are skipped.
+const RUN_LOCK: &str = concat!(
+    "SELECT ",
+    message_columns!("m"),
+    "\nFROM outbox_message m
+WHERE m.id = ANY($1) AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
+FOR UPDATE SKIP LOCKED"
 );
 
 /// Passes of a locked claim over successive windows.
@@ -344,6 +366,39 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
     rows.iter().map(crate::common::delivery_state).collect()
 }
 
+/// The runs behind the heads of `plan`, locked in the claim's transaction.
+async fn lock_runs(
+    tx: &mut sqlx::Transaction<'static, Postgres>,
+    tables: &Tables,
+    plan: &runs::RunPlan,
+) -> Result<Vec<OutboxMessage>> {
+    let per_key = i64::try_from(plan.per_key).unwrap_or(i64::MAX);
+    let rows = sqlx::query(&render(tables, RUN_FOLLOWERS))
+        .bind(plan.heads.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>())
+        .bind(plan.heads.iter().map(|(_, id)| *id).collect::<Vec<_>>())
+        .bind(per_key)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db)?;
+    let mut followers = rows
+        .iter()
+        .map(|r| {
+            Ok(runs::Follower {
+                id: r.try_get("id").map_err(db)?,
+                head: r.try_get("head").map_err(db)?,
+                due: r.try_get::<Option<bool>, _>("due").map_err(db)?.unwrap_or(false),
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let wanted = runs::wanted(&mut followers, plan.per_key);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(&render(tables, RUN_LOCK)).bind(&wanted).fetch_all(&mut **tx).await.map_err(db)?;
+    let (good, _undecodable) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+    Ok(runs::cut(&followers, &wanted, good.into_iter().map(|m| (m.id.0, m)).collect()))
+}
+
 /// The row locks of a locked claim on this database.
 pub type PgLock = crate::relay::RowLock<Postgres>;
 
@@ -412,7 +467,14 @@ impl Wakeups for Outbox<Postgres> {
 }
 
 impl Outbox<Postgres> {
-    async fn claim_leased(&self, owner: &str, limit: usize, lease: Duration) -> Result<Vec<OutboxMessage>> {
+    /// Lease claims take heads only (`_run`): the claim is one statement.
+    async fn claim_leased(
+        &self,
+        owner: &str,
+        limit: usize,
+        _run: usize,
+        lease: Duration,
+    ) -> Result<Vec<OutboxMessage>> {
         let tables = self.tables();
         let (limit, window) = claim_sizes(limit);
         let rows = sqlx::query(&render(tables, CLAIM))
@@ -432,9 +494,11 @@ impl Outbox<Postgres> {
         &self,
         owner: &str,
         limit: usize,
+        run: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, PgLock)>> {
         let tables = self.tables();
+        let max = limit;
         let (limit, window) = claim_sizes(limit);
         // A relay that vanishes without closing its connection loses the claim after `lease`.
         let conn = self.pool().acquire().await.map_err(db)?;
@@ -484,6 +548,10 @@ impl Outbox<Postgres> {
             }
             tx.rollback().await.map_err(db)?;
             return Ok(None);
+        }
+        if let Some(plan) = runs::plan(&out, max, run) {
+            let more = lock_runs(&mut tx, tables, &plan).await?;
+            out.extend(more);
         }
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();

@@ -28,6 +28,8 @@ use serde::{Deserialize, Serialize};
 use crate::signal::CommitSignal;
 
 mod isolate;
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) mod runs;
 mod settlement;
 
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
@@ -147,9 +149,20 @@ macro_rules! row_lock_claims {
                 limit: usize,
                 lease: Duration,
             ) -> Result<Claimed<Self::Lock>> {
+                self.claim_runs(mode, owner, limit, 1, lease).await
+            }
+
+            async fn claim_runs(
+                &self,
+                mode: ClaimMode,
+                owner: &str,
+                limit: usize,
+                run: usize,
+                lease: Duration,
+            ) -> Result<Claimed<Self::Lock>> {
                 Ok(match mode {
-                    ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, lease).await?),
-                    ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, lease).await?),
+                    ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, run, lease).await?),
+                    ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, run, lease).await?),
                 })
             }
 
@@ -218,6 +231,23 @@ pub trait Claims: Clone + Send + Sync + 'static {
         limit: usize,
         lease: Duration,
     ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+
+    /// [`Claims::claim_with`], where a key's head may bring the messages that follow it in its
+    /// key in the same claim, up to `run` messages per key in all (`run` = 1: heads only): each
+    /// behind an unbroken line of due messages of its key, all in this claim (see
+    /// `relay::runs`). The relay then publishes a key's run in id order, each message only
+    /// once the one before it is delivered. A store that does not build runs claims heads only.
+    fn claim_runs(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
+        let _ = run;
+        self.claim_with(mode, owner, limit, lease)
+    }
 
     /// The per-destination rows of these messages, read through the claim's own transaction
     /// when it holds one (a batch never waits for a second pooled connection while it holds
