@@ -78,11 +78,8 @@ impl<S: RelayStore> RelayBuilder<S> {
         if c.batch_size == 0 || c.batch_size > 10_000 {
             return Err(BuildError::Invalid(format!("batch_size must be 1..=10000, got {}", c.batch_size)));
         }
-        if c.max_run == 0 || c.max_run > c.batch_size {
-            return Err(BuildError::Invalid(format!(
-                "max_run must be 1..=batch_size ({}), got {}",
-                c.batch_size, c.max_run
-            )));
+        if c.max_run == 0 {
+            return Err(BuildError::Invalid("max_run must be at least 1".into()));
         }
         if c.max_in_flight_batches == 0 {
             return Err(BuildError::Invalid("max_in_flight_batches must be at least 1".into()));

@@ -35,7 +35,8 @@ pub struct RelayConfig {
     /// it without a gap, published in id order, each once the one before it is delivered (a
     /// failure defers the rest of the run). Lets a few busy keys drain at more than one message
     /// per key per claim. Where the store builds runs (locked claims on PostgreSQL, every claim
-    /// on MySQL/MariaDB); elsewhere, and with 1, a claim takes only heads. Defaults to 32.
+    /// on MySQL/MariaDB); elsewhere, and with 1, a claim takes only heads. At most `batch_size`
+    /// is used. Defaults to 32.
     pub max_run: usize,
     /// How long a message whose topic no route of this relay matches waits for another relay
     /// that routes it (a rolling deploy: the new routes run on some relays only) before it

@@ -85,7 +85,7 @@ impl<S: RelayStore> Relay<S> {
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             let claimed = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                r = inner.store.claim_runs(mode, &cfg.owner, cfg.batch_size, cfg.max_run, cfg.lease).instrument(span.clone()) => r,
+                r = inner.store.claim_runs(mode, &cfg.owner, cfg.batch_size, cfg.max_run.min(cfg.batch_size), cfg.lease).instrument(span.clone()) => r,
             };
             inner.stats.claim_duration.record(claim_started.elapsed());
             if let Ok(c) = &claimed {

@@ -280,7 +280,8 @@ pub(crate) struct RelaySection {
     pub(crate) idle_interval: Duration,
     /// Batches in flight. Defaults to 2.
     pub(crate) max_in_flight_batches: usize,
-    /// Most messages of one key in one claim (1..=batch_size; 1: heads only). Defaults to 32.
+    /// Most messages of one key in one claim (1 to 10000, at most `batch_size` is used; 1: heads
+    /// only). Defaults to 32.
     pub(crate) max_run: usize,
     /// Publish timeout. Defaults to 10 s.
     #[serde(with = "outbox_core::duration")]

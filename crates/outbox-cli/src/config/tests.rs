@@ -121,7 +121,7 @@ fn values_the_relay_cannot_run_with_are_refused_by_key_and_line() {
         (relay("idle_interval = \"2h\""), "outbox.toml:5: relay.idle_interval"),
         (relay("max_in_flight_batches = 0"), "outbox.toml:5: relay.max_in_flight_batches"),
         (relay("max_run = 0"), "outbox.toml:5: relay.max_run"),
-        (relay("batch_size = 10\nmax_run = 11"), "relay.max_run"),
+        (relay("max_run = 100000"), "outbox.toml:5: relay.max_run"),
         (relay("owner = \"\""), "outbox.toml:5: relay.owner"),
         (relay("owner = \"a\\u001b[31m\""), "outbox.toml:5: relay.owner"),
         (relay(&format!("owner = \"{}\"", "o".repeat(200))), "outbox.toml:5: relay.owner"),

@@ -389,11 +389,8 @@ impl Config {
                 format!("must be between 1 and 10000, got {}", r.batch_size),
             ));
         }
-        if r.max_run == 0 || r.max_run > r.batch_size {
-            return Err(err(
-                "relay.max_run",
-                format!("must be between 1 and relay.batch_size ({}), got {}", r.batch_size, r.max_run),
-            ));
+        if r.max_run == 0 || r.max_run > 10_000 {
+            return Err(err("relay.max_run", format!("must be between 1 and 10000, got {}", r.max_run)));
         }
         if r.max_in_flight_batches == 0 || r.max_in_flight_batches > MAX_IN_FLIGHT_BATCHES {
             return Err(err(
