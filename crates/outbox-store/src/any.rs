@@ -223,16 +223,6 @@ macro_rules! unwrap_hold {
 impl Claims for AnyOutbox {
     type Lock = AnyLock;
 
-    async fn claim_with(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Claimed<AnyLock>> {
-        self.claim_runs(mode, owner, limit, 1, lease).await
-    }
-
     async fn claim_runs(
         &self,
         mode: ClaimMode,

@@ -175,21 +175,10 @@ impl Signalled for MemoryStore {
 impl Claims for MemoryStore {
     type Lock = NoLocks;
 
-    /// Due `pending` rows and `sending` rows whose lease expired, in id order, at most one per
-    /// key and only a key's head (no older open message with that key), as the SQL claims.
-    async fn claim_with(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        lease: Duration,
-    ) -> Result<Claimed<NoLocks>> {
-        self.claim_runs(mode, owner, limit, 1, lease).await
-    }
-
-    /// [`Claims::claim_with`] with runs: a key's head, then the due messages that follow it
-    /// without a gap, up to `run` per key, as the SQL stores' locked claims build them (with
-    /// the difference that every key may bring its whole run while places are left).
+    /// Due `pending` rows and `sending` rows whose lease expired, in id order: a key's head (no
+    /// older open message with that key), then the due messages that follow it without a gap,
+    /// up to `run` per key, as the SQL stores' locked claims build them (with the difference
+    /// that every key may bring its whole run while places are left).
     async fn claim_runs(
         &self,
         _mode: ClaimMode,

@@ -142,16 +142,6 @@ macro_rules! row_lock_claims {
         impl $crate::relay::Claims for Outbox<$db> {
             type Lock = $crate::relay::RowLock<$db>;
 
-            async fn claim_with(
-                &self,
-                mode: ClaimMode,
-                owner: &str,
-                limit: usize,
-                lease: Duration,
-            ) -> Result<Claimed<Self::Lock>> {
-                self.claim_runs(mode, owner, limit, 1, lease).await
-            }
-
             async fn claim_runs(
                 &self,
                 mode: ClaimMode,
@@ -230,7 +220,9 @@ pub trait Claims: Clone + Send + Sync + 'static {
         owner: &str,
         limit: usize,
         lease: Duration,
-    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
+        self.claim_runs(mode, owner, limit, 1, lease)
+    }
 
     /// [`Claims::claim_with`], where a key's head may bring the messages that follow it in its
     /// key in the same claim, up to `run` messages per key in all (`run` = 1: heads only): each
@@ -244,10 +236,7 @@ pub trait Claims: Clone + Send + Sync + 'static {
         limit: usize,
         run: usize,
         lease: Duration,
-    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
-        let _ = run;
-        self.claim_with(mode, owner, limit, lease)
-    }
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
 
     /// The per-destination rows of these messages, read through the claim's own transaction
     /// when it holds one (a batch never waits for a second pooled connection while it holds

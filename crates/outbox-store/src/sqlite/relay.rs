@@ -261,11 +261,13 @@ const RELEASE: &str = concat!(
 impl Claims for Outbox<Sqlite> {
     type Lock = NoLocks;
 
-    async fn claim_with(
+    /// Heads only (`_run`): one atomic `UPDATE`.
+    async fn claim_runs(
         &self,
         _mode: ClaimMode,
         owner: &str,
         limit: usize,
+        _run: usize,
         lease: Duration,
     ) -> Result<Claimed<NoLocks>> {
         let tables = self.tables();
