@@ -129,6 +129,18 @@ impl Bench {
         id
     }
 
+    /// `n` messages on topic `orders` with key `key`, payloads `0`, `1`, ...
+    fn keyed(&self, n: usize, key: &str) -> Vec<MessageId> {
+        (0..n)
+            .map(|i| self.store.enqueue(&NewMessage::new("orders", format!("{i}")).key(key)).unwrap())
+            .collect()
+    }
+
+    /// Waits in virtual time until every message of `ids` is `sent`.
+    async fn until_all_sent(&self, ids: &[MessageId]) {
+        until("all delivered", || ids.iter().all(|id| self.status(*id) == Status::Sent)).await;
+    }
+
     fn status(&self, id: MessageId) -> Status {
         self.store.get(id).unwrap().status
     }
@@ -263,13 +275,11 @@ async fn a_dead_relays_lease_is_taken_over_when_it_expires() {
 #[tokio::test(start_paused = true)]
 async fn a_keys_messages_keep_their_order_through_retries() {
     let (b, running) = Bench::started(policy(10, Duration::from_millis(300)));
-    let keyed: Vec<_> = (0..5)
-        .map(|i| b.store.enqueue(&NewMessage::new("orders", format!("{i}")).key("order-7")).unwrap())
-        .collect();
+    let keyed = b.keyed(5, "order-7");
     let other = b.store.enqueue(&NewMessage::new("orders", "x").key("order-8")).unwrap();
     b.t.fail_message(keyed[0], 2, Outcome::retryable("busy"));
     b.t.fail_message(keyed[2], 1, Outcome::unavailable("gone"));
-    until("all delivered", || keyed.iter().all(|id| b.status(*id) == Status::Sent)).await;
+    b.until_all_sent(&keyed).await;
 
     let delivered: Vec<_> = b.t.delivered().iter().map(|e| e.id).filter(|id| keyed.contains(id)).collect();
     assert_eq!(delivered, keyed, "once each, in id order");
@@ -285,11 +295,9 @@ async fn a_keys_messages_keep_their_order_through_retries() {
 #[tokio::test(start_paused = true)]
 async fn a_keys_run_goes_in_one_claim_and_a_failure_holds_back_the_rest() {
     let (b, running) = Bench::started(policy(10, Duration::from_millis(300)));
-    let keyed: Vec<_> = (0..20)
-        .map(|i| b.store.enqueue(&NewMessage::new("orders", format!("{i}")).key("k")).unwrap())
-        .collect();
+    let keyed = b.keyed(20, "k");
     b.t.fail_message(keyed[7], 1, Outcome::retryable("busy"));
-    until("all delivered", || keyed.iter().all(|id| b.status(*id) == Status::Sent)).await;
+    b.until_all_sent(&keyed).await;
 
     let received = b.t.received();
     let ids: Vec<MessageId> = received.iter().map(|r| r.envelope.id).collect();
