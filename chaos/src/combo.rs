@@ -118,15 +118,53 @@ impl std::fmt::Display for Combo {
 /// Server addresses (environment variables with the local defaults).
 pub(crate) struct Servers;
 
+/// The run's own servers (see `own`), which replace the shared ones while a combo runs.
+#[derive(Debug, Default, Clone)]
+struct OwnServers {
+    /// The admin URL of the combo's database server.
+    db: Option<(Dialect, String)>,
+    /// `host:port` of the combo's broker.
+    broker: Option<(Broker, String)>,
+}
+
+static OWN_SERVERS: std::sync::RwLock<OwnServers> =
+    std::sync::RwLock::new(OwnServers { db: None, broker: None });
+
 impl Servers {
-    /// The PostgreSQL admin URL (`OUTBOX_TEST_PG_URL`).
-    pub(crate) fn pg() -> String {
-        std::env::var("OUTBOX_TEST_PG_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+    /// From now on, `dialect`'s admin URL is `url` and `broker` is at `addr` (each when given);
+    /// [`Servers::shared`] goes back to the machine's servers.
+    pub(crate) fn own(db: Option<(Dialect, String)>, broker: Option<(Broker, String)>) {
+        *OWN_SERVERS.write().unwrap_or_else(std::sync::PoisonError::into_inner) = OwnServers { db, broker };
     }
-    /// The MariaDB admin URL (`OUTBOX_TEST_MYSQL_URL`).
+
+    /// Back to the machine's shared servers.
+    pub(crate) fn shared() {
+        Servers::own(None, None);
+    }
+
+    fn own_db(dialect: Dialect) -> Option<String> {
+        let own = OWN_SERVERS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        own.db.as_ref().filter(|(d, _)| *d == dialect).map(|(_, url)| url.clone())
+    }
+
+    fn own_broker(broker: Broker) -> Option<String> {
+        let own = OWN_SERVERS.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        own.broker.as_ref().filter(|(b, _)| *b == broker).map(|(_, addr)| addr.clone())
+    }
+
+    /// The PostgreSQL admin URL (the run's own server, or `OUTBOX_TEST_PG_URL`).
+    pub(crate) fn pg() -> String {
+        Servers::own_db(Dialect::Pg).unwrap_or_else(|| {
+            std::env::var("OUTBOX_TEST_PG_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+        })
+    }
+    /// The MariaDB admin URL (the run's own server, or `OUTBOX_TEST_MYSQL_URL`).
     pub(crate) fn my() -> String {
-        std::env::var("OUTBOX_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+        Servers::own_db(Dialect::My).unwrap_or_else(|| {
+            std::env::var("OUTBOX_TEST_MYSQL_URL")
+                .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+        })
     }
     /// The admin URL of the server of `dialect`.
     pub(crate) fn admin(dialect: Dialect) -> String {
@@ -137,6 +175,9 @@ impl Servers {
     }
     /// `host:port` of the broker.
     pub(crate) fn broker_addr(b: Broker) -> String {
+        if let Some(addr) = Servers::own_broker(b) {
+            return addr;
+        }
         let (var, default) = match b {
             Broker::Nats => ("OUTBOX_TEST_NATS_ADDR", "127.0.0.1:4222"),
             Broker::Rabbit => ("OUTBOX_TEST_RABBITMQ_ADDR", "127.0.0.1:5672"),

@@ -1,10 +1,11 @@
 //! `outbox-chaos`: the reliability suite. Real writers, `outbox relay` processes, brokers and
 //! consumers; relays SIGKILLed and restarted, broker and database connections cut, black-holed
-//! and slowed by proxies the harness controls, consumers killed; then a checker per guarantee.
+//! and slowed by proxies the harness controls, the run's own database server and broker crashed
+//! and restarted, consumers killed; then a checker per guarantee.
 //!
 //! ```text
 //! cargo run -p outbox-chaos -- run --profile short                 # CI: ~1 min per combo
-//! cargo run -p outbox-chaos -- run --profile long --combo pg-nats  # 30 min, real DB restarts
+//! cargo run -p outbox-chaos -- run --profile long --combo pg-nats  # 30 min, more server crashes
 //! ```
 //!
 //! The same binary plays every role: `run` orchestrates and spawns itself as `writer` and
@@ -15,6 +16,7 @@ mod check;
 mod combo;
 mod consumer;
 mod db;
+mod own;
 mod procs;
 mod proxy;
 mod run;

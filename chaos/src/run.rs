@@ -12,17 +12,18 @@ use rand::{Rng, SeedableRng};
 
 use crate::check::{Report, Snapshot};
 use crate::combo::{self, Broker, Combo, Names, Servers};
+use crate::own::{self, OwnServer};
 use crate::procs::{Proc, Stopped};
 use crate::proxy::{FaultProxy, Mode};
 pub(crate) use crate::setup::outbox_bin;
-use crate::setup::{drain_state, relay_toml, restart_database};
+use crate::setup::{drain_state, relay_toml};
 
 /// How long and how hard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum Profile {
     /// About a minute of load per combo: CI.
     Short,
-    /// 30 minutes of load per combo, real database restarts included.
+    /// 30 minutes of load per combo, more server crashes.
     Long,
 }
 
@@ -42,10 +43,15 @@ pub(crate) struct RunArgs {
     /// Seed of the fault schedule (random when not given; printed either way).
     #[arg(long)]
     pub(crate) seed: Option<u64>,
-    /// Restart the real database server this many times during the load (the long profile's
-    /// default is 2; it disturbs anyone else using the server). 0 in the short profile.
+    /// Crash and restart the run's own database server, and its own broker (NATS, Redis),
+    /// this many times each during the load (short profile 1, long 3). RabbitMQ stays the
+    /// machine's; its outages are the proxy's.
     #[arg(long)]
-    pub(crate) db_restarts: Option<u32>,
+    pub(crate) server_restarts: Option<u32>,
+    /// Use the machine's shared servers instead of servers of the run's own (no server
+    /// crashes then: the shared servers are never restarted).
+    #[arg(long)]
+    pub(crate) shared_servers: bool,
     /// The `outbox` binary (default: `cargo build -p outbox-cli` and use target/debug/outbox).
     #[arg(long, env = "OUTBOX_BIN")]
     pub(crate) outbox_bin: Option<PathBuf>,
@@ -67,8 +73,12 @@ pub(crate) struct Chaos {
     pub(crate) broker: Outages,
     /// Database outages.
     pub(crate) db: Outages,
-    /// Real database server restarts.
+    /// Crashes and restarts of the run's own database server.
     pub(crate) db_restarts: u32,
+    /// Crashes and restarts of the run's own broker.
+    pub(crate) broker_restarts: u32,
+    /// The longest a crashed server took to take connections again.
+    pub(crate) longest_restart: Duration,
     /// Consumers SIGKILLed and restarted.
     pub(crate) consumer_kills: u32,
     /// Relay exits the harness did not cause (start-up refused during an outage).
@@ -121,21 +131,85 @@ pub(crate) async fn run_combo(
         Profile::Short => 45,
         Profile::Long => 1800,
     }));
+    let restarts = if args.shared_servers {
+        0
+    } else {
+        args.server_restarts.unwrap_or(match profile {
+            Profile::Short => 1,
+            Profile::Long => 3,
+        })
+    };
+    let dir = std::env::temp_dir().join(format!("outbox-chaos-{combo}-{run}"));
+    std::fs::create_dir_all(&dir)?;
+    println!("== {combo}: run {run}, seed {seed}, {load:?} of load, logs in {}", dir.display());
+    let mut own = OwnServers::start(combo, &dir, !args.shared_servers).await?;
+    let outcome =
+        run_load(combo, profile, args, outbox, &mut rng, &names, &dir, load, &mut own, restarts).await;
+    Servers::shared();
+    let (report, chaos, drain_time, passed) = outcome?;
+    drop(own);
+    if passed && !args.keep {
+        std::fs::remove_dir_all(&dir).ok();
+    } else {
+        println!("   kept for inspection: database {}, logs {}", names.database(), dir.display());
+    }
+    Ok((report, chaos, drain_time, passed))
+}
+
+/// The run's own servers for a combo (see `own`): its database server, and its broker when
+/// the suite runs one of that kind. None with `--shared-servers`.
+struct OwnServers {
+    db: Option<OwnServer>,
+    broker: Option<OwnServer>,
+}
+
+impl OwnServers {
+    async fn start(combo: Combo, dir: &Path, own: bool) -> anyhow::Result<OwnServers> {
+        if !own {
+            return Ok(OwnServers { db: None, broker: None });
+        }
+        let db = OwnServer::start(own::Kind::of_dialect(combo.dialect), dir)
+            .await
+            .context("starting the run's own database server")?;
+        let broker = match own::Kind::of_broker(combo.broker) {
+            Some(kind) => Some(OwnServer::start(kind, dir).await.context("starting the run's own broker")?),
+            None => None,
+        };
+        println!(
+            "   own servers: database at {}{}",
+            db.addr(),
+            broker.as_ref().map(|b| format!(", broker at {}", b.addr())).unwrap_or_default()
+        );
+        Servers::own(
+            db.admin_url().map(|url| (combo.dialect, url)),
+            broker.as_ref().map(|b| (combo.broker, b.addr())),
+        );
+        Ok(OwnServers { db: Some(db), broker })
+    }
+}
+
+/// The load, the faults, the drain and the checks of one combo.
+#[allow(clippy::too_many_arguments)]
+async fn run_load(
+    combo: Combo,
+    profile: Profile,
+    args: &RunArgs,
+    outbox: &Path,
+    rng: &mut StdRng,
+    names: &Names,
+    dir: &Path,
+    load: Duration,
+    own: &mut OwnServers,
+    restarts: u32,
+) -> anyhow::Result<(Report, Chaos, Duration, bool)> {
+    let run = names.run.clone();
     let drain_timeout = match profile {
         Profile::Short => Duration::from_secs(240),
         Profile::Long => Duration::from_secs(1200),
     };
-    let db_restarts = args.db_restarts.unwrap_or(match profile {
-        Profile::Short => 0,
-        Profile::Long => 2,
-    });
-    let dir = std::env::temp_dir().join(format!("outbox-chaos-{combo}-{run}"));
-    std::fs::create_dir_all(&dir)?;
-    println!("== {combo}: run {run}, seed {seed}, {load:?} of load, logs in {}", dir.display());
 
-    let db_url =
-        combo::create_database(combo.dialect, &names, KEYS).await.context("creating the database")?;
-    combo::setup_broker(combo.broker, &names).await.context("setting up the broker")?;
+    let db_url = combo::create_database(combo.dialect, names, KEYS).await.context("creating the database")?;
+    combo::setup_broker(combo.broker, names).await.context("setting up the broker")?;
 
     let (db_host, _) = combo::rewrite_url(&Servers::admin(combo.dialect), None, "x")?;
     let db_proxy = FaultProxy::start(&db_host).await?;
@@ -149,7 +223,7 @@ pub(crate) async fn run_combo(
     let mut relays = Vec::new();
     for i in 0..RELAYS {
         let cfg = dir.join(format!("relay-{i}.toml"));
-        std::fs::write(&cfg, relay_toml(combo, &names, &proxied_db, &proxied_broker, i))?;
+        std::fs::write(&cfg, relay_toml(combo, names, &proxied_db, &proxied_broker, i))?;
         let args = vec!["relay".into(), "--config".into(), cfg.display().to_string()];
         relays.push(Proc::new(
             format!("relay-{i}"),
@@ -219,8 +293,15 @@ pub(crate) async fn run_combo(
         Profile::Long => Duration::from_secs(120),
     };
     let mut next_graceful = started + graceful_every;
-    let restart_every = if db_restarts > 0 { load / (db_restarts + 1) } else { Duration::MAX };
-    let mut next_db_restart = if db_restarts > 0 { Some(started + restart_every) } else { None };
+    // The own servers crash in turn, evenly spread over the load: the database, then the
+    // broker, `restarts` times each.
+    let crashes: Vec<Target> = (0..restarts)
+        .flat_map(|_| [own.db.as_ref().map(|_| Target::Db), own.broker.as_ref().map(|_| Target::Broker)])
+        .flatten()
+        .collect();
+    let crash_every = load / (u32::try_from(crashes.len()).unwrap_or(u32::MAX).saturating_add(1));
+    let mut crashes = crashes.into_iter();
+    let mut next_crash = started + crash_every;
     let mut fault_end: Option<Instant> = None;
     let mut last_print = started;
 
@@ -315,12 +396,21 @@ pub(crate) async fn run_combo(
                 next_graceful = Instant::now() + graceful_every;
             }
         }
-        if next_db_restart.is_some_and(|t| now >= t) {
-            chaos.db_restarts += 1;
-            println!("   restarting the real database server ({:?})", combo.dialect);
-            restart_database(combo.dialect).await.context("restarting the database server")?;
-            next_db_restart =
-                if chaos.db_restarts < db_restarts { Some(Instant::now() + restart_every) } else { None };
+        if now >= next_crash {
+            if let Some(target) = crashes.next() {
+                let (server, count) = match target {
+                    Target::Db => (own.db.as_mut(), &mut chaos.db_restarts),
+                    Target::Broker => (own.broker.as_mut(), &mut chaos.broker_restarts),
+                };
+                if let Some(server) = server {
+                    let down =
+                        server.crash_and_restart().await.context("crashing and restarting a server")?;
+                    println!("   crashed and restarted the own {target:?} server: down {down:.1?}");
+                    *count += 1;
+                    chaos.longest_restart = chaos.longest_restart.max(down);
+                }
+            }
+            next_crash = Instant::now() + crash_every;
         }
         if now.duration_since(last_print) >= Duration::from_secs(60) {
             last_print = now;
@@ -414,12 +504,9 @@ pub(crate) async fn run_combo(
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
     let passed =
         drained && report.violations().is_empty() && chaos.bad_graceful_stops == 0 && chaos.relay_panics == 0;
-    if passed && !args.keep {
-        combo::teardown_broker(combo.broker, &names).await.ok();
-        combo::drop_database(combo.dialect, &names).await.ok();
-        std::fs::remove_dir_all(&dir).ok();
-    } else {
-        println!("   kept for inspection: database {}, logs {}", names.database(), dir.display());
+    if passed && !args.keep && own.db.is_none() {
+        combo::teardown_broker(combo.broker, names).await.ok();
+        combo::drop_database(combo.dialect, names).await.ok();
     }
     Ok((report, chaos, drain_time, passed))
 }
@@ -432,9 +519,12 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
         c.relay_sigkills, c.relay_sigterms, c.bad_graceful_stops, c.relay_exits
     );
     println!(
-        "          broker: {} cuts, {} black-holes, {} slowdowns; database: {} cuts, {} black-holes, {} slowdowns, {} server restarts",
-        c.broker.cuts, c.broker.blackholes, c.broker.delays, c.db.cuts, c.db.blackholes, c.db.delays, c.db_restarts
+        "          broker: {} cuts, {} black-holes, {} slowdowns, {} server crashes; database: {} cuts, {} black-holes, {} slowdowns, {} server crashes",
+        c.broker.cuts, c.broker.blackholes, c.broker.delays, c.broker_restarts, c.db.cuts, c.db.blackholes, c.db.delays, c.db_restarts
     );
+    if c.db_restarts + c.broker_restarts > 0 {
+        println!("          longest time a crashed server took to come back: {:.1?}", c.longest_restart);
+    }
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
     print!("{}", r.table());
     let v = r.violations();

@@ -1,12 +1,11 @@
 //! What a combo's run needs around the processes: each relay's configuration, the `outbox`
-//! binary, restarting the database, and reading how far the drain has come.
+//! binary, and reading how far the drain has come.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use crate::combo::{self, Broker, Combo, Dialect, Names, Servers};
+use crate::combo::{Broker, Combo, Names};
 use crate::db::{on_pool, Db};
 
 pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: &str, i: usize) -> String {
@@ -77,57 +76,6 @@ pub(crate) fn outbox_bin(given: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         bail!("{} does not exist after the build; pass --outbox-bin", bin.display());
     }
     Ok(bin)
-}
-
-pub(crate) async fn restart_database(dialect: Dialect) -> anyhow::Result<()> {
-    match dialect {
-        Dialect::Pg => {
-            let version = std::fs::read_dir("/etc/postgresql")?
-                .filter_map(|e| e.ok())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .next()
-                .context("no cluster under /etc/postgresql")?;
-            let st = tokio::process::Command::new("pg_ctlcluster")
-                .args(["--skip-systemctl-redirect", &version, "main", "restart"])
-                .status()
-                .await?;
-            if !st.success() {
-                bail!("pg_ctlcluster restart failed");
-            }
-        }
-        Dialect::My => {
-            let out = tokio::process::Command::new("pidof").arg("mariadbd").output().await?;
-            let pids = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-            for pid in pids.split_whitespace() {
-                let _ = tokio::process::Command::new("kill").args(["-TERM", pid]).status().await;
-            }
-            let deadline = Instant::now() + Duration::from_secs(60);
-            while Instant::now() < deadline {
-                let out = tokio::process::Command::new("pidof").arg("mariadbd").output().await?;
-                if !out.status.success() {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            let st = tokio::process::Command::new("start-stop-daemon")
-                .args(["--start", "--oknodo", "--background", "--exec", "/usr/sbin/mariadbd"])
-                .status()
-                .await?;
-            if !st.success() {
-                bail!("start-stop-daemon mariadbd failed");
-            }
-        }
-    }
-    // Wait until it accepts connections again.
-    let addr = combo::rewrite_url(&Servers::admin(dialect), None, "x")?.0;
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while tokio::net::TcpStream::connect(&addr).await.is_err() {
-        if Instant::now() > deadline {
-            bail!("the database did not come back within 120 s");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    Ok(())
 }
 
 /// Counts read while waiting for the drain: open, sent, received by the raw group, effects.

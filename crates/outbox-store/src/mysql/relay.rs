@@ -165,18 +165,18 @@ async fn lock_runs(
     let found: Vec<(i64, i64, i64)> = qb.build_query_as().fetch_all(&mut **tx).await.map_err(db)?;
     let mut followers: Vec<runs::Follower> =
         found.into_iter().map(|(id, head, due)| runs::Follower { id, head, due: due != 0 }).collect();
-    let wanted = runs::wanted(&mut followers, plan.per_key);
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut qb = QueryBuilder::<MySql>::new(
-        render(tables, &format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id IN ")).into_owned(),
-    );
-    in_list(&mut qb, wanted.iter().copied());
-    qb.push(" AND status IN ('pending', 'sending') AND next_attempt_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED");
-    let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
-    let (good, _undecodable) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
-    Ok(runs::cut(&followers, &wanted, good.into_iter().map(|m| (m.id.0, m)).collect()))
+    runs::take(&mut followers, plan.per_key, |wanted| async move {
+        let mut qb = QueryBuilder::<MySql>::new(
+            render(tables, &format!("SELECT {MESSAGE_COLUMNS} FROM outbox_message WHERE id IN ")).into_owned(),
+        );
+        in_list(&mut qb, wanted.iter().copied());
+        qb.push(
+            " AND status IN ('pending', 'sending') AND next_attempt_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED",
+        );
+        let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
+        Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message).0)
+    })
+    .await
 }
 
 /// Steps 1 to 3 in a new READ COMMITTED transaction: the claimable messages, locked, in id
@@ -433,7 +433,7 @@ impl Wakeups for Outbox<MySql> {
         Ok(())
     }
 
-    async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<crate::relay::Listening>> {
         Ok(None)
     }
 }

@@ -97,6 +97,26 @@ pub(crate) fn wanted(followers: &mut [Follower], per_key: usize) -> Vec<i64> {
     out
 }
 
+/// Keeps the [`wanted`] followers, has `lock` lock them (it gets their ids and returns the rows
+/// that came back, decoded), and returns the runs as [`cut`] makes them; nothing is locked when
+/// no follower is wanted. The dialects differ only in how they read and lock.
+pub(crate) async fn take<F, Fut>(
+    followers: &mut [Follower],
+    per_key: usize,
+    lock: F,
+) -> crate::Result<Vec<OutboxMessage>>
+where
+    F: FnOnce(Vec<i64>) -> Fut,
+    Fut: std::future::Future<Output = crate::Result<Vec<OutboxMessage>>>,
+{
+    let wanted = wanted(followers, per_key);
+    if wanted.is_empty() {
+        return Ok(Vec::new());
+    }
+    let got = lock(wanted.clone()).await?;
+    Ok(cut(followers, &wanted, got.into_iter().map(|m| (m.id.0, m)).collect()))
+}
+
 /// The runs to claim: per head, the wanted followers (sorted by [`wanted`]) up to the first
 /// one that did not come back from the locking read (held by another relay, no longer due, or
 /// undecodable: it is claimed, or failed, as a head later, in its turn).

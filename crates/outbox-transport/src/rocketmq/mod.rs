@@ -45,7 +45,8 @@
 //! | `SEND_OK` | delivered |
 //! | `FLUSH_DISK_TIMEOUT`, `FLUSH_SLAVE_TIMEOUT`, `SLAVE_NOT_AVAILABLE` | retryable |
 //! | body over `max_message_bytes` (checked before sending), broker `MESSAGE_ILLEGAL` (13) | permanent |
-//! | broker `TOPIC_NOT_EXIST` (17), no route for the topic (auto-create off) | permanent |
+//! | broker `TOPIC_NOT_EXIST` (17), no route for a topic never delivered to (auto-create off) | permanent |
+//! | no route for a topic this transport delivered to before (its broker died) | unavailable |
 //! | broker `NO_PERMISSION` (16), unsupported request or version | permanent |
 //! | invalid topic name or a system topic, tag with `|` or a control character, key with a control character, header with `\u0001`/`\u0002` or an empty name, properties over 31743 bytes, empty body (checked before sending), client validation errors | permanent |
 //! | broker `SYSTEM_BUSY` (2), `SERVICE_NOT_AVAILABLE` (14), flush/slave codes as errors | unavailable |
@@ -56,6 +57,10 @@
 //! the production setting), the name server has no route for a new topic and the send fails
 //! *permanently*, naming the topic: it is this message's topic that is missing, and other topics
 //! of the destination keep flowing. Create the topic and `outbox retry` the failed messages.
+//! A route miss for a topic this transport has already delivered to is different: the name
+//! server drops the routes of a broker that died, so it means the broker is down or restarting,
+//! and the send is *unavailable* (the message waits, the destination's circuit opens) rather
+//! than failed for good. The transport remembers up to 10,000 such topics.
 
 mod config;
 mod outcome;

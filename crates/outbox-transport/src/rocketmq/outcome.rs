@@ -88,6 +88,17 @@ pub(crate) fn error(e: &ClientError, topic: &str) -> Outcome {
     }
 }
 
+/// A route miss for `topic` after this transport had delivered to it: the topic exists, so its
+/// broker is down or restarting (the name server drops a dead broker's routes), and the message
+/// waits for it like any other outage instead of failing for good.
+pub(crate) fn route_lost(e: &ClientError, topic: &str) -> Outcome {
+    Outcome::unavailable(format!(
+        "send to RocketMQ topic {} failed: {e} (this relay delivered to the topic before, so its broker is \
+         down or restarting)",
+        quote(topic)
+    ))
+}
+
 /// Whether `e` is the client's own "no route for this topic" (no broker answered): the name
 /// server knows no route, or the client's route table entry was empty when it looked.
 pub(crate) fn is_route_miss(e: &ClientError) -> bool {
@@ -137,6 +148,7 @@ mod tests {
         let other = ClientError::from(rocketmq_client_rust::MQClientException::new("message body is empty"));
         assert!(!is_route_miss(&other));
         assert!(!is_route_miss(&ClientError::broker_operation_failed("send", code::TOPIC_NOT_EXIST, "x")));
+        assert_eq!(kind(&route_lost(&selector, "OutboxOrders")), FailureKind::Unavailable);
     }
 
     #[test]

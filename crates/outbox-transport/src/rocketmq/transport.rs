@@ -1,6 +1,7 @@
 //! The RocketMQ [`Transport`].
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use outbox_core::{Envelope, Outcome, Transport};
@@ -23,6 +24,10 @@ const KIND: &str = "rocketmq";
 /// How long a send that missed its topic's route waits before its one second try.
 const ROUTE_RETRY_PAUSE: Duration = Duration::from_millis(200);
 
+/// How many topics a transport remembers having delivered to. Past it, a route miss for a topic
+/// it does not remember is believed, as for a topic never seen.
+const MAX_KNOWN_TOPICS: usize = 10_000;
+
 /// Publishes to RocketMQ and reports a message delivered only when the broker answered
 /// `SEND_OK`. One producer (and the client's own small runtime) per transport.
 pub struct RocketMqTransport {
@@ -31,6 +36,9 @@ pub struct RocketMqTransport {
     client: Arc<ClientRuntime>,
     /// Serialises second tries after a route miss (see [`RocketMqTransport::send`]).
     route_retry: tokio::sync::Mutex<()>,
+    /// Topics this transport has delivered to (at most [`MAX_KNOWN_TOPICS`]): a route miss for
+    /// one of them means its broker is gone for now, not that the topic is missing.
+    delivered_to: std::sync::Mutex<HashSet<String>>,
     /// Owns the threads the client runs on; dropped last.
     _owner: RuntimeOwner,
 }
@@ -101,6 +109,7 @@ impl RocketMqTransport {
             producer,
             client,
             route_retry: tokio::sync::Mutex::new(()),
+            delivered_to: std::sync::Mutex::new(HashSet::new()),
             _owner: owner,
         };
         if let Err(e) = transport.probe_namesrv().await {
@@ -174,17 +183,37 @@ impl RocketMqTransport {
         if let Err(r) = check_topic(&topic) {
             return refuse(format!("topic {} does not make a valid RocketMQ topic: {r}", quote(&env.topic)));
         }
-        match self.send_once(env, &topic).await {
+        let sent = match self.send_once(env, &topic).await {
             Err(e) if outcome::is_route_miss(&e) => {
                 let _alone = self.route_retry.lock().await;
                 tokio::time::sleep(ROUTE_RETRY_PAUSE).await;
                 match self.send_once(env, &topic).await {
+                    Err(e) if outcome::is_route_miss(&e) && self.knows(&topic) => {
+                        outcome::route_lost(&e, &topic)
+                    }
                     Err(e) => outcome::error(&e, &topic),
                     Ok(o) => o,
                 }
             }
             Err(e) => outcome::error(&e, &topic),
             Ok(o) => o,
+        };
+        if matches!(sent, Outcome::Delivered) {
+            self.remember(&topic);
+        }
+        sent
+    }
+
+    /// Whether this transport has delivered to `topic`.
+    fn knows(&self, topic: &str) -> bool {
+        self.delivered_to.lock().unwrap_or_else(PoisonError::into_inner).contains(topic)
+    }
+
+    /// Remembers that `topic` took a message (bounded by [`MAX_KNOWN_TOPICS`]).
+    fn remember(&self, topic: &str) {
+        let mut known = self.delivered_to.lock().unwrap_or_else(PoisonError::into_inner);
+        if known.len() < MAX_KNOWN_TOPICS && !known.contains(topic) {
+            known.insert(topic.to_owned());
         }
     }
 
