@@ -105,15 +105,45 @@ impl BenchDb {
         Ok(BenchDb { outbox, dialect, url, name, admin_url })
     }
 
-    /// Closes the pool and drops the database.
-    pub(crate) async fn drop_db(self) {
+    /// Closes the pool (its connections go; [`BenchDb::reopened`] connects again). A
+    /// connection still on its way back to the pool (a task hands it back) would stay open in
+    /// the closed pool: each one is taken and closed first.
+    pub(crate) async fn park(&self) {
+        async fn park_pool<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) {
+            for _ in 0..pool.size() {
+                match tokio::time::timeout(Duration::from_secs(2), pool.acquire()).await {
+                    Ok(Ok(c)) => {
+                        let _ = c.close().await;
+                    }
+                    _ => break,
+                }
+            }
+            pool.close().await;
+        }
         match &self.outbox {
-            AnyOutbox::Postgres(o) => o.pool().close().await,
-            AnyOutbox::MySql(o) => o.pool().close().await,
+            AnyOutbox::Postgres(o) => park_pool(o.pool()).await,
+            AnyOutbox::MySql(o) => park_pool(o.pool()).await,
             AnyOutbox::Sqlite(o) => o.pool().close().await,
             #[allow(unreachable_patterns)]
             _ => {}
         }
+    }
+
+    /// A handle on the same database with a pool of its own (`pool` connections), e.g. for a
+    /// parked one. Dropping it closes its connections; it does not drop the database.
+    pub(crate) async fn reopened(&self, pool: u32) -> Result<BenchDb> {
+        Ok(BenchDb {
+            outbox: AnyOutbox::connect(&self.url, pool).await?,
+            dialect: self.dialect,
+            url: self.url.clone(),
+            name: self.name.clone(),
+            admin_url: self.admin_url.clone(),
+        })
+    }
+
+    /// Closes the pool and drops the database.
+    pub(crate) async fn drop_db(self) {
+        self.park().await;
         let drop = match self.dialect {
             Dialect::Postgres => format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
             _ => format!("DROP DATABASE IF EXISTS {}", self.name),

@@ -11,6 +11,7 @@
 //! | [`Scenario::Enqueue`] | a business transaction updating one row, with and without an enqueue, with 1 and 8 clients |
 //! | [`Scenario::Scale`] | the drain with 1, 2 and 4 relays; claim latency with many sent rows in the table |
 //! | [`Scenario::Idle`] | CPU seconds and queries per second of an idle relay |
+//! | [`Scenario::Stores`] | one relay process over many databases ([`BenchConfig::many_stores`]): connections, idle cost, and a fair drain of a few big backlogs beside trickling stores (not in the default set) |
 //!
 //! Every scenario runs on a fresh database (created and dropped by the bench), and a fresh
 //! broker stream / queue, so results never leak into each other. [`run`] returns a [`Report`];
@@ -44,6 +45,7 @@ pub mod report;
 mod results;
 mod scenarios;
 mod stats;
+mod stores;
 mod sys;
 
 pub use null::NullTransport;
@@ -51,6 +53,7 @@ pub use results::{
     ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
 };
 pub use stats::Summary;
+pub use stores::{StoreServer, StoresResult};
 
 /// What went wrong while benchmarking.
 #[derive(Debug, thiserror::Error)]
@@ -103,11 +106,25 @@ pub enum Scenario {
     Scale,
     /// Cost of an idle relay.
     Idle,
+    /// One relay process over many databases.
+    Stores,
 }
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
+        Scenario::Raw,
+        Scenario::Drain,
+        Scenario::Latency,
+        Scenario::Enqueue,
+        Scenario::Scale,
+        Scenario::Idle,
+        Scenario::Stores,
+    ];
+
+    /// What runs when no scenario is named: every one on the one store (not `stores`, which
+    /// creates its many databases on the servers of [`BenchConfig::many_stores`]).
+    pub const DEFAULT: [Scenario; 6] = [
         Scenario::Raw,
         Scenario::Drain,
         Scenario::Latency,
@@ -125,6 +142,7 @@ impl Scenario {
             Scenario::Enqueue => "enqueue",
             Scenario::Scale => "scale",
             Scenario::Idle => "idle",
+            Scenario::Stores => "stores",
         }
     }
 
@@ -132,7 +150,7 @@ impl Scenario {
     pub fn parse(s: &str) -> Result<Scenario> {
         Scenario::ALL.into_iter().find(|x| x.name() == s.trim()).ok_or_else(|| {
             Error::Config(format!(
-                "unknown scenario {s:?}: expected raw, drain, latency, enqueue, scale or idle"
+                "unknown scenario {s:?}: expected raw, drain, latency, enqueue, scale, idle or stores"
             ))
         })
     }
@@ -212,6 +230,17 @@ pub struct BenchConfig {
     /// the store allows it, instead of writing a lease first. Defaults to the relay's default
     /// (true); `false` measures the lease protocol.
     pub lock_claims: bool,
+    /// The `stores` scenario's databases: `count` on each server. Defaults to 64 on the
+    /// server of [`BenchConfig::store`].
+    pub many_stores: Vec<StoreServer>,
+    /// The `stores` scenario's budget of batches in flight across every store (the relay's
+    /// `relay.total_in_flight_batches`). Defaults to 16.
+    pub stores_budget: usize,
+    /// Stores given a backlog in the `stores` scenario (`n` messages shared among them).
+    /// Defaults to 4.
+    pub stores_big: usize,
+    /// How often each other store receives a message meanwhile. Defaults to 1 s.
+    pub stores_trickle_period: Duration,
     /// A label for this run (e.g. `before`, `after`), copied into the report.
     pub label: String,
 }
@@ -229,7 +258,7 @@ impl Default for BenchConfig {
             nats_url: "nats://127.0.0.1:4222".into(),
             redis_url: "redis://127.0.0.1:6379".into(),
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
-            scenarios: Scenario::ALL.to_vec(),
+            scenarios: Scenario::DEFAULT.to_vec(),
             n: 100_000,
             keys: db::KEYS,
             rate: 1_000,
@@ -241,6 +270,13 @@ impl Default for BenchConfig {
             batch_size: relay.batch_size,
             in_flight: relay.max_in_flight_batches,
             lock_claims: relay.lock_claims,
+            many_stores: vec![StoreServer {
+                url: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable".into(),
+                count: 64,
+            }],
+            stores_budget: 16,
+            stores_big: 4,
+            stores_trickle_period: Duration::from_secs(1),
             label: String::new(),
         }
     }
@@ -288,6 +324,8 @@ pub struct Report {
     pub scale: Option<ScaleResult>,
     /// Idle cost.
     pub idle: Option<IdleResult>,
+    /// Many stores.
+    pub stores: Option<StoresResult>,
 }
 
 /// Output directory default of the command.

@@ -300,6 +300,50 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             i.claims_per_s
         );
     }
+    if let Some(s) = &r.stores {
+        let opt = |x: Option<f64>| x.map_or("-".into(), |q| format!("{q:.2}"));
+        let _ = writeln!(
+            md,
+            "## One relay over many stores\n\n{} PostgreSQL and {} MySQL/MariaDB stores, a budget of {} batches in flight.\n\n\
+             | idle | value |\n| --- | ---: |\n\
+             | connections held on PostgreSQL / MariaDB | {} / {} |\n\
+             | PostgreSQL transactions/s (all stores) | {} |\n\
+             | MariaDB statements/s (server-wide) | {} |\n\
+             | relay claims/s (all stores) | {:.2} |\n\
+             | CPU % of a core | {:.2} |\n",
+            s.postgres_stores,
+            s.mysql_stores,
+            s.budget,
+            s.idle_pg_connections,
+            s.idle_mysql_connections,
+            opt(s.idle_pg_xacts_per_s),
+            opt(s.idle_mysql_queries_per_s),
+            s.idle_claims_per_s,
+            s.idle_cpu_percent,
+        );
+        let _ = writeln!(
+            md,
+            "| fair drain | value |\n| --- | ---: |\n\
+             | backlog | {} stores × {} |\n\
+             | drained in | {:.1} s ({} msg/s; first store done at {:.1} s) |\n\
+             | peak connections on PostgreSQL / MariaDB | {} / {} |\n\
+             | peak RSS | {:.1} MiB |\n",
+            s.big_stores,
+            human(s.backlog_per_store as f64),
+            s.drain_seconds,
+            human(s.drain_msgs_per_s),
+            s.big_store_done_s.0,
+            s.peak_pg_connections,
+            s.peak_mysql_connections,
+            s.peak_rss_mib,
+        );
+        md.push_str(
+            "| trickling stores meanwhile, commit → broker-confirmed | n | p50 ms | p90 ms | p99 ms | max ms | mean ms |\n\
+             | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        );
+        md.push_str(&summary_row("every message of the other stores", &s.trickle_latency));
+        md.push('\n');
+    }
     for (name, file) in charts {
         let _ = writeln!(md, "![{name}]({file})\n");
     }

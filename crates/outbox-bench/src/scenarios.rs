@@ -64,7 +64,7 @@ fn ratio(x: f64, limit: Option<f64>) -> Option<f64> {
     limit.filter(|l| *l > 0.0).map(|l| x / l)
 }
 
-fn check(scenario: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
+pub(crate) fn check(scenario: &'static str, ok: bool, reason: impl FnOnce() -> String) -> Result<()> {
     if ok {
         Ok(())
     } else {
@@ -96,6 +96,7 @@ pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
         enqueue: None,
         scale: None,
         idle: None,
+        stores: None,
     };
     for s in Scenario::ALL {
         if !cfg.scenarios.contains(&s) {
@@ -111,6 +112,7 @@ pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
             Scenario::Enqueue => report.enqueue = Some(enqueue(cfg).await?),
             Scenario::Scale => report.scale = Some(scale(cfg, limit).await?),
             Scenario::Idle => report.idle = Some(idle(cfg).await?),
+            Scenario::Stores => report.stores = Some(crate::stores::run(cfg).await?),
         }
     }
     report.duration_s = started.elapsed().as_secs_f64();

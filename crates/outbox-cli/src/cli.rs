@@ -156,6 +156,8 @@ pub(crate) enum Command {
     ///   outbox bench --store mysql://root@127.0.0.1/test --transport redis --scenario raw,drain --n 20000
     ///   outbox bench --store sqlite: --transport null --scenario drain,latency --out bench-results/sqlite
     ///   outbox bench --scenario scale --sent-rows 10000,1000000,10000000
+    ///   outbox bench --scenario stores --stores 'postgres://postgres@127.0.0.1/test=64' \
+    ///     --stores 'mysql://root@127.0.0.1/test=16' --n 100000
     #[cfg(feature = "bench")]
     #[command(verbatim_doc_comment)]
     Bench(BenchArgs),
@@ -429,7 +431,8 @@ pub(crate) struct BenchArgs {
     /// Broker the relay publishes to.
     #[arg(long, value_enum, default_value_t = BenchTransport::Nats)]
     pub(crate) transport: BenchTransport,
-    /// Scenarios, comma-separated: raw, drain, latency, enqueue, scale, idle.
+    /// Scenarios, comma-separated: raw, drain, latency, enqueue, scale, idle, stores (one relay
+    /// over the many databases of --stores; not run unless named).
     #[arg(long, value_delimiter = ',', default_value = "raw,drain,latency,enqueue,scale,idle")]
     pub(crate) scenario: Vec<String>,
     /// Backlog size of the raw loops and the drains.
@@ -492,6 +495,20 @@ pub(crate) struct BenchArgs {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     pub(crate) amqp_url: String,
+    /// The stores scenario's databases, URL=COUNT: COUNT databases on the server of URL
+    /// (repeat for several servers). Defaults to 64 on the server of --store.
+    #[arg(long = "stores", value_name = "URL=COUNT", hide_env_values = true)]
+    pub(crate) many_stores: Vec<String>,
+    /// The stores scenario: batches in flight across every store (the relay's
+    /// relay.total_in_flight_batches).
+    #[arg(long, default_value_t = 16)]
+    pub(crate) stores_budget: usize,
+    /// The stores scenario: how many stores share the backlog of --n messages.
+    #[arg(long, default_value_t = 4)]
+    pub(crate) stores_big: usize,
+    /// The stores scenario: milliseconds between two messages of each other store.
+    #[arg(long, default_value_t = 1000)]
+    pub(crate) stores_trickle_ms: u64,
     /// A label copied into the report (e.g. before, after).
     #[arg(long, default_value = "")]
     pub(crate) label: String,

@@ -8,6 +8,7 @@ use outbox_store::{CommitSignal, RelayStore};
 
 use crate::alert::AlertHook;
 use crate::breaker::Breaker;
+use crate::budget::Budget;
 use crate::config::RelayConfig;
 use crate::destination::{DestRuntime, Destination};
 use crate::relay::{Health, Inner, Relay};
@@ -41,6 +42,7 @@ pub struct RelayBuilder<S: RelayStore> {
     pub(crate) destinations: Vec<Destination>,
     pub(crate) routes: Vec<Route>,
     pub(crate) alert: Arc<dyn AlertHook>,
+    pub(crate) budget: Option<Budget>,
 }
 
 impl<S: RelayStore> RelayBuilder<S> {
@@ -48,6 +50,14 @@ impl<S: RelayStore> RelayBuilder<S> {
     #[must_use]
     pub fn config(mut self, config: RelayConfig) -> Self {
         self.config = config;
+        self
+    }
+
+    /// Shares `budget` with the other relays given it: together they have at most its size of
+    /// batches in flight (see [`Budget`]). Defaults to none (only `max_in_flight_batches`).
+    #[must_use]
+    pub fn budget(mut self, budget: Budget) -> Self {
+        self.budget = Some(budget);
         self
     }
 
@@ -139,6 +149,9 @@ impl<S: RelayStore> RelayBuilder<S> {
             })
             .collect();
         let stats = Arc::new(RelayStats { destinations: flags, ..RelayStats::default() });
+        if let Some(b) = &self.budget {
+            b.join();
+        }
         Ok(Relay {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -147,6 +160,7 @@ impl<S: RelayStore> RelayBuilder<S> {
                 dests,
                 router: Router::new(routes),
                 alert: self.alert,
+                budget: self.budget,
                 stats,
                 health: Mutex::new(Health::default()),
             }),

@@ -32,26 +32,61 @@ impl<S: RelayStore> Relay<S> {
                 None
             }
         };
-        tracing::info!(owner = %cfg.owner, batch_size = cfg.batch_size, push = listener.is_some(), "Relay started");
+        tracing::info!(owner = %cfg.owner, batch_size = cfg.batch_size, push = listener.as_ref().is_some_and(|l| l.pushes()), "Relay started");
         let presence_stop = CancellationToken::new();
-        let presence = tokio::spawn(crate::presence::run(inner.clone(), presence_stop.clone()));
-        let watch = tokio::spawn(crate::watch::run(inner.clone(), presence_stop.clone()));
+        // Where the listening connection can run the idle relay's statements (PostgreSQL), an
+        // idle relay uses nothing of its pool: the keeper ticks and beats on that connection.
+        // Not with ACK destinations: overdue ACKs are expired by the claim loop.
+        let has_ack = inner.dests.iter().any(|d| d.d.ack.is_some());
+        let keeper = listener.as_ref().and_then(|l| l.keeper().cloned());
+        let idle_keeper = keeper.clone().filter(|_| !has_ack);
+        let presence =
+            tokio::spawn(crate::presence::run(inner.clone(), keeper.clone(), presence_stop.clone()));
+        let watch = tokio::spawn(crate::watch::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
         let mut idle_refreshed = Instant::now();
         let idle_ttl = cfg.idle_interval * 3;
         let mut store_backoff = Duration::from_millis(100);
-        let has_ack = inner.dests.iter().any(|d| d.d.ack.is_some());
         let mut acks_checked = Instant::now();
         let mut pauses_checked: Option<Instant> = None;
         // The next claim was started by the scan timer, not by a wake-up.
         let mut on_scan = false;
+        // The keeper's idle ticks fail (warned once per streak).
+        let mut tick_failing = false;
+        // A share of the budget kept for the claim after declaring idle.
+        let mut carried = None;
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
 
-        loop {
+        'claims: loop {
             while tasks.try_join_next().is_some() {}
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            if let Some(pause) = inner.pause_left() {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+            // The process-wide budget, when this relay shares one: taken after this relay's own
+            // permit (which bounds how many a busy store holds), kept with the batch.
+            let share = match (carried.take(), &inner.budget) {
+                (Some(s), _) => Some(s),
+                (None, None) => None,
+                (None, Some(b)) => tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    s = b.take() => match s { Some(s) => Some(s), None => break },
+                },
+            };
+            // Everything below uses the pool, under the share: a relay over many stores opens
+            // at most the budget's size of pooled connections at once, start-up included.
+            if share.is_some() && inner.budget.as_ref().is_some_and(|b| b.crowded()) {
+                inner.store.shed_connections(false).await;
+            }
             // ACK mode: deliveries whose ACK is overdue go back to pending (at most every half
             // scan period; one indexed query).
             if has_ack && acks_checked.elapsed() >= cfg.idle_interval / 2 {
@@ -70,16 +105,6 @@ impl<S: RelayStore> Relay<S> {
             if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
                 pauses_checked = Some(Instant::now());
                 inner.refresh_pauses().await;
-            }
-            let permit = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            };
-            if let Some(pause) = inner.pause_left() {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = tokio::time::sleep(pause) => {}
-                }
             }
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
@@ -108,6 +133,7 @@ impl<S: RelayStore> Relay<S> {
             match claimed {
                 Err(e) => {
                     drop(permit);
+                    inner.give_back(share).await;
                     RelayStats::add(&inner.stats.store_errors, 1);
                     tracing::warn!(error = %e, retry_in = ?store_backoff, "Claim failed; retrying");
                     tokio::select! {
@@ -134,12 +160,43 @@ impl<S: RelayStore> Relay<S> {
                         idle = true;
                         inner.stats.idle.store(true, std::sync::atomic::Ordering::Relaxed);
                         idle_refreshed = Instant::now();
+                        // The claim once more keeps this share (no second turn in the queue).
+                        carried = share;
                         continue;
                     }
-                    let woke = tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = inner.signal.notified() => true,
-                        _ = tokio::time::sleep(cfg.idle_interval) => false,
+                    inner.give_back(share).await;
+                    let woke = loop {
+                        let woke = tokio::select! {
+                            _ = shutdown.cancelled() => break 'claims,
+                            _ = inner.signal.notified() => true,
+                            _ = tokio::time::sleep(cfg.idle_interval) => false,
+                        };
+                        // Idle with a keeper: the scan is one statement on the listening
+                        // connection that also keeps the idle row alive; claim only when it
+                        // says something may be due (or when it cannot say).
+                        match (&idle_keeper, woke || !idle) {
+                            (Some(k), false) => match k.idle_tick(&cfg.owner, idle_ttl).await {
+                                Ok(false) => {
+                                    RelayStats::add(&inner.stats.idle_ticks, 1);
+                                    idle_refreshed = Instant::now();
+                                    tick_failing = false;
+                                }
+                                Ok(true) => {
+                                    RelayStats::add(&inner.stats.idle_ticks, 1);
+                                    idle_refreshed = Instant::now();
+                                    tick_failing = false;
+                                    break false;
+                                }
+                                Err(e) => {
+                                    if !tick_failing {
+                                        tracing::warn!(error = %e, "Idle tick on the listening connection failed; scanning through the pool");
+                                    }
+                                    tick_failing = true;
+                                    break false;
+                                }
+                            },
+                            _ => break woke,
+                        }
                     };
                     on_scan = !woke;
                     if idle && !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
@@ -148,6 +205,7 @@ impl<S: RelayStore> Relay<S> {
                     }
                 }
                 Ok((batch, hold)) => {
+                    let partial = batch.len() < cfg.batch_size;
                     store_backoff = Duration::from_millis(100);
                     if idle {
                         let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
@@ -166,9 +224,21 @@ impl<S: RelayStore> Relay<S> {
                     tasks.spawn(async move {
                         process(&inner2, batch, hold).await;
                         drop(permit);
+                        inner2.give_back(share).await;
                         // Younger messages with the same keys may be claimable now.
                         inner2.signal.wake();
                     });
+                    // A claim that did not fill its batch took everything claimable: the next
+                    // one waits for a wake-up (a commit, a NOTIFY, this batch settling) or the
+                    // scan, instead of finding nothing while this batch is out. A store with a
+                    // trickle of messages so uses one pooled connection at a time.
+                    if partial {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => break,
+                            _ = inner.signal.notified() => {}
+                            _ = tokio::time::sleep(cfg.idle_interval) => on_scan = true,
+                        }
+                    }
                 }
             }
         }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use outbox_store::{RelayBeat, RelayState, RelayStore};
+use outbox_store::{Keeper, RelayBeat, RelayState, RelayStore};
 use tokio_util::sync::CancellationToken;
 
 use crate::relay::Inner;
@@ -45,12 +45,27 @@ fn beat(owner: &str, host: &str, started_at: DateTime<Utc>, stats: &RelayStats) 
 
 /// Writes the relay's row now and every [`BEAT_INTERVAL`] until `stop`; a failed write is
 /// logged once per failure streak and retried at the next beat (presence never stops a relay).
-pub(crate) async fn run<S: RelayStore>(inner: Arc<Inner<S>>, stop: CancellationToken) {
+///
+/// The beats go through `keeper`, the store's listening connection, when there is one (a relay
+/// with nothing to do keeps no pooled connection open for them), else through the pool.
+pub(crate) async fn run<S: RelayStore>(
+    inner: Arc<Inner<S>>,
+    keeper: Option<Keeper>,
+    stop: CancellationToken,
+) {
     let host = host_name();
     let started_at = Utc::now();
     let mut failing = false;
     loop {
-        match inner.store.beat(&beat(&inner.cfg.owner, &host, started_at, &inner.stats)).await {
+        let b = beat(&inner.cfg.owner, &host, started_at, &inner.stats);
+        let written = match &keeper {
+            Some(k) => match k.beat(&b).await {
+                Err(_) => inner.store.beat(&b).await,
+                ok => ok,
+            },
+            None => inner.store.beat(&b).await,
+        };
+        match written {
             Ok(()) => failing = false,
             Err(e) if !failing => {
                 failing = true;

@@ -25,6 +25,8 @@ pub(crate) struct Inner<S: RelayStore> {
     pub(crate) dests: Vec<DestRuntime>,
     pub(crate) router: Router,
     pub(crate) alert: Arc<dyn AlertHook>,
+    /// Batches in flight shared with other relays of the process, if any.
+    pub(crate) budget: Option<crate::Budget>,
     pub(crate) stats: Arc<RelayStats>,
     pub(crate) health: Mutex<Health>,
 }
@@ -87,6 +89,19 @@ impl<S: RelayStore> Inner<S> {
         batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
     }
 
+    /// Hands a share of the budget back; when more relays share the budget than it has
+    /// shares, the store's pool first stops keeping connections (those it holds unused close,
+    /// and so do those handed back later), so together they hold about as many pooled
+    /// connections as shares (see [`crate::Budget`]). Taking a share again ends it.
+    pub(crate) async fn give_back(&self, share: Option<tokio::sync::OwnedSemaphorePermit>) {
+        if let (Some(s), Some(b)) = (share, &self.budget) {
+            if b.crowded() {
+                self.store.shed_connections(true).await;
+            }
+            drop(s);
+        }
+    }
+
     /// Re-reads which destinations an operator paused (keeps the last known on an error).
     pub(crate) async fn refresh_pauses(&self) {
         let names = match self.store.paused_destinations().await {
@@ -140,6 +155,7 @@ impl<S: RelayStore> Relay<S> {
             destinations: Vec::new(),
             routes: Vec::new(),
             alert: Arc::new(LogAlert),
+            budget: None,
         }
     }
 

@@ -80,6 +80,9 @@ pub struct DestinationState {
 pub struct RelayStats {
     /// Claim queries issued.
     pub claims: AtomicU64,
+    /// Idle scans run on the store's listening connection instead of a claim
+    /// ([`outbox_store::Keeper::idle_tick`]), counted when they answered.
+    pub idle_ticks: AtomicU64,
     /// Messages claimed.
     pub claimed: AtomicU64,
     /// Messages claimed by a scan that the `idle_interval` timer started (no wake-up came):

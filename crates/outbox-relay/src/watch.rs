@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use outbox_store::RelayStore;
+use outbox_store::{Keeper, RelayStore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -19,7 +19,14 @@ use crate::relay::Inner;
 pub(crate) const WATCH_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Runs until `stop`.
-pub(crate) async fn run<S: RelayStore>(inner: Arc<Inner<S>>, stop: CancellationToken) {
+///
+/// The overdue check runs on `keeper`, the store's listening connection, when there is one (an
+/// idle relay keeps no pooled connection open for it), else on the pool.
+pub(crate) async fn run<S: RelayStore>(
+    inner: Arc<Inner<S>>,
+    keeper: Option<Keeper>,
+    stop: CancellationToken,
+) {
     let cfg = &inner.cfg;
     if cfg.alert_circuit_open_after.is_none() && cfg.alert_overdue_after.is_none() {
         return;
@@ -48,7 +55,14 @@ pub(crate) async fn run<S: RelayStore>(inner: Arc<Inner<S>>, stop: CancellationT
             }
         }
         if let Some(after) = cfg.alert_overdue_after {
-            match inner.store.overdue().await {
+            let overdue = match &keeper {
+                Some(k) => match k.overdue().await {
+                    Err(_) => inner.store.overdue().await,
+                    ok => ok,
+                },
+                None => inner.store.overdue().await,
+            };
+            match overdue {
                 Ok(Some(late)) if late >= after => {
                     if !overdue_alerted {
                         overdue_alerted = true;

@@ -1,6 +1,8 @@
 //! [`AnyOutbox`]: the database chosen at run time by URL scheme, for the `outbox` command.
 
 pub use outbox_core::redact_url;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use outbox_core::{Error, MessageId, Result};
@@ -98,12 +100,34 @@ pub fn ensure_crypto_provider() -> bool {
         && rustls::crypto::ring::default_provider().install_default().is_ok()
 }
 
+/// How long a pooled connection of a database server may sit unused before the pool closes
+/// it (the pool checks every this long, so a connection goes within twice this). A store with
+/// nothing to do keeps none open (a relay's idle store needs only its listening connection, see
+/// [`crate::Keeper`]); one with work reuses its connections batch after batch.
+pub const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A pool of at most `max_connections` that waits at most 10 s for a connection.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 fn pool_options<DB: sqlx::Database>(max_connections: u32) -> sqlx::pool::PoolOptions<DB> {
     sqlx::pool::PoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(std::time::Duration::from_secs(10))
+}
+
+/// [`pool_options`] for a database server: no connection kept open for nothing (none at all
+/// once unused for [`POOL_IDLE_TIMEOUT`], and none handed back while `shed` is set: see
+/// [`Outbox::shed_connections`]), so many stores on one relay cost what they use.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+fn server_pool_options<DB: sqlx::Database>(
+    max_connections: u32,
+    shed: Arc<AtomicBool>,
+) -> sqlx::pool::PoolOptions<DB> {
+    pool_options(max_connections).min_connections(0).idle_timeout(Some(POOL_IDLE_TIMEOUT)).after_release(
+        move |_conn, _meta| {
+            let keep = !shed.load(Ordering::Relaxed);
+            Box::pin(async move { Ok(keep) })
+        },
+    )
 }
 
 impl AnyOutbox {
@@ -122,14 +146,22 @@ impl AnyOutbox {
         match Dialect::of_url(url)? {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let pool = pool_options(max_connections).connect(url).await.map_err(unreachable)?;
-                Ok(AnyOutbox::Postgres(Outbox::new(pool)))
+                let shed = Arc::new(AtomicBool::new(false));
+                let pool = server_pool_options(max_connections, shed.clone())
+                    .connect(url)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::Postgres(Outbox::new(pool).with_shed_flag(shed)))
             }
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
-                let pool = pool_options(max_connections).connect(&url).await.map_err(unreachable)?;
-                Ok(AnyOutbox::MySql(Outbox::new(pool)))
+                let shed = Arc::new(AtomicBool::new(false));
+                let pool = server_pool_options(max_connections, shed.clone())
+                    .connect(&url)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::MySql(Outbox::new(pool).with_shed_flag(shed)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
@@ -301,8 +333,12 @@ impl Wakeups for AnyOutbox {
         each!(self, o => o.set_idle(owner, idle, ttl).await)
     }
 
-    async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    async fn listen(&self, signal: crate::CommitSignal) -> Result<Option<crate::relay::Listening>> {
         each!(self, o => o.listen(signal).await)
+    }
+
+    async fn shed_connections(&self, on: bool) {
+        each!(self, o => Wakeups::shed_connections(o, on).await)
     }
 }
 

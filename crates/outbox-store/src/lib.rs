@@ -44,7 +44,7 @@ pub use admin::{
     MAX_PURGE_AGE, MAX_RELAYS, RESENT_FROM,
 };
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
-pub use any::{ensure_crypto_provider, redact_url, AnyLock, AnyOutbox, Dialect};
+pub use any::{ensure_crypto_provider, redact_url, AnyLock, AnyOutbox, Dialect, POOL_IDLE_TIMEOUT};
 #[doc(hidden)]
 pub use error::{map_sqlx_error, name_in};
 pub use migrate::{Migration, MigrationReport, Migrator, Schema};
@@ -54,9 +54,9 @@ pub use names::{Tables, CANONICAL_PREFIX, MAX_NAME_LEN, MAX_PREFIX_LEN, MAX_SCHE
 pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
-    AckOutcome, Acks, Backlog, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, MessageWrite,
-    NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock, SettleReport, Settlement, Wakeups,
-    MAX_PRESENCE_TEXT,
+    AckOutcome, Acks, Backlog, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, Keeper,
+    Listening, MessageWrite, NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock,
+    SettleReport, Settlement, Wakeups, MAX_PRESENCE_TEXT,
 };
 pub use signal::{CommitSignal, Signalled};
 

@@ -338,11 +338,19 @@ pub struct Outbox<DB: OutboxDatabase> {
     pool: Pool<DB>,
     signal: CommitSignal,
     tables: Tables,
+    /// While set, connections handed back to the pool are closed (when the pool was built to
+    /// ask it: see [`Outbox::shed_connections`]).
+    shed: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
     fn clone(&self) -> Self {
-        Outbox { pool: self.pool.clone(), signal: self.signal.clone(), tables: self.tables.clone() }
+        Outbox {
+            pool: self.pool.clone(),
+            signal: self.signal.clone(),
+            tables: self.tables.clone(),
+            shed: self.shed.clone(),
+        }
     }
 }
 
@@ -350,7 +358,14 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// Wraps a pool. Does not touch the database; call [`migrate`](Self::migrate) or
     /// [`check_schema`](Self::check_schema) at start-up.
     pub fn new(pool: Pool<DB>) -> Self {
-        Outbox { pool, signal: CommitSignal::new(), tables: Tables::default() }
+        Outbox { pool, signal: CommitSignal::new(), tables: Tables::default(), shed: Default::default() }
+    }
+
+    /// Wraps a pool built with [`shedding_hook`]`(flag)`: [`Outbox::shed_connections`] then
+    /// closes the connections handed back.
+    pub(crate) fn with_shed_flag(mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.shed = flag;
+        self
     }
 
     /// This outbox with its tables in another schema and/or with another prefix ([`Tables`]):
@@ -379,6 +394,33 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// The pool.
     pub fn pool(&self) -> &Pool<DB> {
         &self.pool
+    }
+
+    /// While `on`, the pool keeps no connection it is handed back (it closes it; the pool
+    /// opens new ones on demand), and the ones it holds unused now are closed. Only for pools
+    /// built by [`AnyOutbox::connect`](crate::AnyOutbox::connect) on a database server; others
+    /// only close their unused connections now.
+    pub async fn shed_connections(&self, on: bool) {
+        self.shed.store(on, std::sync::atomic::Ordering::Relaxed);
+        if on {
+            self.close_idle_connections().await;
+        }
+    }
+
+    /// Closes the connections the pool holds unused now (the pool opens new ones on demand).
+    /// Returns how many.
+    pub async fn close_idle_connections(&self) -> usize {
+        let mut closed = 0;
+        for _ in 0..self.pool.num_idle() {
+            match self.pool.try_acquire() {
+                Some(c) => {
+                    let _ = c.close().await;
+                    closed += 1;
+                }
+                None => break,
+            }
+        }
+        closed
     }
 
     /// The after-commit signal; the in-process relay waits on it.

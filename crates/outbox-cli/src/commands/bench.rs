@@ -10,7 +10,7 @@ use crate::cli::{BenchArgs, BenchTransport};
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let scenarios = args.scenario.iter().map(|s| Scenario::parse(s)).collect::<Result<Vec<_>, _>>()?;
     let cfg = BenchConfig {
-        store: args.store,
+        store: args.store.clone(),
         transport: match args.transport {
             BenchTransport::Nats => TransportKind::Nats,
             BenchTransport::Redis => TransportKind::Redis,
@@ -32,6 +32,18 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         batch_size: args.batch_size,
         in_flight: args.in_flight,
         lock_claims: !args.leases,
+        many_stores: if args.many_stores.is_empty() {
+            vec![outbox_bench::StoreServer { url: args.store.clone(), count: 64 }]
+        } else {
+            args.many_stores
+                .iter()
+                .map(|s| s.parse::<outbox_bench::StoreServer>())
+                .collect::<Result<Vec<_>, _>>()
+                .context("--stores")?
+        },
+        stores_budget: args.stores_budget,
+        stores_big: args.stores_big,
+        stores_trickle_period: Duration::from_millis(args.stores_trickle_ms.max(1)),
         label: args.label,
     };
     let report = outbox_bench::run(&cfg).await.context("the bench failed")?;

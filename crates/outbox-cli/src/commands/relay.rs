@@ -41,6 +41,12 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
     let mut ack_stores = std::collections::HashMap::new();
     let mut admin_stores = Vec::new();
     let mut relays = Vec::new();
+    // Batches in flight across all stores: bounds the pooled connections of a relay over many
+    // databases, and hands the shares to the stores in turn.
+    let budget = outbox_relay::Budget::new(config.relay.total_in_flight_batches);
+    // Started once every store is connected and checked: none runs alone before the others
+    // have joined the budget.
+    let mut engines = Vec::new();
     for s in &config.stores {
         let name = s.name.get_ref();
         let shown = redact_url(s.url.get_ref());
@@ -55,7 +61,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         } else {
             outbox.check_schema().await.with_context(|| format!("store {name:?} ({shown})"))?;
         }
-        let mut builder = Relay::builder(&outbox).config(config.relay_config(name));
+        let mut builder = Relay::builder(&outbox).config(config.relay_config(name)).budget(budget.clone());
         for d in &destinations {
             let mut d = d.clone();
             if let (Some(ack), Some(secret)) =
@@ -90,7 +96,7 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
             owner: relay.owner().to_owned(),
             stats: relay.stats(),
         });
-        relays.push(tokio::spawn(relay.run(stop.clone())));
+        engines.push(relay);
         let bridges: Vec<_> = super::adopt::adoptions(&config, None)
             .unwrap_or_default()
             .into_iter()
@@ -104,6 +110,9 @@ pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
         if !config.retention.finished_after.is_zero() {
             relays.push(tokio::spawn(config.retention.retention().run(outbox, name.clone(), stop.clone())));
         }
+    }
+    for relay in engines {
+        relays.push(tokio::spawn(relay.run(stop.clone())));
     }
     if let (true, Some(secret)) = (config.destinations.values().any(|d| d.ack.is_some()), ack_secret) {
         let listener = tokio::net::TcpListener::bind(&config.ack.listen)

@@ -280,6 +280,10 @@ pub(crate) struct RelaySection {
     pub(crate) idle_interval: Duration,
     /// Batches in flight. Defaults to 2.
     pub(crate) max_in_flight_batches: usize,
+    /// Batches in flight across every store of the process together (a relay over many
+    /// databases uses at most this many pooled connections for claiming and publishing; shares
+    /// go to the stores in turn). Defaults to 16.
+    pub(crate) total_in_flight_batches: usize,
     /// Most messages of one key in one claim (1 to 10000, at most `batch_size` is used; 1: heads
     /// only). Defaults to 32.
     pub(crate) max_run: usize,
@@ -307,6 +311,7 @@ impl Default for RelaySection {
             lease: d.lease,
             idle_interval: d.idle_interval,
             max_in_flight_batches: d.max_in_flight_batches,
+            total_in_flight_batches: DEFAULT_TOTAL_IN_FLIGHT_BATCHES,
             max_run: d.max_run,
             publish_timeout: d.publish_timeout,
             shutdown_timeout: d.shutdown_timeout,
@@ -315,6 +320,9 @@ impl Default for RelaySection {
         }
     }
 }
+
+/// `relay.total_in_flight_batches` by default.
+pub(crate) const DEFAULT_TOTAL_IN_FLIGHT_BATCHES: usize = 16;
 
 /// `[[stores]]`.
 #[derive(Debug, Deserialize)]

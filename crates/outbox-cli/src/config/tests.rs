@@ -69,7 +69,10 @@ fn locked_claims_need_a_connection_per_batch_in_flight() {
     let pg = GOOD.replace("sqlite:shop.db", "postgres://relay@db/shop");
     let small = pg.replace("lease = \"20s\"", "lease = \"20s\"\nmax_in_flight_batches = 6");
     let e = parse(&small).unwrap_err().to_string();
-    assert!(e.contains("stores[0].max_connections (4)") && e.contains("max_in_flight_batches (6)"), "{e}");
+    assert!(
+        e.contains("stores[0].max_connections (4)") && e.contains("max_in_flight_batches + 1 (7)"),
+        "{e}"
+    );
     // Leases, or SQLite (always leases), need no such headroom.
     let leases = small.replace("lease = \"20s\"", "lease = \"20s\"\nlock_claims = false");
     assert!(!parse(&leases).unwrap().relay.lock_claims);

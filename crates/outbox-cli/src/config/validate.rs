@@ -180,13 +180,17 @@ impl Config {
                 ));
             }
             let locks = self.relay.lock_claims && dialect != outbox_store::Dialect::Sqlite;
-            if locks && (s.max_connections as usize) < self.relay.max_in_flight_batches {
+            // PostgreSQL and MySQL stores keep one pooled connection for the relay's listener
+            // and keeper (outbox_store::Keeper); locked batches hold one each besides.
+            let needed = self.relay.max_in_flight_batches + 1;
+            if locks && (s.max_connections as usize) < needed {
                 return Err(err(
                     &format!("stores[{i}].max_connections"),
                     format!(
-                        "stores[{i}].max_connections ({}) is below relay.max_in_flight_batches ({}): \
-                         with relay.lock_claims each batch in flight holds a connection while it publishes",
-                        s.max_connections, self.relay.max_in_flight_batches
+                        "stores[{i}].max_connections ({}) is below relay.max_in_flight_batches + 1 ({needed}): \
+                         with relay.lock_claims each batch in flight holds a connection while it publishes, \
+                         and the relay's listening connection takes one more",
+                        s.max_connections
                     ),
                 ));
             }
@@ -391,6 +395,12 @@ impl Config {
         }
         if r.max_run == 0 || r.max_run > 10_000 {
             return Err(err("relay.max_run", format!("must be between 1 and 10000, got {}", r.max_run)));
+        }
+        if r.total_in_flight_batches == 0 || r.total_in_flight_batches > 10_000 {
+            return Err(err(
+                "relay.total_in_flight_batches",
+                format!("must be between 1 and 10000, got {}", r.total_in_flight_batches),
+            ));
         }
         if r.max_in_flight_batches == 0 || r.max_in_flight_batches > MAX_IN_FLIGHT_BATCHES {
             return Err(err(

@@ -410,7 +410,7 @@ impl Wakeups for MemoryStore {
         Ok(())
     }
 
-    async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<outbox_store::Listening>> {
         Ok(None)
     }
 }

@@ -409,23 +409,8 @@ where
 
     pub(crate) async fn beat(&self, b: &RelayBeat) -> Result<()> {
         let tables = self.0.tables();
-        outbox_core::text::check_name(&b.owner, outbox_core::limits::OWNER)
-            .map_err(|reason| Error::InvalidArgument { name: "owner", reason })?;
-        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        sqlx::query(&render::<DB>(tables, DB::BEAT))
-            .bind(b.owner.clone())
-            .bind(printable(&b.host, MAX_PRESENCE_TEXT).into_owned())
-            .bind(i64::from(b.pid))
-            .bind(printable(&b.version, MAX_PRESENCE_TEXT).into_owned())
-            .bind(b.state.as_str().to_owned())
-            .bind(DB::time(b.started_at))
-            .bind(DB::opt_time(b.last_claim_at))
-            .bind(count(b.claimed))
-            .bind(count(b.delivered))
-            .bind(count(b.failed))
-            .execute(self.0.pool())
-            .await
-            .map_err(db)?;
+        let sql = render::<DB>(tables, DB::BEAT);
+        beat_query::<DB>(&sql, b)?.execute(self.0.pool()).await.map_err(db)?;
         // Rows of relays that died without stopping, a day later (a table of a few rows).
         let mut st = Statement::<DB>::new("DELETE FROM outbox_relay WHERE seen_at < ".into());
         st.bind(DB::time(Utc::now() - chrono::Duration::days(1)))?;
@@ -560,4 +545,31 @@ where
         }
         Ok(total)
     }
+}
+
+/// The statement that writes `b` into `outbox_relay` (`sql` is the dialect's `BEAT`, rendered),
+/// its texts bounded and printable; the owner is checked as every owner is.
+pub(crate) fn beat_query<'q, DB>(
+    sql: &'q str,
+    b: &RelayBeat,
+) -> Result<sqlx::query::Query<'q, DB, DB::Arguments<'q>>>
+where
+    DB: AdminSql,
+    String: Type<DB> + for<'e> Encode<'e, DB>,
+    i64: Type<DB> + for<'e> Encode<'e, DB>,
+{
+    outbox_core::text::check_name(&b.owner, outbox_core::limits::OWNER)
+        .map_err(|reason| Error::InvalidArgument { name: "owner", reason })?;
+    let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    Ok(sqlx::query(sql)
+        .bind(b.owner.clone())
+        .bind(printable(&b.host, MAX_PRESENCE_TEXT).into_owned())
+        .bind(i64::from(b.pid))
+        .bind(printable(&b.version, MAX_PRESENCE_TEXT).into_owned())
+        .bind(b.state.as_str().to_owned())
+        .bind(DB::time(b.started_at))
+        .bind(DB::opt_time(b.last_claim_at))
+        .bind(count(b.claimed))
+        .bind(count(b.delivered))
+        .bind(count(b.failed)))
 }

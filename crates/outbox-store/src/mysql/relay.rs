@@ -34,7 +34,10 @@ use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
-use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
+use crate::relay::{
+    serve, ClaimMode, Claimed, DeliveryState, Hold, Keeper, KeeperSql, Listening, SettleReport, Settlement,
+    Wakeups,
+};
 use crate::signal::CommitSignal;
 
 /// Step 1: `(id, source)` of the window (`sending`, `pending`, `?` rows each) and of the first
@@ -412,6 +415,10 @@ impl Outbox<MySql> {
 }
 
 impl Wakeups for Outbox<MySql> {
+    async fn shed_connections(&self, on: bool) {
+        Outbox::shed_connections(self, on).await;
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let tables = self.tables();
         if idle {
@@ -433,10 +440,56 @@ impl Wakeups for Outbox<MySql> {
         Ok(())
     }
 
-    async fn listen(&self, _signal: CommitSignal) -> Result<Option<crate::relay::Listening>> {
-        Ok(None)
+    /// No push channel on MySQL; the keeper holds one pooled connection for the idle relay's
+    /// statements, so the rest of the pool closes while the store has nothing to do.
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<Listening>> {
+        use crate::admin::AdminSql;
+        let tables = self.tables();
+        let sql = KeeperSql {
+            refresh: Some(
+                render(
+                    tables,
+                    "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)",
+                )
+                .into_owned(),
+            ),
+            probe: render(tables, IDLE_PROBE).into_owned(),
+            beat: render(tables, MySql::BEAT).into_owned(),
+            sweep: render(tables, "DELETE FROM outbox_relay WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY")
+                .into_owned(),
+            overdue: render(tables, MySql::OVERDUE_MS).into_owned(),
+        };
+        let (keeper, mut jobs) = Keeper::channel();
+        let pool = self.pool().clone();
+        let task = tokio::spawn(async move {
+            // Connected on the first job, kept while it works; a failed job drops it (the
+            // next one connects again).
+            let mut conn: Option<sqlx::pool::PoolConnection<MySql>> = None;
+            while let Some(job) = jobs.recv().await {
+                if conn.is_none() {
+                    match pool.acquire().await {
+                        Ok(c) => conn = Some(c),
+                        Err(e) => {
+                            job.fail(db(e));
+                            continue;
+                        }
+                    }
+                }
+                if let Some(c) = conn.as_mut() {
+                    if !serve(&mut **c, job, &sql).await {
+                        conn = None;
+                    }
+                }
+            }
+        });
+        Ok(Some(Listening::new(task, Some(keeper)).without_push()))
     }
 }
+
+/// Whether a claim could take something: a due pending message or an expired lease (the
+/// `(status, next_attempt_at)` index).
+const IDLE_PROBE: &str = "SELECT CAST(EXISTS (SELECT 1 FROM outbox_message \
+    WHERE status IN ('pending', 'sending') AND next_attempt_at <= UTC_TIMESTAMP(6)) AS SIGNED)";
 
 impl Outbox<MySql> {
     async fn claim_leased(

@@ -23,7 +23,10 @@ use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
-use crate::relay::{ClaimMode, Claimed, DeliveryState, Hold, SettleReport, Settlement, Wakeups};
+use crate::relay::{
+    serve, ClaimMode, Claimed, DeliveryState, Hold, Job, Keeper, KeeperSql, Listening, SettleReport,
+    Settlement, Wakeups,
+};
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
 
@@ -398,13 +401,12 @@ async fn lock_runs(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let wanted = runs::wanted(&mut followers, plan.per_key);
-    if wanted.is_empty() {
-        return Ok(Vec::new());
-    }
-    let rows = sqlx::query(&render(tables, RUN_LOCK)).bind(&wanted).fetch_all(&mut **tx).await.map_err(db)?;
-    let (good, _undecodable) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
-    Ok(runs::cut(&followers, &wanted, good.into_iter().map(|m| (m.id.0, m)).collect()))
+    runs::take(&mut followers, plan.per_key, |wanted| async move {
+        let rows =
+            sqlx::query(&render(tables, RUN_LOCK)).bind(&wanted).fetch_all(&mut **tx).await.map_err(db)?;
+        Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message).0)
+    })
+    .await
 }
 
 /// The row locks of a locked claim on this database.
@@ -436,6 +438,10 @@ impl Outbox<Postgres> {
 }
 
 impl Wakeups for Outbox<Postgres> {
+    async fn shed_connections(&self, on: bool) {
+        Outbox::shed_connections(self, on).await;
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let tables = self.tables();
         let insert = render(
@@ -453,24 +459,69 @@ impl Wakeups for Outbox<Postgres> {
         Ok(())
     }
 
-    async fn listen(&self, signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    async fn listen(&self, signal: CommitSignal) -> Result<Option<Listening>> {
         let mut listener = PgListener::connect_with(self.pool()).await.map_err(db)?;
         listener.listen(&self.tables().channel()).await.map_err(db)?;
-        Ok(Some(tokio::spawn(async move {
-            loop {
-                match listener.recv().await {
-                    Ok(_) => signal.wake(),
-                    Err(e) => {
-                        // PgListener reconnects on the next recv; notifications sent meanwhile
-                        // are lost, which the scan covers. Wake once so nothing waits a full
-                        // idle period after a reconnect.
-                        tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
-                        signal.wake();
-                        tokio::time::sleep(Duration::from_millis(500)).await;
-                    }
+        let (keeper, jobs) = Keeper::channel();
+        let task = tokio::spawn(listen_and_keep(listener, jobs, self.tables().clone(), signal));
+        Ok(Some(Listening::new(task, Some(keeper))))
+    }
+}
+
+/// The idle tick on the listening connection (see [`Keeper::idle_tick`]): refreshes the idle
+/// row and answers whether a claim could take something, through the partial index of open
+/// messages (`sending` rows carry their lease expiry in `next_attempt_at`). One statement.
+const IDLE_TICK: &str = "\
+WITH idle AS (
+    INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond')
+    ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until)
+SELECT CASE WHEN EXISTS (
+    SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
+    THEN 1::int8 ELSE 0::int8 END";
+
+/// Forwards the channel's notifications to `signal` and, between them, runs the keeper's jobs
+/// on the same connection (notifications that arrive during a job are buffered by the
+/// listener and read on the next turn). Runs until aborted.
+async fn listen_and_keep(
+    mut listener: PgListener,
+    mut jobs: tokio::sync::mpsc::Receiver<Job>,
+    tables: Tables,
+    signal: CommitSignal,
+) {
+    use crate::admin::AdminSql;
+    let sql = KeeperSql {
+        refresh: None,
+        probe: render(&tables, IDLE_TICK).into_owned(),
+        beat: render(&tables, Postgres::BEAT).into_owned(),
+        sweep: render(&tables, "DELETE FROM outbox_relay WHERE seen_at < now() - interval '1 day'")
+            .into_owned(),
+        overdue: render(&tables, Postgres::OVERDUE_MS).into_owned(),
+    };
+    let mut kept = true;
+    loop {
+        tokio::select! {
+            // `recv` is cancel-safe: a notification partly read stays in the connection's buffer.
+            n = listener.recv() => {
+                if let Err(e) = n {
+                    // PgListener reconnects on the next recv; notifications sent meanwhile are
+                    // lost, which the scan covers. Wake once so nothing waits a full idle period
+                    // after a reconnect.
+                    tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
+                    signal.wake();
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                } else {
+                    signal.wake();
                 }
             }
-        })))
+            job = jobs.recv(), if kept => match job {
+                // A failed job needs nothing more: PgListener reconnects by itself.
+                Some(job) => {
+                    serve(&mut listener, job, &sql).await;
+                }
+                // Every keeper is gone: only the notifications are left to forward.
+                None => kept = false,
+            },
+        }
     }
 }
 

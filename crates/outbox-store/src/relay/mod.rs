@@ -28,12 +28,15 @@ use serde::{Deserialize, Serialize};
 use crate::signal::CommitSignal;
 
 mod isolate;
+mod listening;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) mod runs;
 mod settlement;
 
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
+pub(crate) use listening::{serve, Job, KeeperSql};
+pub use listening::{Keeper, Listening};
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
 
 /// What an ACK did.
@@ -318,11 +321,19 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
 
     /// Starts forwarding the store's push notifications (PostgreSQL `LISTEN`) to `signal`.
     /// Returns `None` where the store has no push channel (polling and the in-process signal
-    /// remain).
-    fn listen(
-        &self,
-        signal: CommitSignal,
-    ) -> impl Future<Output = Result<Option<tokio::task::JoinHandle<()>>>> + Send;
+    /// remain). Where the listening connection can also run an idle relay's statements, the
+    /// returned [`Listening`] has a [`Keeper`].
+    fn listen(&self, signal: CommitSignal) -> impl Future<Output = Result<Option<Listening>>> + Send;
+
+    /// While `on`, the store's pool closes the connections it is handed back, and closes those
+    /// it holds unused now: a relay sharing a crowded [budget] with many stores keeps none
+    /// between its turns (its [`Keeper`] needs none). Does nothing by default.
+    ///
+    /// [budget]: https://docs.rs/outbox-relay/latest/outbox_relay/struct.Budget.html
+    fn shed_connections(&self, on: bool) -> impl Future<Output = ()> + Send {
+        let _ = on;
+        async {}
+    }
 }
 
 /// Destinations an operator paused for every relay on the store (`outbox_destination_pause`).

@@ -436,7 +436,7 @@ impl Wakeups for Outbox<Sqlite> {
         Ok(())
     }
 
-    async fn listen(&self, _signal: CommitSignal) -> Result<Option<tokio::task::JoinHandle<()>>> {
+    async fn listen(&self, _signal: CommitSignal) -> Result<Option<crate::relay::Listening>> {
         Ok(None)
     }
 }

@@ -1,0 +1,96 @@
+//! [`Budget`]: batches in flight across every relay of a process, so one process serving many
+//! databases uses a bounded number of connections however many stores it has.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Batches in flight at once across the relays that share it (each relay still keeps its own
+/// `max_in_flight_batches`). A relay takes a share before each claim and holds it until that
+/// batch is settled; an empty claim gives it back at once. A locked claim holds one connection
+/// of its store from claim to settlement, so the relays sharing a budget of `n` use at most `n`
+/// pooled connections for claiming and publishing together.
+///
+/// Fair by construction: shares are handed out first come, first served, and a relay queues
+/// again for each batch, so a store with a large backlog takes its turn behind the stores that
+/// have a message or two (none of them starves, however long the big backlog).
+#[derive(Debug, Clone)]
+pub struct Budget {
+    shares: Arc<Semaphore>,
+    size: usize,
+    /// Relays built with it.
+    members: Arc<AtomicUsize>,
+}
+
+impl Budget {
+    /// A budget of `n` batches in flight (at least 1).
+    pub fn new(n: usize) -> Budget {
+        let size = n.clamp(1, Semaphore::MAX_PERMITS);
+        Budget { shares: Arc::new(Semaphore::new(size)), size, members: Arc::default() }
+    }
+
+    /// Its size.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
+    /// Shares taken now.
+    pub fn in_use(&self) -> usize {
+        self.size.saturating_sub(self.shares.available_permits())
+    }
+
+    /// Waits for a share (in arrival order). `None` only if the budget was closed, which
+    /// nothing does.
+    pub(crate) async fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.shares.clone().acquire_owned().await.ok()
+    }
+
+    /// Counts a relay built with it.
+    pub(crate) fn join(&self) {
+        self.members.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether more relays share it than it has shares: then a relay handing a share back
+    /// closes the pooled connections its store holds unused, so the pooled connections of all
+    /// of them together stay near the budget's size (each store's pool would otherwise keep its
+    /// own open, one or more per store). With fewer relays than shares, pools keep their
+    /// connections as usual (no reconnect per burst of work).
+    pub(crate) fn crowded(&self) -> bool {
+        self.members.load(Ordering::Relaxed) > self.size
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn shares_are_bounded_and_handed_out_in_arrival_order() {
+        let budget = Budget::new(1);
+        let first = budget.take().await.unwrap();
+        assert_eq!(budget.in_use(), 1);
+        let order = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut waiters = Vec::new();
+        for i in 0..3 {
+            let (b, o) = (budget.clone(), order.clone());
+            waiters.push(tokio::spawn(async move {
+                let share = b.take().await.unwrap();
+                o.lock().unwrap().push(i);
+                drop(share);
+            }));
+            // On this single-threaded runtime the waiter runs (and queues) while this yields.
+            for _ in 0..10 {
+                tokio::task::yield_now().await;
+            }
+        }
+        assert!(order.lock().unwrap().is_empty(), "nobody gets a share while the only one is taken");
+        drop(first);
+        for w in waiters {
+            w.await.unwrap();
+        }
+        assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
+        assert_eq!(budget.in_use(), 0);
+        assert_eq!(Budget::new(0).size(), 1);
+    }
+}

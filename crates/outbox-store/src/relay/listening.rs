@@ -1,0 +1,207 @@
+//! A store's push channel ([`Wakeups::listen`](super::Wakeups::listen)) and the [`Keeper`]:
+//! the listening connection doing an idle relay's few statements, so that an idle store holds
+//! one connection (the one it must hold to be woken) and nothing from its pool.
+//!
+//! Why: one relay serving many databases (tenants, shards) spends most of its stores' time
+//! idle. On PostgreSQL each store keeps a `LISTEN` connection anyway; if its idle scan, idle
+//! flag and presence beat also went through the pool, every idle store would keep a second
+//! connection warm: 64 databases would need 128 connections before any work, more than a
+//! default server allows. Through the keeper they need 64, and the pools open connections only
+//! while their store has work (and close them after the pool's idle timeout).
+
+use std::time::Duration;
+
+use outbox_core::{Error, Result};
+use tokio::sync::{mpsc, oneshot};
+
+use super::RelayBeat;
+
+/// The push channel of a store while a relay listens: the task forwarding wake-ups, and the
+/// keeper when the listening connection can also run statements.
+#[derive(Debug)]
+pub struct Listening {
+    task: tokio::task::JoinHandle<()>,
+    keeper: Option<Keeper>,
+    pushes: bool,
+}
+
+impl Listening {
+    /// A push channel run by `task`, with its keeper if it has one.
+    pub fn new(task: tokio::task::JoinHandle<()>, keeper: Option<Keeper>) -> Listening {
+        Listening { task, keeper, pushes: true }
+    }
+
+    /// The same, for a store that has no push channel: only the keeper.
+    #[must_use]
+    pub fn without_push(mut self) -> Listening {
+        self.pushes = false;
+        self
+    }
+
+    /// Whether writers' commits wake the relay through it (PostgreSQL `NOTIFY`).
+    pub fn pushes(&self) -> bool {
+        self.pushes
+    }
+
+    /// The keeper, where the listening connection runs an idle relay's statements.
+    pub fn keeper(&self) -> Option<&Keeper> {
+        self.keeper.as_ref()
+    }
+
+    /// Stops listening (the connection closes).
+    pub fn abort(&self) {
+        self.task.abort();
+    }
+}
+
+/// A statement for the listening connection, and where its answer goes.
+#[derive(Debug)]
+pub(crate) enum Job {
+    /// Refresh `owner`'s idle row (it expires after `ttl`) and answer whether any message may
+    /// be due (a claim should run).
+    IdleTick { owner: String, ttl: Duration, reply: oneshot::Sender<Result<bool>> },
+    /// Write the relay's presence row.
+    Beat { beat: Box<RelayBeat>, reply: oneshot::Sender<Result<()>> },
+    /// How long the oldest due pending message has waited (the relay's overdue watch).
+    Overdue { reply: oneshot::Sender<Result<Option<Duration>>> },
+}
+
+impl Job {
+    /// Answers the job with `e` (its statement could not run).
+    pub(crate) fn fail(self, e: Error) {
+        match self {
+            Job::IdleTick { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Job::Beat { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Job::Overdue { reply } => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+}
+
+/// A dialect's statements for the keeper's jobs, rendered for the store's names.
+#[derive(Debug)]
+pub(crate) struct KeeperSql {
+    /// Writes the idle row (`owner`, ttl in ms), when the probe does not do it itself.
+    pub(crate) refresh: Option<String>,
+    /// Answers (an `int8`, 0 or 1) whether a claim could take something; it binds `owner` and
+    /// the ttl in ms when there is no `refresh` (it writes the idle row itself).
+    pub(crate) probe: String,
+    /// The dialect's `BEAT`.
+    pub(crate) beat: String,
+    /// Removes the rows of relays silent for a day (after each beat, as the pool's beat does).
+    pub(crate) sweep: String,
+    /// The dialect's `OVERDUE_MS`.
+    pub(crate) overdue: String,
+}
+
+/// Runs `job` on `conn` (the keeper's connection) and sends its answer back; returns whether
+/// it succeeded (a failed statement may have left the connection unusable).
+pub(crate) async fn serve<DB, C>(conn: &mut C, job: Job, sql: &KeeperSql) -> bool
+where
+    DB: crate::admin::AdminSql,
+    C: Send,
+    for<'c> &'c mut C: sqlx::Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
+    String: sqlx::Type<DB> + for<'e> sqlx::Encode<'e, DB>,
+    i64: sqlx::Type<DB> + for<'e> sqlx::Encode<'e, DB> + for<'r> sqlx::Decode<'r, DB>,
+    Option<i64>: for<'r> sqlx::Decode<'r, DB>,
+    usize: sqlx::ColumnIndex<DB::Row>,
+{
+    use crate::error::db;
+    let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+    match job {
+        Job::IdleTick { owner, ttl, reply } => {
+            let due = async {
+                let probe = sqlx::query_scalar::<DB, i64>(&sql.probe);
+                let probe = match &sql.refresh {
+                    Some(r) => {
+                        sqlx::query::<DB>(r).bind(owner).bind(ms(ttl)).execute(&mut *conn).await?;
+                        probe
+                    }
+                    None => probe.bind(owner).bind(ms(ttl)),
+                };
+                probe.fetch_one(&mut *conn).await.map(|n| n != 0)
+            };
+            let due = due.await.map_err(db);
+            let ok = due.is_ok();
+            let _ = reply.send(due);
+            ok
+        }
+        Job::Beat { beat, reply } => {
+            let done = match crate::admin::beat_query::<DB>(&sql.beat, &beat) {
+                Ok(q) => async {
+                    q.execute(&mut *conn).await?;
+                    sqlx::query::<DB>(&sql.sweep).execute(&mut *conn).await.map(|_| ())
+                }
+                .await
+                .map_err(db),
+                Err(e) => Err(e),
+            };
+            let ok = done.is_ok();
+            let _ = reply.send(done);
+            ok
+        }
+        Job::Overdue { reply } => {
+            let late = sqlx::query_scalar::<DB, Option<i64>>(&sql.overdue)
+                .fetch_one(&mut *conn)
+                .await
+                .map(|ms| ms.map(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(0))))
+                .map_err(db);
+            let ok = late.is_ok();
+            let _ = reply.send(late);
+            ok
+        }
+    }
+}
+
+/// Runs an idle relay's statements on the store's listening connection (see the module).
+/// Cheap to clone; when the listening task has stopped, every call fails and the caller falls
+/// back to its pool.
+#[derive(Debug, Clone)]
+pub struct Keeper {
+    jobs: mpsc::Sender<Job>,
+}
+
+/// Statements waiting for the listening connection at most (an idle relay has at most two
+/// outstanding: its tick and its beat).
+const QUEUE: usize = 8;
+
+impl Keeper {
+    /// A keeper, and the receiving end its listening task serves.
+    pub(crate) fn channel() -> (Keeper, mpsc::Receiver<Job>) {
+        let (jobs, rx) = mpsc::channel(QUEUE);
+        (Keeper { jobs }, rx)
+    }
+
+    /// Refreshes `owner`'s idle row (writers push a wake-up while it lives; it expires after
+    /// `ttl`) and answers whether a message may be due now: a pending one past its time or a
+    /// lease that expired. `true` means "claim": it may be a message another relay holds or one
+    /// behind an older message of its key, which the claim then does not take.
+    pub async fn idle_tick(&self, owner: &str, ttl: Duration) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::IdleTick { owner: owner.to_owned(), ttl, reply }, answer).await
+    }
+
+    /// Writes the relay's presence row.
+    pub async fn beat(&self, beat: &RelayBeat) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Beat { beat: Box::new(beat.clone()), reply }, answer).await
+    }
+
+    /// How long the oldest due pending message has waited (`None`: none is due).
+    pub async fn overdue(&self) -> Result<Option<Duration>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Overdue { reply }, answer).await
+    }
+
+    async fn send<T>(&self, job: Job, answer: oneshot::Receiver<Result<T>>) -> Result<T> {
+        let gone = || Error::Database("the listening connection is gone".into());
+        self.jobs.send(job).await.map_err(|_| gone())?;
+        answer.await.map_err(|_| gone())?
+    }
+}
