@@ -104,7 +104,7 @@ impl<S: RelayStore> Relay<S> {
             // once a second (one read of a table of a few rows).
             if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
                 pauses_checked = Some(Instant::now());
-                inner.refresh_pauses().await;
+                inner.refresh_pauses(None).await;
             }
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
@@ -180,6 +180,12 @@ impl<S: RelayStore> Relay<S> {
                                     RelayStats::add(&inner.stats.idle_ticks, 1);
                                     idle_refreshed = Instant::now();
                                     tick_failing = false;
+                                    // An operator's pause shows while idle too (metrics, the
+                                    // admin API), read on the keeper's connection.
+                                    if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
+                                        pauses_checked = Some(Instant::now());
+                                        inner.refresh_pauses(Some(k)).await;
+                                    }
                                 }
                                 Ok(true) => {
                                     RelayStats::add(&inner.stats.idle_ticks, 1);

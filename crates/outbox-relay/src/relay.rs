@@ -103,8 +103,14 @@ impl<S: RelayStore> Inner<S> {
     }
 
     /// Re-reads which destinations an operator paused (keeps the last known on an error).
-    pub(crate) async fn refresh_pauses(&self) {
-        let names = match self.store.paused_destinations().await {
+    ///
+    /// Read through `keeper` when given (an idle relay's listening connection), else the pool.
+    pub(crate) async fn refresh_pauses(&self, keeper: Option<&outbox_store::Keeper>) {
+        let read = match keeper {
+            Some(k) => k.paused_destinations().await,
+            None => self.store.paused_destinations().await,
+        };
+        let names = match read {
             Ok(names) => names,
             Err(e) => {
                 tracing::warn!(error = %e, "Could not read the paused destinations; keeping the last known");

@@ -363,6 +363,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
 
     /// Wraps a pool built with [`shedding_hook`]`(flag)`: [`Outbox::shed_connections`] then
     /// closes the connections handed back.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn with_shed_flag(mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
         self.shed = flag;
         self

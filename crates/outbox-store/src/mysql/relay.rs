@@ -458,6 +458,7 @@ impl Wakeups for Outbox<MySql> {
             sweep: render(tables, "DELETE FROM outbox_relay WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY")
                 .into_owned(),
             overdue: render(tables, MySql::OVERDUE_MS).into_owned(),
+            paused: render(tables, crate::relay::PAUSED).into_owned(),
         };
         let (keeper, mut jobs) = Keeper::channel();
         let pool = self.pool().clone();

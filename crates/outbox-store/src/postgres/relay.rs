@@ -496,6 +496,7 @@ async fn listen_and_keep(
         sweep: render(&tables, "DELETE FROM outbox_relay WHERE seen_at < now() - interval '1 day'")
             .into_owned(),
         overdue: render(&tables, Postgres::OVERDUE_MS).into_owned(),
+        paused: render(&tables, crate::relay::PAUSED).into_owned(),
     };
     let mut kept = true;
     loop {

@@ -64,10 +64,17 @@ pub(crate) enum Job {
     Beat { beat: Box<RelayBeat>, reply: oneshot::Sender<Result<()>> },
     /// How long the oldest due pending message has waited (the relay's overdue watch).
     Overdue { reply: oneshot::Sender<Result<Option<Duration>>> },
+    /// The destinations an operator paused.
+    Pauses { reply: oneshot::Sender<Result<Vec<String>>> },
 }
+
+/// The paused destinations' names (the same on every dialect; a table of a few rows).
+pub(crate) const PAUSED: &str =
+    "SELECT destination FROM outbox_destination_pause ORDER BY destination LIMIT 1000";
 
 impl Job {
     /// Answers the job with `e` (its statement could not run).
+    #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn fail(self, e: Error) {
         match self {
             Job::IdleTick { reply, .. } => {
@@ -79,12 +86,16 @@ impl Job {
             Job::Overdue { reply } => {
                 let _ = reply.send(Err(e));
             }
+            Job::Pauses { reply } => {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 }
 
 /// A dialect's statements for the keeper's jobs, rendered for the store's names.
 #[derive(Debug)]
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct KeeperSql {
     /// Writes the idle row (`owner`, ttl in ms), when the probe does not do it itself.
     pub(crate) refresh: Option<String>,
@@ -97,17 +108,20 @@ pub(crate) struct KeeperSql {
     pub(crate) sweep: String,
     /// The dialect's `OVERDUE_MS`.
     pub(crate) overdue: String,
+    /// [`PAUSED`], rendered.
+    pub(crate) paused: String,
 }
 
 /// Runs `job` on `conn` (the keeper's connection) and sends its answer back; returns whether
 /// it succeeded (a failed statement may have left the connection unusable).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) async fn serve<DB, C>(conn: &mut C, job: Job, sql: &KeeperSql) -> bool
 where
     DB: crate::admin::AdminSql,
     C: Send,
     for<'c> &'c mut C: sqlx::Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: sqlx::IntoArguments<'q, DB>,
-    String: sqlx::Type<DB> + for<'e> sqlx::Encode<'e, DB>,
+    String: sqlx::Type<DB> + for<'e> sqlx::Encode<'e, DB> + for<'r> sqlx::Decode<'r, DB>,
     i64: sqlx::Type<DB> + for<'e> sqlx::Encode<'e, DB> + for<'r> sqlx::Decode<'r, DB>,
     Option<i64>: for<'r> sqlx::Decode<'r, DB>,
     usize: sqlx::ColumnIndex<DB::Row>,
@@ -156,6 +170,12 @@ where
             let _ = reply.send(late);
             ok
         }
+        Job::Pauses { reply } => {
+            let names = sqlx::query_scalar::<DB, String>(&sql.paused).fetch_all(&mut *conn).await.map_err(db);
+            let ok = names.is_ok();
+            let _ = reply.send(names);
+            ok
+        }
     }
 }
 
@@ -173,6 +193,7 @@ const QUEUE: usize = 8;
 
 impl Keeper {
     /// A keeper, and the receiving end its listening task serves.
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
     pub(crate) fn channel() -> (Keeper, mpsc::Receiver<Job>) {
         let (jobs, rx) = mpsc::channel(QUEUE);
         (Keeper { jobs }, rx)
@@ -197,6 +218,12 @@ impl Keeper {
     pub async fn overdue(&self) -> Result<Option<Duration>> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Overdue { reply }, answer).await
+    }
+
+    /// The destinations an operator paused (`outbox_destination_pause`).
+    pub async fn paused_destinations(&self) -> Result<Vec<String>> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Pauses { reply }, answer).await
     }
 
     async fn send<T>(&self, job: Job, answer: oneshot::Receiver<Result<T>>) -> Result<T> {

@@ -35,7 +35,7 @@ mod settlement;
 
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
-pub(crate) use listening::{serve, Job, KeeperSql};
+pub(crate) use listening::{serve, Job, KeeperSql, PAUSED};
 pub use listening::{Keeper, Listening};
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
 
