@@ -181,8 +181,12 @@ impl<S: RelayStore> Relay<S> {
                                     idle_refreshed = Instant::now();
                                     tick_failing = false;
                                     // An operator's pause shows while idle too (metrics, the
-                                    // admin API), read on the keeper's connection.
-                                    if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
+                                    // admin API), read on the keeper's connection, every beat
+                                    // (a claim reads them first anyway when it is older than
+                                    // PAUSES_INTERVAL).
+                                    if pauses_checked
+                                        .is_none_or(|t| t.elapsed() >= crate::presence::BEAT_INTERVAL)
+                                    {
                                         pauses_checked = Some(Instant::now());
                                         inner.refresh_pauses(Some(k)).await;
                                     }

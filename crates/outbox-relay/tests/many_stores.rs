@@ -157,7 +157,13 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
     };
     eventually("every idle store holds one connection, its keeper", one_each).await;
 
-    // Idle: the scan goes on as ticks, not claims.
+    // Idle: the scan goes on as ticks, not claims. (A store waiting for its first share also
+    // holds one connection: wait until each has declared itself idle; it claims once more
+    // after that, which the bound below allows.)
+    eventually("every store idle", || async {
+        stats.iter().all(|s| s.idle.load(std::sync::atomic::Ordering::Relaxed))
+    })
+    .await;
     let (ticks0, claims0): (Vec<u64>, Vec<u64>) =
         stats.iter().map(|s| (RelayStats::get(&s.idle_ticks), RelayStats::get(&s.claims))).unzip();
     eventually("each store ticks", || async {
