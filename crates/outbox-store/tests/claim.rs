@@ -192,6 +192,22 @@ async fn a_keys_run_comes_with_its_head<DB: OutboxDatabase>(outbox: &Outbox<DB>)
 where
     Outbox<DB>: Claims,
 {
+    runs_in(outbox, ClaimMode::Lock).await;
+}
+
+/// The same with leases (SQLite's only claim; MySQL/MariaDB's lease claims): the run is leased
+/// with its head, in the same transaction.
+async fn a_leased_run_comes_with_its_head<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    runs_in(outbox, ClaimMode::Lease).await;
+}
+
+async fn runs_in<DB: OutboxDatabase>(outbox: &Outbox<DB>, mode: ClaimMode)
+where
+    Outbox<DB>: Claims,
+{
     let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
     let mut a = Vec::new();
     for _ in 0..4 {
@@ -203,11 +219,19 @@ where
     let b4 = enqueue(NewMessage::new("t", "{}").key("b")).await;
     let keyless = enqueue(NewMessage::new("t", "{}")).await;
 
-    let claimed = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 3, LEASE).await.unwrap();
+    let claimed = outbox.claim_runs(mode, "relay-a", 100, 3, LEASE).await.unwrap();
     let ids: Vec<MessageId> = claimed.messages.iter().map(|m| m.id).collect();
     assert_eq!(ids, [a[0], a[1], a[2], b1, b2, keyless], "runs of 3 at most, up to b's delayed message");
     assert!(!ids.contains(&b4), "nothing after a message that is not due");
-    assert!(matches!(claimed.hold, Hold::Lock(_)));
+    if mode == ClaimMode::Lock {
+        assert!(matches!(claimed.hold, Hold::Lock(_)));
+    } else {
+        assert!(matches!(claimed.hold, Hold::Lease));
+        for id in &ids {
+            let m = outbox.get(*id).await.unwrap().unwrap();
+            assert_eq!((m.status, m.lease_owner.as_deref()), (Status::Sending, Some("relay-a")), "{id:?}");
+        }
+    }
 
     let other = lock(outbox, "relay-b", 100).await;
     assert!(other.is_none(), "{:?}", other.map(|(b, _)| b.iter().map(|m| m.id).collect::<Vec<_>>()));
@@ -229,9 +253,10 @@ where
     };
     let report = outbox.settle_held(claimed.hold, "relay-a", &settlement).await.unwrap();
     assert_eq!(report.settled, 6);
-    let next = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 3, LEASE).await.unwrap();
+    let next = outbox.claim_runs(mode, "relay-a", 100, 3, LEASE).await.unwrap();
     assert_eq!(next.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [a[2], a[3]]);
-    assert!(next.messages.iter().all(|m| m.attempts == 0 && m.status == Status::Pending));
+    let claimed_as = if mode == ClaimMode::Lock { Status::Pending } else { Status::Sending };
+    assert!(next.messages.iter().all(|m| m.attempts == 0 && m.status == claimed_as));
     for id in [b3, b4] {
         let m = outbox.get(id).await.unwrap().unwrap();
         assert_eq!(
@@ -251,7 +276,12 @@ suite!(
         a_keys_run_comes_with_its_head,
     ]
 );
-suite!(sqlite, outbox_testkit::fresh_sqlite, [heads_behind_a_busy_keys_backlog_are_claimed_at_once]);
+suite!(mysql_leased, outbox_testkit::fresh_mysql, [a_leased_run_comes_with_its_head]);
+suite!(
+    sqlite,
+    outbox_testkit::fresh_sqlite,
+    [heads_behind_a_busy_keys_backlog_are_claimed_at_once, a_leased_run_comes_with_its_head]
+);
 
 /// MySQL/MariaDB (schema 4): `open_key` is kept by triggers whoever writes the row, so a foreign
 /// application's plain INSERT takes part in per-key order, and a finished message stops holding

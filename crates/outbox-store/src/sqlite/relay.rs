@@ -7,16 +7,16 @@ use crate::Tables;
 use std::collections::HashSet;
 use std::time::Duration;
 
-use outbox_core::{MessageId, Result};
+use outbox_core::{MessageId, OutboxMessage, Result};
 use sqlx::sqlite::Sqlite;
-use sqlx::{Connection, QueryBuilder};
+use sqlx::{Connection, QueryBuilder, Row};
 
 use super::decode_message;
+use crate::common::{decode_rows, release_leases, FailSql};
 use crate::common::{expire_each, finish_ack, AckSql, ExpireSql};
-use crate::common::{release_leases, FailSql};
 use crate::error::db;
 use crate::outbox::Outbox;
-use crate::relay::{settle_isolated, SettleWrites};
+use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{
     AckOutcome, Acks, ClaimMode, Claimed, Claims, DeliveryState, Hold, NoLocks, SettleReport, Settlement,
     Wakeups,
@@ -55,6 +55,16 @@ const ACK_COMPLETE_MESSAGE: &str = concat!(
 );
 const ACK_SQL: AckSql =
     AckSql { insert: ACK_INSERT, mark: ACK_MARK, open: ACK_OPEN_DELIVERIES, complete: ACK_COMPLETE_MESSAGE };
+
+/// The columns a claim returns, in `decode_message`'s terms.
+macro_rules! returned {
+    () => {
+        "id, biz_type, biz_key, topic, msg_key, tag, headers, payload, status, attempts, max_attempts,
+          next_attempt_at, last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by,
+          created_at, updated_at"
+    };
+}
+const RETURNED: &str = returned!();
 
 /// Candidates come from the heads among the first `?4` due rows, the due rows without a key,
 /// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
@@ -117,9 +127,8 @@ SET status = 'sending', lease_owner = ?1, lease_until = ",
     now_ms!(),
     ", updated_by = ?1
 WHERE id IN (SELECT id FROM cand)
-RETURNING id, biz_type, biz_key, topic, msg_key, tag, headers, payload, status, attempts, max_attempts,
-          next_attempt_at, last_attempt_at, last_error, lease_owner, lease_until, created_by, updated_by,
-          created_at, updated_at"
+RETURNING ",
+    returned!()
 );
 
 fn ms(d: Duration) -> i64 {
@@ -256,31 +265,112 @@ const RELEASE: &str = concat!(
     ", updated_by = ?1 WHERE status = 'sending' AND lease_owner = ?1"
 );
 
+/// The runs behind the heads of `plan`, leased in the claim's transaction: one statement reads
+/// the open messages after every head (one sub-select per key over `(msg_key, id)`), a second
+/// leases the chosen ones that are still due.
+async fn lease_runs(
+    tx: &mut sqlx::Transaction<'_, Sqlite>,
+    tables: &Tables,
+    owner: &str,
+    lease: Duration,
+    plan: &runs::RunPlan,
+) -> Result<Vec<OutboxMessage>> {
+    let per_key = i64::try_from(plan.per_key).unwrap_or(i64::MAX);
+    let mut qb = QueryBuilder::<Sqlite>::new("SELECT id, head, due FROM (");
+    for (i, (key, head)) in plan.heads.iter().enumerate() {
+        if i > 0 {
+            qb.push(" UNION ALL ");
+        }
+        qb.push("SELECT * FROM (SELECT id, ");
+        qb.push_bind(*head);
+        qb.push(render(
+            tables,
+            concat!(
+                " AS head, (status IN ('pending', 'sending') AND next_attempt_at <= ",
+                now_ms!(),
+                ") AS due FROM outbox_message WHERE msg_key = "
+            ),
+        ));
+        qb.push_bind(key.clone());
+        qb.push(" AND id > ");
+        qb.push_bind(*head);
+        qb.push(" AND status IN ('pending', 'sending', 'failed') ORDER BY id LIMIT ");
+        qb.push_bind(per_key);
+        qb.push(")");
+    }
+    qb.push(")");
+    let found: Vec<(i64, i64, bool)> = qb.build_query_as().fetch_all(&mut **tx).await.map_err(db)?;
+    let mut followers: Vec<runs::Follower> =
+        found.into_iter().map(|(id, head, due)| runs::Follower { id, head, due }).collect();
+    runs::take(&mut followers, plan.per_key, |wanted| async move {
+        let mut qb = QueryBuilder::<Sqlite>::new(
+            render(
+                tables,
+                concat!("UPDATE outbox_message SET status = 'sending', lease_until = ", now_ms!(), " + "),
+            )
+            .into_owned(),
+        );
+        qb.push_bind(ms(lease));
+        qb.push(concat!(", next_attempt_at = ", now_ms!(), " + "));
+        qb.push_bind(ms(lease));
+        qb.push(concat!(", updated_at = ", now_ms!(), ", lease_owner = "));
+        qb.push_bind(owner.to_owned());
+        qb.push(", updated_by = ");
+        qb.push_bind(owner.to_owned());
+        qb.push(" WHERE id IN ");
+        in_list(&mut qb, wanted.iter().copied());
+        qb.push(concat!(" AND status IN ('pending', 'sending') AND next_attempt_at <= ", now_ms!()));
+        qb.push(" RETURNING ");
+        qb.push(RETURNED);
+        let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
+        Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message).0)
+    })
+    .await
+}
+
 /// SQLite leases every claim: holding its single writer lock for the length of a publish would
 /// block every business transaction, so its [`Claims::Lock`] is [`NoLocks`].
 impl Claims for Outbox<Sqlite> {
     type Lock = NoLocks;
 
-    /// Heads only (`_run`): one atomic `UPDATE`.
+    /// The heads, leased by one atomic `UPDATE`; with `run` > 1, in one `BEGIN IMMEDIATE`
+    /// transaction with the runs behind them (see `relay::runs`): SQLite's one writer makes the
+    /// two statements atomic, so no other claim can take a follower between them.
     async fn claim_runs(
         &self,
         _mode: ClaimMode,
         owner: &str,
         limit: usize,
-        _run: usize,
+        run: usize,
         lease: Duration,
     ) -> Result<Claimed<NoLocks>> {
         let tables = self.tables();
+        let max = limit;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = sqlx::query(&render(tables, CLAIM))
-            .bind(owner)
-            .bind(limit)
-            .bind(ms(lease))
-            .bind(limit.saturating_mul(2).max(256))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        Ok(Claimed::leased(FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?))
+        let sql = render(tables, CLAIM);
+        let claim =
+            sqlx::query(&sql).bind(owner).bind(limit).bind(ms(lease)).bind(limit.saturating_mul(2).max(256));
+        if run <= 1 {
+            let rows = claim.fetch_all(self.pool()).await.map_err(db)?;
+            return Ok(Claimed::leased(
+                FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?,
+            ));
+        }
+        let mut conn = self.pool().acquire().await.map_err(db)?;
+        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let rows = claim.fetch_all(&mut *tx).await.map_err(db)?;
+        let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+        if let Some(plan) = runs::plan(&out, max.saturating_sub(poison.len()), run) {
+            let more = lease_runs(&mut tx, tables, owner, lease, &plan).await?;
+            out.extend(more);
+        }
+        if !poison.is_empty() {
+            // Leased by this transaction: failed in it.
+            FAIL.fail_poison(&mut tx, tables, owner, &poison).await;
+        }
+        tx.commit().await.map_err(db)?;
+        out.sort_by_key(|m| m.id);
+        Ok(Claimed::leased(out))
     }
 
     async fn deliveries_held(
