@@ -70,6 +70,14 @@ const RETURNED: &str = returned!();
 /// and (only when that window is full and holds fewer than `?2` heads: rows held back by an
 /// older message of their key) the head of every open key by a loose index scan: see the
 /// PostgreSQL claim for why.
+///
+/// Every probe of a key names the open-key index (`INDEXED BY`) and reads the key's first open
+/// entry in `(msg_key, id)` order. Left to the planner, statistics taken while the whole table
+/// was one open backlog (`ANALYZE`, or `PRAGMA optimize`) make the partial index look no better
+/// than the table, and the head probes walked the primary key from the lowest id through every
+/// message already sent, or scanned the table: 1.39 s per claim at 20,000 rows on one key
+/// (half sent), 1.3 ms with the index named. The index is the schema's own, so naming it cannot
+/// fail on a migrated database.
 const CLAIM: &str = concat!(
     "WITH RECURSIVE win AS (
     SELECT m.id, m.msg_key FROM outbox_message m
@@ -80,9 +88,10 @@ const CLAIM: &str = concat!(
     LIMIT ?4
 ), win_heads AS (
     SELECT w.id FROM win w
-    WHERE w.msg_key IS NULL OR NOT EXISTS (
-        SELECT 1 FROM outbox_message o
-        WHERE o.msg_key = w.msg_key AND o.id < w.id AND o.status IN ('pending', 'sending', 'failed'))
+    WHERE w.msg_key IS NULL OR w.id = (
+        SELECT o.id FROM outbox_message o INDEXED BY outbox_message_open_key_idx
+        WHERE o.msg_key = w.msg_key AND o.status IN ('pending', 'sending', 'failed')
+        ORDER BY o.msg_key, o.id LIMIT 1)
 ), nokey AS (
     SELECT m.id FROM outbox_message m
     WHERE m.msg_key IS NULL AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
@@ -91,19 +100,19 @@ const CLAIM: &str = concat!(
     ORDER BY m.next_attempt_at, m.id
     LIMIT ?2
 ), open_keys(k) AS (
-    SELECT (SELECT o.msg_key FROM outbox_message o
+    SELECT (SELECT o.msg_key FROM outbox_message o INDEXED BY outbox_message_open_key_idx
             WHERE o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
             ORDER BY o.msg_key LIMIT 1)
     WHERE (SELECT count(*) FROM win) >= ?4 AND (SELECT count(*) FROM win_heads) < ?2
     UNION ALL
-    SELECT (SELECT o.msg_key FROM outbox_message o
+    SELECT (SELECT o.msg_key FROM outbox_message o INDEXED BY outbox_message_open_key_idx
             WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
             ORDER BY o.msg_key LIMIT 1)
     FROM open_keys WHERE open_keys.k IS NOT NULL
 ), heads AS (
-    SELECT (SELECT o.id FROM outbox_message o
+    SELECT (SELECT o.id FROM outbox_message o INDEXED BY outbox_message_open_key_idx
             WHERE o.msg_key = open_keys.k AND o.status IN ('pending', 'sending', 'failed')
-            ORDER BY o.id LIMIT 1) AS id
+            ORDER BY o.msg_key, o.id LIMIT 1) AS id
     FROM open_keys WHERE open_keys.k IS NOT NULL
 ), cand AS (
     SELECT m.id FROM outbox_message m
@@ -111,10 +120,10 @@ const CLAIM: &str = concat!(
       AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= ",
     now_ms!(),
     "
-      AND (m.msg_key IS NULL OR NOT EXISTS (
-            SELECT 1 FROM outbox_message o
-            WHERE o.msg_key = m.msg_key AND o.id < m.id
-              AND o.status IN ('pending', 'sending', 'failed')))
+      AND (m.msg_key IS NULL OR m.id = (
+            SELECT o.id FROM outbox_message o INDEXED BY outbox_message_open_key_idx
+            WHERE o.msg_key = m.msg_key AND o.status IN ('pending', 'sending', 'failed')
+            ORDER BY o.msg_key, o.id LIMIT 1))
     ORDER BY m.next_attempt_at, m.id
     LIMIT ?2
 )
@@ -288,7 +297,7 @@ async fn lease_runs(
             concat!(
                 " AS head, (status IN ('pending', 'sending') AND next_attempt_at <= ",
                 now_ms!(),
-                ") AS due FROM outbox_message WHERE msg_key = "
+                ") AS due FROM outbox_message INDEXED BY outbox_message_open_key_idx WHERE msg_key = "
             ),
         ));
         qb.push_bind(key.clone());
