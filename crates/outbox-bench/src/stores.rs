@@ -493,9 +493,16 @@ async fn measure(
     })
 }
 
+/// Foreign writers connected at once, over every store: the relay's connections plus a
+/// writer's per trickling store once their seconds line up exceeded PostgreSQL's default
+/// `max_connections` (100) with 64 stores in a release build ("too many clients"; the relay
+/// itself never was refused). A message's latency is timed from its commit, after this wait.
+static WRITERS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(4);
+
 /// One message written by a foreign writer: its own connection, one INSERT, closed. Returns
 /// the message id.
 async fn write_one(url: &str, dialect: Dialect, seq: u64) -> Result<i64> {
+    let _writer = WRITERS.acquire().await.map_err(|e| Error::Config(e.to_string()))?;
     let payload = db::payload(seq, 1);
     Ok(match dialect {
         Dialect::Postgres => {
