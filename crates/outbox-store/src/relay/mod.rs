@@ -29,7 +29,7 @@ use crate::signal::CommitSignal;
 
 mod isolate;
 mod listening;
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) mod runs;
 mod settlement;
 
