@@ -161,6 +161,7 @@ impl<S: RelayStore> RelayBuilder<S> {
                 router: Router::new(routes),
                 alert: self.alert,
                 budget: self.budget,
+                shares_held: Default::default(),
                 stats,
                 health: Mutex::new(Health::default()),
             }),

@@ -79,7 +79,13 @@ impl<S: RelayStore> Relay<S> {
                 (None, None) => None,
                 (None, Some(b)) => tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    s = b.take() => match s { Some(s) => Some(s), None => break },
+                    s = b.take() => match s {
+                        Some(s) => {
+                            inner.took_share();
+                            Some(s)
+                        }
+                        None => break,
+                    },
                 },
             };
             // Everything below uses the pool, under the share: a relay over many stores opens
@@ -104,7 +110,7 @@ impl<S: RelayStore> Relay<S> {
             // once a second (one read of a table of a few rows).
             if pauses_checked.is_none_or(|t| t.elapsed() >= PAUSES_INTERVAL) {
                 pauses_checked = Some(Instant::now());
-                inner.refresh_pauses(None).await;
+                inner.refresh_pauses(keeper.as_ref()).await;
             }
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
@@ -154,13 +160,14 @@ impl<S: RelayStore> Relay<S> {
                     if !idle && !in_flight {
                         // Declare idle, then claim once more: a row committed between the empty
                         // claim and the declaration did not notify.
-                        if let Err(e) = inner.store.set_idle(&cfg.owner, true, idle_ttl).await {
+                        if let Err(e) = inner.set_idle(keeper.as_ref(), true, idle_ttl).await {
                             tracing::debug!(error = %e, "Could not declare the relay idle");
                         }
                         idle = true;
                         inner.stats.idle.store(true, std::sync::atomic::Ordering::Relaxed);
                         idle_refreshed = Instant::now();
                         // The claim once more keeps this share (no second turn in the queue).
+                        inner.between_claims().await;
                         carried = share;
                         continue;
                     }
@@ -210,7 +217,7 @@ impl<S: RelayStore> Relay<S> {
                     };
                     on_scan = !woke;
                     if idle && !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
-                        let _ = inner.store.set_idle(&cfg.owner, true, idle_ttl).await;
+                        let _ = inner.set_idle(keeper.as_ref(), true, idle_ttl).await;
                         idle_refreshed = Instant::now();
                     }
                 }
@@ -218,7 +225,7 @@ impl<S: RelayStore> Relay<S> {
                     let partial = batch.len() < cfg.batch_size;
                     store_backoff = Duration::from_millis(100);
                     if idle {
-                        let _ = inner.store.set_idle(&cfg.owner, false, idle_ttl).await;
+                        let _ = inner.set_idle(keeper.as_ref(), false, idle_ttl).await;
                         idle = false;
                         inner.stats.idle.store(false, std::sync::atomic::Ordering::Relaxed);
                     }

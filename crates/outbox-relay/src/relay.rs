@@ -17,6 +17,10 @@ use crate::destination::DestRuntime;
 use crate::router::Router;
 use crate::stats::RelayStats;
 
+/// How long a relay handing back its share of a crowded budget waits for its store's pooled
+/// connections to close (a close takes well under a millisecond on a healthy server).
+pub(crate) const SHARE_CLOSE_WAIT: Duration = Duration::from_secs(1);
+
 #[derive(Debug)]
 pub(crate) struct Inner<S: RelayStore> {
     pub(crate) store: S,
@@ -27,6 +31,8 @@ pub(crate) struct Inner<S: RelayStore> {
     pub(crate) alert: Arc<dyn AlertHook>,
     /// Batches in flight shared with other relays of the process, if any.
     pub(crate) budget: Option<crate::Budget>,
+    /// Shares of the budget this relay holds now (claims under way and batches in flight).
+    pub(crate) shares_held: std::sync::atomic::AtomicUsize,
     pub(crate) stats: Arc<RelayStats>,
     pub(crate) health: Mutex<Health>,
 }
@@ -89,25 +95,79 @@ impl<S: RelayStore> Inner<S> {
         batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
     }
 
-    /// Hands a share of the budget back; when more relays share the budget than it has
+    /// Counts a share of the budget this relay took.
+    pub(crate) fn took_share(&self) {
+        self.shares_held.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// Before a second claim under the same share of a crowded budget (the claim once more
+    /// after declaring idle): waits until the connection of the claim before has finished
+    /// closing, so the next claim does not open one beside it (see [`Self::give_back`]).
+    pub(crate) async fn between_claims(&self) {
+        if self.budget.as_ref().is_some_and(crate::Budget::crowded) {
+            let held = self.shares_held.load(std::sync::atomic::Ordering::Acquire);
+            let keep = u32::try_from(held).unwrap_or(u32::MAX);
+            self.store.close_down_to(keep, SHARE_CLOSE_WAIT).await;
+        }
+    }
+
+    /// Hands a share of the budget back. When more relays share the budget than it has
     /// shares, the store's pool first stops keeping connections (those it holds unused close,
-    /// and so do those handed back later), so together they hold about as many pooled
-    /// connections as shares (see [`crate::Budget`]). Taking a share again ends it.
+    /// and so do those handed back later), and the share goes on only once the pool is down
+    /// to its listening connection and one per other batch of this relay still in flight
+    /// (waiting at most [`SHARE_CLOSE_WAIT`]): a connection closing in the background still
+    /// counts on the server, and the next store opens one as soon as it has the share. So
+    /// the stores together hold at most one connection each plus the budget's size (see
+    /// [`crate::Budget`]). Taking a share again ends the shedding.
     pub(crate) async fn give_back(&self, share: Option<tokio::sync::OwnedSemaphorePermit>) {
         if let (Some(s), Some(b)) = (share, &self.budget) {
+            let held = self.shares_held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
             if b.crowded() {
                 self.store.shed_connections(true).await;
+                // The listening connection and one per other share of this relay.
+                let keep = u32::try_from(held).unwrap_or(u32::MAX);
+                if !self.store.close_down_to(keep, SHARE_CLOSE_WAIT).await {
+                    tracing::debug!(
+                        wait = ?SHARE_CLOSE_WAIT,
+                        "The store's pool still held more connections than its share; handing the share on"
+                    );
+                }
             }
             drop(s);
         }
     }
 
+    /// Declares this relay idle or busy for writers' wake-ups
+    /// ([`Wakeups::set_idle`](outbox_store::Wakeups::set_idle)), through `keeper` when given
+    /// (the listening connection: a relay between turns of a crowded budget opens no pooled
+    /// connection for it, and one holding a claim's transaction needs no second one), else,
+    /// or if that fails, through the pool.
+    pub(crate) async fn set_idle(
+        &self,
+        keeper: Option<&outbox_store::Keeper>,
+        idle: bool,
+        ttl: Duration,
+    ) -> outbox_store::Result<()> {
+        let owner = &self.cfg.owner;
+        match keeper {
+            Some(k) => match k.set_idle(owner, idle, ttl).await {
+                Err(_) => self.store.set_idle(owner, idle, ttl).await,
+                ok => ok,
+            },
+            None => self.store.set_idle(owner, idle, ttl).await,
+        }
+    }
+
     /// Re-reads which destinations an operator paused (keeps the last known on an error).
     ///
-    /// Read through `keeper` when given (an idle relay's listening connection), else the pool.
+    /// Read through `keeper` when given (the store's listening connection: nothing of the
+    /// pool), else, or if that fails, through the pool.
     pub(crate) async fn refresh_pauses(&self, keeper: Option<&outbox_store::Keeper>) {
         let read = match keeper {
-            Some(k) => k.paused_destinations().await,
+            Some(k) => match k.paused_destinations().await {
+                Err(_) => self.store.paused_destinations().await,
+                ok => ok,
+            },
             None => self.store.paused_destinations().await,
         };
         let names = match read {

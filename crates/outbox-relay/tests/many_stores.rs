@@ -123,6 +123,7 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
     let mut handles = Vec::new();
     let mut stats = Vec::new();
     let mut relays = Vec::new();
+    let mut outboxes = Vec::new();
     let transport = TestTransport::new();
     for (i, ((_, url), _)) in dbs.iter().enumerate() {
         let outbox = AnyOutbox::connect(url, 3).await.unwrap();
@@ -140,6 +141,7 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
             .unwrap();
         stats.push(relay.stats());
         relays.push(relay);
+        outboxes.push(outbox);
     }
     for r in relays {
         handles.push(tokio::spawn(r.run(stop.clone())));
@@ -150,7 +152,8 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
             counts.push(server.connections(name).await);
         }
         if counts.iter().any(|n| *n != 1) {
-            eprintln!("connections per store: {counts:?}");
+            let pools: Vec<_> = outboxes.iter().map(AnyOutbox::pool_connections).collect();
+            eprintln!("connections per store: {counts:?}; the relays' pools (open, idle): {pools:?}");
             return false;
         }
         true
@@ -198,10 +201,123 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
     }
 }
 
+/// Four stores on `server` with a backlog each, one relay each, sharing a budget of two
+/// batches in flight: while they drain, the stores' pools together never hold more than one
+/// connection per store (its listener/keeper) plus the budget's size, counting connections
+/// still closing (a pool's count drops only when a close completes), and every message is
+/// delivered.
+async fn a_drain_stays_within_the_budget(server: Server) {
+    const STORES: usize = 8;
+    const BUDGET: usize = 2;
+    const EACH: usize = 300;
+    let mut dbs = Vec::new();
+    for store in 0..STORES {
+        let entry: (String, Either) = match server {
+            Server::Pg => {
+                let db = outbox_testkit::fresh_pg().await;
+                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+                sqlx::query(
+                    "INSERT INTO outbox_message (topic, payload, msg_key) \
+                     SELECT 't', $2 || g, 'k' || (g % 50) FROM generate_series(1, $1) g",
+                )
+                .bind(i32::try_from(EACH).unwrap())
+                .bind(format!("s{store}-"))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+                park(&db.pool).await;
+                (db.url.clone(), Either::Pg(db))
+            }
+            Server::My => {
+                let db = outbox_testkit::fresh_mysql().await;
+                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+                let rows: Vec<String> =
+                    (0..EACH).map(|g| format!("('t', 's{store}-{g}', 'k{}')", g % 50)).collect();
+                sqlx::query(&format!(
+                    "INSERT INTO outbox_message (topic, payload, msg_key) VALUES {}",
+                    rows.join(", ")
+                ))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+                park(&db.pool).await;
+                (db.url.clone(), Either::My(db))
+            }
+        };
+        dbs.push(entry);
+    }
+    let budget = Budget::new(BUDGET);
+    let stop = CancellationToken::new();
+    let transport = TestTransport::new();
+    let mut outboxes = Vec::new();
+    let mut relays = Vec::new();
+    for (i, (url, _)) in dbs.iter().enumerate() {
+        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
+        let cfg = RelayConfig {
+            owner: format!("drain-{i}"),
+            batch_size: 10,
+            idle_interval: Duration::from_millis(100),
+            ..RelayConfig::default()
+        };
+        relays.push(
+            Relay::builder(&outbox)
+                .config(cfg)
+                .budget(budget.clone())
+                .destination(Destination::new("d", Arc::new(transport.clone())))
+                .route(Route::new("#", ["d"]))
+                .build()
+                .unwrap(),
+        );
+        outboxes.push(outbox);
+    }
+    // Samples the pools' total (not a wait: it reads counters until the drain is done).
+    let done = CancellationToken::new();
+    let sampler = {
+        let (outboxes, done) = (outboxes.clone(), done.clone());
+        tokio::spawn(async move {
+            let t0 = std::time::Instant::now();
+            let mut most = 0u32;
+            while !done.is_cancelled() {
+                let each: Vec<_> = outboxes.iter().map(|o| o.pool_connections()).collect();
+                let total: u32 = each.iter().map(|c| c.0).sum();
+                if total as usize > STORES + BUDGET {
+                    eprintln!("{:?} after the start: {each:?} (connections, idle) per store", t0.elapsed());
+                }
+                most = most.max(total);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            most
+        })
+    };
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
+    let distinct = || {
+        let mut payloads: Vec<_> = transport.delivered().into_iter().map(|e| e.payload).collect();
+        payloads.sort();
+        payloads.dedup();
+        payloads.len()
+    };
+    eventually("every message of every store delivered", || async { distinct() == STORES * EACH }).await;
+    done.cancel();
+    let most = sampler.await.unwrap();
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(
+        most as usize <= STORES + BUDGET,
+        "the pools held {most} connections at once; the bound is {STORES} listeners + a budget of {BUDGET}"
+    );
+    for (_, db) in dbs {
+        db.drop_db().await;
+    }
+}
+
 /// Closes the test pool's connections (so only the relay's count): each is taken and closed
-/// first, since one still on its way back to the pool would stay open in the closed pool.
+/// until the pool holds none, since one still on its way back to the pool when the pool closes
+/// would stay open (an acquire meanwhile may open a new one: that one is closed too).
 async fn park<DB: sqlx::Database>(pool: &sqlx::Pool<DB>) {
-    for _ in 0..pool.size() {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while pool.size() > 0 && std::time::Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_secs(5), pool.acquire()).await {
             Ok(Ok(c)) => c.close().await.unwrap(),
             _ => break,
@@ -233,4 +349,14 @@ async fn postgres_idle_stores_hold_only_their_keeper() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_idle_stores_hold_only_their_keeper() {
     idle_stores_hold_only_their_keeper(Server::My).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_drain_stays_within_the_budget() {
+    a_drain_stays_within_the_budget(Server::Pg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_drain_stays_within_the_budget() {
+    a_drain_stays_within_the_budget(Server::My).await;
 }

@@ -340,6 +340,10 @@ impl Wakeups for AnyOutbox {
     async fn shed_connections(&self, on: bool) {
         each!(self, o => Wakeups::shed_connections(o, on).await)
     }
+
+    async fn close_down_to(&self, keep: u32, within: Duration) -> bool {
+        each!(self, o => Wakeups::close_down_to(o, keep, within).await)
+    }
 }
 
 impl crate::relay::Backlog for AnyOutbox {

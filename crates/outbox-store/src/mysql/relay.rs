@@ -452,23 +452,21 @@ impl Wakeups for Outbox<MySql> {
         Outbox::shed_connections(self, on).await;
     }
 
+    async fn close_down_to(&self, keep: u32, within: Duration) -> bool {
+        Outbox::close_down_to(self, keep, within).await
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let tables = self.tables();
         if idle {
-            sqlx::query(
-                &render(tables, "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL ? MICROSECOND)",
-            ))
-            .bind(owner)
-            .bind(ms(ttl) * 1000)
-            .execute(self.pool())
-            .await
-            .map_err(db)?;
-        } else {
-            sqlx::query(&render(tables, "DELETE FROM outbox_relay_idle WHERE owner = ?"))
+            sqlx::query(&render(tables, IDLE_ON))
                 .bind(owner)
+                .bind(ms(ttl))
                 .execute(self.pool())
                 .await
                 .map_err(db)?;
+        } else {
+            sqlx::query(&render(tables, IDLE_OFF)).bind(owner).execute(self.pool()).await.map_err(db)?;
         }
         Ok(())
     }
@@ -479,19 +477,18 @@ impl Wakeups for Outbox<MySql> {
         use crate::admin::AdminSql;
         let tables = self.tables();
         let sql = KeeperSql {
-            refresh: Some(
-                render(
-                    tables,
-                    "REPLACE INTO outbox_relay_idle (owner, until) VALUES (?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)",
-                )
-                .into_owned(),
-            ),
+            refresh: Some(render(tables, IDLE_ON).into_owned()),
             probe: render(tables, IDLE_PROBE).into_owned(),
             beat: render(tables, MySql::BEAT).into_owned(),
-            sweep: render(tables, "DELETE FROM outbox_relay WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY")
-                .into_owned(),
+            sweep: render(
+                tables,
+                "DELETE FROM outbox_relay WHERE seen_at < UTC_TIMESTAMP(6) - INTERVAL 1 DAY",
+            )
+            .into_owned(),
             overdue: render(tables, MySql::OVERDUE_MS).into_owned(),
             paused: render(tables, crate::relay::PAUSED).into_owned(),
+            idle_on: render(tables, IDLE_ON).into_owned(),
+            idle_off: render(tables, IDLE_OFF).into_owned(),
         };
         let (keeper, mut jobs) = Keeper::channel();
         let pool = self.pool().clone();
@@ -519,6 +516,13 @@ impl Wakeups for Outbox<MySql> {
         Ok(Some(Listening::new(task, Some(keeper)).without_push()))
     }
 }
+
+/// Writes a relay's idle row (`owner`, ttl in ms).
+const IDLE_ON: &str = "REPLACE INTO outbox_relay_idle (owner, until) \
+    VALUES (?, UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND)";
+
+/// Removes a relay's idle row (`owner`).
+const IDLE_OFF: &str = "DELETE FROM outbox_relay_idle WHERE owner = ?";
 
 /// Whether a claim could take something: a due pending message or an expired lease (the
 /// `(status, next_attempt_at)` index).

@@ -444,14 +444,14 @@ impl Wakeups for Outbox<Postgres> {
         Outbox::shed_connections(self, on).await;
     }
 
+    async fn close_down_to(&self, keep: u32, within: Duration) -> bool {
+        Outbox::close_down_to(self, keep, within).await
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let tables = self.tables();
-        let insert = render(
-            tables,
-            "INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond') \
-             ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until",
-        );
-        let delete = render(tables, "DELETE FROM outbox_relay_idle WHERE owner = $1");
+        let insert = render(tables, IDLE_ON);
+        let delete = render(tables, IDLE_OFF);
         let q = if idle {
             sqlx::query(&insert).bind(owner).bind(ms(ttl))
         } else {
@@ -469,6 +469,14 @@ impl Wakeups for Outbox<Postgres> {
         Ok(Some(Listening::new(task, Some(keeper))))
     }
 }
+
+/// Writes a relay's idle row (`$1` owner, `$2` ttl in ms).
+const IDLE_ON: &str = "\
+INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond')
+ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until";
+
+/// Removes a relay's idle row (`$1` owner).
+const IDLE_OFF: &str = "DELETE FROM outbox_relay_idle WHERE owner = $1";
 
 /// The idle tick on the listening connection (see [`Keeper::idle_tick`]): refreshes the idle
 /// row and answers whether a claim could take something, through the partial index of open
@@ -499,6 +507,8 @@ async fn listen_and_keep(
             .into_owned(),
         overdue: render(&tables, Postgres::OVERDUE_MS).into_owned(),
         paused: render(&tables, crate::relay::PAUSED).into_owned(),
+        idle_on: render(&tables, IDLE_ON).into_owned(),
+        idle_off: render(&tables, IDLE_OFF).into_owned(),
     };
     let mut kept = true;
     loop {

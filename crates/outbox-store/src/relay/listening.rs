@@ -66,6 +66,8 @@ pub(crate) enum Job {
     Overdue { reply: oneshot::Sender<Result<Option<Duration>>> },
     /// The destinations an operator paused.
     Pauses { reply: oneshot::Sender<Result<Vec<String>>> },
+    /// Write `owner`'s idle row (expiring after `ttl`) or, when not `idle`, remove it.
+    SetIdle { owner: String, idle: bool, ttl: Duration, reply: oneshot::Sender<Result<()>> },
 }
 
 /// The paused destinations' names (the same on every dialect; a table of a few rows).
@@ -89,6 +91,9 @@ impl Job {
             Job::Pauses { reply } => {
                 let _ = reply.send(Err(e));
             }
+            Job::SetIdle { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 }
@@ -110,6 +115,10 @@ pub(crate) struct KeeperSql {
     pub(crate) overdue: String,
     /// [`PAUSED`], rendered.
     pub(crate) paused: String,
+    /// Writes the idle row (`owner`, ttl in ms).
+    pub(crate) idle_on: String,
+    /// Removes the idle row (`owner`).
+    pub(crate) idle_off: String,
 }
 
 /// Runs `job` on `conn` (the keeper's connection) and sends its answer back; returns whether
@@ -176,6 +185,17 @@ where
             let _ = reply.send(names);
             ok
         }
+        Job::SetIdle { owner, idle, ttl, reply } => {
+            let q = if idle {
+                sqlx::query::<DB>(&sql.idle_on).bind(owner).bind(ms(ttl))
+            } else {
+                sqlx::query::<DB>(&sql.idle_off).bind(owner)
+            };
+            let done = q.execute(&mut *conn).await.map(|_| ()).map_err(db);
+            let ok = done.is_ok();
+            let _ = reply.send(done);
+            ok
+        }
     }
 }
 
@@ -224,6 +244,14 @@ impl Keeper {
     pub async fn paused_destinations(&self) -> Result<Vec<String>> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::Pauses { reply }, answer).await
+    }
+
+    /// Writes `owner`'s idle row (writers push a wake-up while it lives; it expires after
+    /// `ttl`) or, when not `idle`, removes it: [`Wakeups::set_idle`](super::Wakeups::set_idle)
+    /// on the listening connection.
+    pub async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::SetIdle { owner: owner.to_owned(), idle, ttl, reply }, answer).await
     }
 
     async fn send<T>(&self, job: Job, answer: oneshot::Receiver<Result<T>>) -> Result<T> {

@@ -334,6 +334,15 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
         let _ = on;
         async {}
     }
+
+    /// Closes the pool's unused connections and waits (at most `within`) until it holds at
+    /// most `keep` connections, counting those still closing: see
+    /// [`Outbox::close_down_to`](crate::Outbox::close_down_to). Returns whether it got there
+    /// (at once by default).
+    fn close_down_to(&self, keep: u32, within: Duration) -> impl Future<Output = bool> + Send {
+        let _ = (keep, within);
+        async { true }
+    }
 }
 
 /// Destinations an operator paused for every relay on the store (`outbox_destination_pause`).
