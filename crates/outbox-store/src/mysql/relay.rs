@@ -477,7 +477,7 @@ impl Wakeups for Outbox<MySql> {
         use crate::admin::AdminSql;
         let tables = self.tables();
         let sql = KeeperSql {
-            refresh: Some(render(tables, IDLE_ON).into_owned()),
+            probe_writes_idle: false,
             probe: render(tables, IDLE_PROBE).into_owned(),
             beat: render(tables, MySql::BEAT).into_owned(),
             sweep: render(

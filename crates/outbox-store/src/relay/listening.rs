@@ -102,10 +102,11 @@ impl Job {
 #[derive(Debug)]
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct KeeperSql {
-    /// Writes the idle row (`owner`, ttl in ms), when the probe does not do it itself.
-    pub(crate) refresh: Option<String>,
+    /// Whether the probe writes the idle row itself (binding `owner` and the ttl in ms);
+    /// otherwise the tick runs `idle_on` first.
+    pub(crate) probe_writes_idle: bool,
     /// Answers (an `int8`, 0 or 1) whether a claim could take something; it binds `owner` and
-    /// the ttl in ms when there is no `refresh` (it writes the idle row itself).
+    /// the ttl in ms when `probe_writes_idle`.
     pub(crate) probe: String,
     /// The dialect's `BEAT`.
     pub(crate) beat: String,
@@ -141,12 +142,11 @@ where
         Job::IdleTick { owner, ttl, reply } => {
             let due = async {
                 let probe = sqlx::query_scalar::<DB, i64>(&sql.probe);
-                let probe = match &sql.refresh {
-                    Some(r) => {
-                        sqlx::query::<DB>(r).bind(owner).bind(ms(ttl)).execute(&mut *conn).await?;
-                        probe
-                    }
-                    None => probe.bind(owner).bind(ms(ttl)),
+                let probe = if sql.probe_writes_idle {
+                    probe.bind(owner).bind(ms(ttl))
+                } else {
+                    sqlx::query::<DB>(&sql.idle_on).bind(owner).bind(ms(ttl)).execute(&mut *conn).await?;
+                    probe
                 };
                 probe.fetch_one(&mut *conn).await.map(|n| n != 0)
             };
