@@ -337,11 +337,18 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             s.peak_mysql_connections,
             s.peak_rss_mib,
         );
+        let _ = writeln!(
+            md,
+            "Budget during the drain: {} turns, {:.1} ms mean wait for one; the trickling stores made {:.2} claims per message, {:.1} ms per claim, {:.1} ms per settlement (means).\n",
+            s.drain_budget_turns, s.drain_budget_wait_ms, s.trickle_claims_per_message, s.trickle_claim_ms, s.trickle_settle_ms
+        );
         md.push_str(
             "| trickling stores meanwhile, commit → broker-confirmed | n | p50 ms | p90 ms | p99 ms | max ms | mean ms |\n\
              | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n",
         );
         md.push_str(&summary_row("every message of the other stores", &s.trickle_latency));
+        md.push_str(&summary_row("PostgreSQL stores (woken by NOTIFY)", &s.trickle_latency_pg));
+        md.push_str(&summary_row("MySQL/MariaDB stores (found by the scan)", &s.trickle_latency_mysql));
         md.push('\n');
     }
     for (name, file) in charts {

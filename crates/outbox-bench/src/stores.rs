@@ -95,6 +95,22 @@ pub struct StoresResult {
     pub trickle_messages: u64,
     /// Their commit to broker-confirmed latency.
     pub trickle_latency: Summary,
+    /// The same, PostgreSQL stores only (woken by `NOTIFY`).
+    pub trickle_latency_pg: Summary,
+    /// The same, MySQL/MariaDB stores only (no push from a foreign writer: found by the scan,
+    /// every `idle_interval`).
+    pub trickle_latency_mysql: Summary,
+    /// Turns of the budget taken during the drain, every store together.
+    pub drain_budget_turns: u64,
+    /// Their mean wait in the budget's queue, ms.
+    pub drain_budget_wait_ms: f64,
+    /// Claims by the trickling stores during the drain, per trickle message.
+    pub trickle_claims_per_message: f64,
+    /// The trickling stores' mean claim during the drain, ms (a connection opened for it
+    /// included), and their mean settlement, ms.
+    pub trickle_claim_ms: f64,
+    /// Their mean settlement, ms.
+    pub trickle_settle_ms: f64,
     /// Most connections seen on each server during the drain (sampled every 100 ms; the
     /// writers' short-lived connections excluded on PostgreSQL, included on MariaDB).
     pub peak_pg_connections: i64,
@@ -390,6 +406,29 @@ async fn measure(
     big.dedup();
     big.truncate(cfg.stores_big.max(1));
     let backlog = (cfg.n as u64 / big.len() as u64).max(1);
+    let (turns0, waited0) = (budget.turns(), budget.waited());
+    let trickle_claims = || {
+        stores
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !big.contains(i))
+            .map(|(_, s)| RelayStats::get(&s.stats.claims))
+            .sum::<u64>()
+    };
+    let trickle_claims0 = trickle_claims();
+    // (count, seconds) of the trickling stores' claims and settlements.
+    let trickle_times = || {
+        let mut t = ((0_u64, 0.0_f64), (0_u64, 0.0_f64));
+        for (_, s) in stores.iter().enumerate().filter(|(i, _)| !big.contains(i)) {
+            let (c, st) = (s.stats.claim_duration.snapshot(), s.stats.settle_duration.snapshot());
+            t.0 .0 += c.count;
+            t.0 .1 += c.sum_secs;
+            t.1 .0 += st.count;
+            t.1 .1 += st.sum_secs;
+        }
+        t
+    };
+    let times0 = trickle_times();
     let t_start = Instant::now();
     for &i in &big {
         stores[i].db.reopened(1).await?.insert_rows(0, backlog, "pending", cfg.keys).await?;
@@ -445,6 +484,13 @@ async fn measure(
     for w in writers {
         let _ = w.await;
     }
+    let drain_budget_turns = budget.turns() - turns0;
+    let drain_budget_wait = budget.waited().saturating_sub(waited0);
+    let drain_trickle_claims = trickle_claims() - trickle_claims0;
+    let times1 = trickle_times();
+    let mean_ms =
+        |a: (u64, f64), b: (u64, f64)| 1000.0 * (b.1 - a.1) / (b.0.saturating_sub(a.0)).max(1) as f64;
+    let (trickle_claim_ms, trickle_settle_ms) = (mean_ms(times0.0, times1.0), mean_ms(times0.1, times1.1));
     let written = commits.lock().map(|c| c.clone()).unwrap_or_default();
     // Every trickle message is confirmed (generous bound), then the latencies are read.
     let all_in = db::wait_until(Duration::from_secs(60), Duration::from_millis(50), || {
@@ -461,10 +507,15 @@ async fn measure(
     })?;
     crate::scenarios::check("stores", all_in, || "a trickle message was not delivered within 60 s".into())?;
     let c = confirmed.lock().map(|c| c.clone()).unwrap_or_default();
-    let mut rec = Recorder::new();
+    let (mut rec, mut rec_pg, mut rec_my) = (Recorder::new(), Recorder::new(), Recorder::new());
     for (s, id, committed) in &written {
         if let Some(at) = c.get(&(*s, *id)) {
-            rec.record(at.saturating_duration_since(*committed));
+            let latency = at.saturating_duration_since(*committed);
+            rec.record(latency);
+            match stores[*s].db.dialect {
+                Dialect::Postgres => rec_pg.record(latency),
+                _ => rec_my.record(latency),
+            }
         }
     }
     let first = done_at.values().copied().fold(f64::INFINITY, f64::min);
@@ -486,7 +537,14 @@ async fn measure(
         drain_msgs_per_s: big_total as f64 / last.max(1e-9),
         big_store_done_s: (first, last),
         trickle_messages: written.len() as u64,
+        drain_budget_turns,
+        drain_budget_wait_ms: drain_budget_wait.as_secs_f64() * 1000.0 / drain_budget_turns.max(1) as f64,
+        trickle_claims_per_message: drain_trickle_claims as f64 / (written.len() as f64).max(1.0),
+        trickle_claim_ms,
+        trickle_settle_ms,
         trickle_latency: rec.summary(),
+        trickle_latency_pg: rec_pg.summary(),
+        trickle_latency_mysql: rec_my.summary(),
         peak_pg_connections: peak_pg,
         peak_mysql_connections: peak_my,
         peak_rss_mib: sys::peak_rss_mib(),

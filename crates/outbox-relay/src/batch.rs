@@ -25,23 +25,30 @@ type Results = Vec<Vec<Option<TargetResult>>>;
 
 /// Publishes and settles one claimed batch. A locked claim's transaction is committed by the
 /// settlement, or rolled back when this returns early (its rows are then due again).
+///
+/// True when every message of the batch was written `sent` (none is due again because of it).
 pub(crate) async fn process<S: RelayStore>(
     inner: &Inner<S>,
     batch: Vec<OutboxMessage>,
     mut hold: Hold<S::Lock>,
-) {
+) -> bool {
     let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
-    let Some(prior) = read_state(inner, &batch, &routes, &mut hold).await else { return };
+    let Some(prior) = read_state(inner, &batch, &routes, &mut hold).await else { return false };
     let (mut results, to_publish) = decide_all(inner, &batch, &routes, &prior);
     publish_all(inner, &batch, to_publish, &mut results).await;
     let (settlement, alerts) = plan_writes(inner, &batch, &routes, &results);
     let Some(report) = write_back(inner, &batch, &settlement, hold).await else {
         let pause = inner.settle_failed();
         tracing::warn!(pause = ?pause, "Claiming paused after a failed settlement");
-        return;
+        return false;
     };
     inner.settle_succeeded();
+    let all_sent = settlement.sent.len() == batch.len()
+        && settlement.messages.is_empty()
+        && settlement.deliveries.is_empty()
+        && report.settled == batch.len();
     after_settle(inner, &batch, &report, alerts).await;
+    all_sent
 }
 
 /// Whether a message routed to `route` keeps per-destination rows: it fans out, or one of its

@@ -1,7 +1,7 @@
 //! [`Budget`]: batches in flight across every relay of a process, so one process serving many
 //! databases uses a bounded number of connections however many stores it has.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -21,13 +21,23 @@ pub struct Budget {
     size: usize,
     /// Relays built with it.
     members: Arc<AtomicUsize>,
+    /// Shares handed out so far.
+    turns: Arc<AtomicU64>,
+    /// Microseconds spent waiting for them, all turns together.
+    waited_us: Arc<AtomicU64>,
 }
 
 impl Budget {
     /// A budget of `n` batches in flight (at least 1).
     pub fn new(n: usize) -> Budget {
         let size = n.clamp(1, Semaphore::MAX_PERMITS);
-        Budget { shares: Arc::new(Semaphore::new(size)), size, members: Arc::default() }
+        Budget {
+            shares: Arc::new(Semaphore::new(size)),
+            size,
+            members: Arc::default(),
+            turns: Arc::default(),
+            waited_us: Arc::default(),
+        }
     }
 
     /// Its size.
@@ -40,10 +50,27 @@ impl Budget {
         self.size.saturating_sub(self.shares.available_permits())
     }
 
+    /// Turns taken so far: shares handed out from the queue (a relay claiming again under a
+    /// share it holds takes no new turn). Each turn of a crowded budget opens a connection.
+    pub fn turns(&self) -> u64 {
+        self.turns.load(Ordering::Relaxed)
+    }
+
     /// Waits for a share (in arrival order). `None` only if the budget was closed, which
     /// nothing does.
     pub(crate) async fn take(&self) -> Option<OwnedSemaphorePermit> {
-        self.shares.clone().acquire_owned().await.ok()
+        let asked = std::time::Instant::now();
+        let share = self.shares.clone().acquire_owned().await.ok();
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        let waited = u64::try_from(asked.elapsed().as_micros()).unwrap_or(u64::MAX);
+        self.waited_us.fetch_add(waited, Ordering::Relaxed);
+        share
+    }
+
+    /// Time spent in the queue so far, every turn together (divided by [`Self::turns`]: the
+    /// mean wait for a turn).
+    pub fn waited(&self) -> std::time::Duration {
+        std::time::Duration::from_micros(self.waited_us.load(Ordering::Relaxed))
     }
 
     /// Counts a relay built with it.

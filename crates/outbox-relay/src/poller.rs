@@ -57,10 +57,65 @@ impl<S: RelayStore> Relay<S> {
         let mut tick_failing = false;
         // A share of the budget kept for the claim after declaring idle.
         let mut carried = None;
+        // The loop waits as an idle relay does before its next claim.
+        let mut wait_idle = false;
+        // Claims started so far (a quiet batch wakes the loop after it settles when another
+        // claim started while it was in flight: see below).
+        let claims_started = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
 
         'claims: loop {
+            if std::mem::take(&mut wait_idle) {
+                let woke = loop {
+                    let woke = tokio::select! {
+                        _ = shutdown.cancelled() => break 'claims,
+                        _ = inner.signal.notified() => true,
+                        _ = tokio::time::sleep(cfg.idle_interval) => false,
+                    };
+                    // Idle with a keeper: the scan is one statement on the listening
+                    // connection that also keeps the idle row alive; claim only when it
+                    // says something may be due (or when it cannot say).
+                    match (&idle_keeper, woke || !idle) {
+                        (Some(k), false) => match k.idle_tick(&cfg.owner, idle_ttl).await {
+                            Ok(false) => {
+                                RelayStats::add(&inner.stats.idle_ticks, 1);
+                                idle_refreshed = Instant::now();
+                                tick_failing = false;
+                                // An operator's pause shows while idle too (metrics, the
+                                // admin API), read on the keeper's connection, every beat
+                                // (a claim reads them first anyway when it is older than
+                                // PAUSES_INTERVAL).
+                                if pauses_checked
+                                    .is_none_or(|t| t.elapsed() >= crate::presence::BEAT_INTERVAL)
+                                {
+                                    pauses_checked = Some(Instant::now());
+                                    inner.refresh_pauses(Some(k)).await;
+                                }
+                            }
+                            Ok(true) => {
+                                RelayStats::add(&inner.stats.idle_ticks, 1);
+                                idle_refreshed = Instant::now();
+                                tick_failing = false;
+                                break false;
+                            }
+                            Err(e) => {
+                                if !tick_failing {
+                                    tracing::warn!(error = %e, "Idle tick on the listening connection failed; scanning through the pool");
+                                }
+                                tick_failing = true;
+                                break false;
+                            }
+                        },
+                        _ => break woke,
+                    }
+                };
+                on_scan = !woke;
+                if idle && !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
+                    let _ = inner.set_idle(keeper.as_ref(), true, idle_ttl).await;
+                    idle_refreshed = Instant::now();
+                }
+            }
             while tasks.try_join_next().is_some() {}
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
@@ -112,6 +167,7 @@ impl<S: RelayStore> Relay<S> {
                 pauses_checked = Some(Instant::now());
                 inner.refresh_pauses(keeper.as_ref()).await;
             }
+            claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             let claimed = tokio::select! {
@@ -131,9 +187,9 @@ impl<S: RelayStore> Relay<S> {
                 let n = c.messages.len();
                 let batch = inner.without_held_back(c.messages);
                 if batch.is_empty() && n > 0 {
-                    (batch, Hold::Lease)
+                    (batch, Hold::Lease, true)
                 } else {
-                    (batch, c.hold)
+                    (batch, c.hold, c.left_behind)
                 }
             });
             match claimed {
@@ -148,7 +204,7 @@ impl<S: RelayStore> Relay<S> {
                     }
                     store_backoff = (store_backoff * 2).min(Duration::from_secs(5));
                 }
-                Ok((batch, _)) if batch.is_empty() => {
+                Ok((batch, _, _)) if batch.is_empty() => {
                     drop(permit);
                     store_backoff = Duration::from_millis(100);
                     // A batch still in flight wakes this loop when it settles, and the claim
@@ -172,63 +228,22 @@ impl<S: RelayStore> Relay<S> {
                         continue;
                     }
                     inner.give_back(share).await;
-                    let woke = loop {
-                        let woke = tokio::select! {
-                            _ = shutdown.cancelled() => break 'claims,
-                            _ = inner.signal.notified() => true,
-                            _ = tokio::time::sleep(cfg.idle_interval) => false,
-                        };
-                        // Idle with a keeper: the scan is one statement on the listening
-                        // connection that also keeps the idle row alive; claim only when it
-                        // says something may be due (or when it cannot say).
-                        match (&idle_keeper, woke || !idle) {
-                            (Some(k), false) => match k.idle_tick(&cfg.owner, idle_ttl).await {
-                                Ok(false) => {
-                                    RelayStats::add(&inner.stats.idle_ticks, 1);
-                                    idle_refreshed = Instant::now();
-                                    tick_failing = false;
-                                    // An operator's pause shows while idle too (metrics, the
-                                    // admin API), read on the keeper's connection, every beat
-                                    // (a claim reads them first anyway when it is older than
-                                    // PAUSES_INTERVAL).
-                                    if pauses_checked
-                                        .is_none_or(|t| t.elapsed() >= crate::presence::BEAT_INTERVAL)
-                                    {
-                                        pauses_checked = Some(Instant::now());
-                                        inner.refresh_pauses(Some(k)).await;
-                                    }
-                                }
-                                Ok(true) => {
-                                    RelayStats::add(&inner.stats.idle_ticks, 1);
-                                    idle_refreshed = Instant::now();
-                                    tick_failing = false;
-                                    break false;
-                                }
-                                Err(e) => {
-                                    if !tick_failing {
-                                        tracing::warn!(error = %e, "Idle tick on the listening connection failed; scanning through the pool");
-                                    }
-                                    tick_failing = true;
-                                    break false;
-                                }
-                            },
-                            _ => break woke,
-                        }
-                    };
-                    on_scan = !woke;
-                    if idle && !woke && idle_refreshed.elapsed() >= cfg.idle_interval {
-                        let _ = inner.set_idle(keeper.as_ref(), true, idle_ttl).await;
-                        idle_refreshed = Instant::now();
-                    }
+                    wait_idle = true;
                 }
-                Ok((batch, hold)) => {
+                Ok((batch, hold, left_behind)) => {
                     let partial = batch.len() < cfg.batch_size;
                     store_backoff = Duration::from_millis(100);
-                    if idle {
-                        let _ = inner.set_idle(keeper.as_ref(), false, idle_ttl).await;
-                        idle = false;
-                        inner.stats.idle.store(false, std::sync::atomic::Ordering::Relaxed);
-                    }
+                    // A quiet batch: an idle relay of a crowded budget (one of many stores)
+                    // claimed everything claimable, a message or a few. It stays declared idle
+                    // (writers keep waking it) and, once the batch is settled, claims again
+                    // only if something may have become claimable through it: rows left
+                    // behind by the claim (held back behind its keys, or a full batch), a
+                    // message not sent, or a claim that ran meanwhile (it may have found a
+                    // younger message of the batch's keys held back). So a store with a
+                    // message now and then spends one claim and one turn of the budget per
+                    // message, where declaring busy, claiming after the batch, declaring idle
+                    // and claiming once more cost two writes, three claims and two turns.
+                    let quiet = idle && partial && inner.budget.as_ref().is_some_and(crate::Budget::crowded);
                     inner.stats.last_claim_ms.store(
                         u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0),
                         std::sync::atomic::Ordering::Relaxed,
@@ -238,13 +253,37 @@ impl<S: RelayStore> Relay<S> {
                         RelayStats::add(&inner.stats.claimed_on_scan, batch.len());
                     }
                     let inner2 = inner.clone();
+                    let (started, claims_at) =
+                        (claims_started.clone(), claims_started.load(std::sync::atomic::Ordering::Acquire));
                     tasks.spawn(async move {
-                        process(&inner2, batch, hold).await;
+                        let all_sent = process(&inner2, batch, hold).await;
                         drop(permit);
                         inner2.give_back(share).await;
                         // Younger messages with the same keys may be claimable now.
-                        inner2.signal.wake();
+                        let claimed_meanwhile =
+                            started.load(std::sync::atomic::Ordering::Acquire) != claims_at;
+                        if !quiet || left_behind || !all_sent || claimed_meanwhile {
+                            inner2.signal.wake();
+                        }
                     });
+                    if quiet {
+                        // Writers wake an idle relay while its row lives: keep it alive.
+                        if idle_refreshed.elapsed() >= cfg.idle_interval {
+                            let _ = inner.set_idle(keeper.as_ref(), true, idle_ttl).await;
+                            idle_refreshed = Instant::now();
+                        }
+                        wait_idle = true;
+                        continue;
+                    }
+                    // Declared busy once the batch is on its way, not before: the declaration
+                    // is a committed write, which a message claimed by an idle relay would
+                    // otherwise wait for before its publish. (It only stops writers' wake-ups,
+                    // which a busy relay does not need: a late one costs at most a few.)
+                    if idle {
+                        let _ = inner.set_idle(keeper.as_ref(), false, idle_ttl).await;
+                        idle = false;
+                        inner.stats.idle.store(false, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // A claim that did not fill its batch took everything claimable: the next
                     // one waits for a wake-up (a commit, a NOTIFY, this batch settling) or the
                     // scan, instead of finding nothing while this batch is out. A store with a

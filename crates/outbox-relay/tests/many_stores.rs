@@ -312,6 +312,90 @@ async fn a_drain_stays_within_the_budget(server: Server) {
     }
 }
 
+/// Three stores on `server` sharing a budget of one batch in flight, each receiving a message
+/// now and then from a foreign writer: each message takes ONE claim and ONE turn of the
+/// budget. The relay stays declared idle for a batch that took everything claimable, and
+/// claims again after it only when the claim left something behind. Before, each message
+/// cost three claims (its own, one after its batch, one after declaring idle again) in two
+/// turns, each turn a connection opened: a budget crowded with trickling stores was kept
+/// twice as busy, and the trickle's messages waited behind those turns. No share is held
+/// once the stores are idle.
+async fn a_trickle_takes_one_turn_per_message(server: Server) {
+    const STORES: usize = 3;
+    const MESSAGES: usize = 6;
+    let mut dbs = Vec::new();
+    for _ in 0..STORES {
+        let entry: (String, Either) = match server {
+            Server::Pg => {
+                let db = outbox_testkit::fresh_pg().await;
+                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+                park(&db.pool).await;
+                (db.url.clone(), Either::Pg(db))
+            }
+            Server::My => {
+                let db = outbox_testkit::fresh_mysql().await;
+                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+                park(&db.pool).await;
+                (db.url.clone(), Either::My(db))
+            }
+        };
+        dbs.push(entry);
+    }
+    let budget = Budget::new(1);
+    let stop = CancellationToken::new();
+    let transport = TestTransport::new();
+    let mut stats = Vec::new();
+    let mut relays = Vec::new();
+    for (i, (url, _)) in dbs.iter().enumerate() {
+        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
+        let cfg = RelayConfig {
+            owner: format!("trickle-{i}"),
+            idle_interval: Duration::from_millis(100),
+            ..RelayConfig::default()
+        };
+        let relay = Relay::builder(&outbox)
+            .config(cfg)
+            .budget(budget.clone())
+            .destination(Destination::new("d", Arc::new(transport.clone())))
+            .route(Route::new("#", ["d"]))
+            .build()
+            .unwrap();
+        stats.push(relay.stats());
+        relays.push(relay);
+    }
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
+    let all_idle = || async {
+        stats.iter().all(|s| s.idle.load(std::sync::atomic::Ordering::Relaxed)) && budget.in_use() == 0
+    };
+    eventually("every store idle, no share held", all_idle).await;
+    let turns0 = budget.turns();
+    let claims = || stats.iter().map(|s| RelayStats::get(&s.claims)).sum::<u64>();
+    let claims0 = claims();
+    for m in 0..MESSAGES {
+        server.insert(&dbs[m % STORES].0, &format!("m{m}"), Duration::ZERO).await;
+        eventually("the message delivered", || async { transport.delivered().len() == m + 1 }).await;
+        eventually("every store idle again, no share held", all_idle).await;
+    }
+    let turns = budget.turns() - turns0;
+    let claimed = claims() - claims0;
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert!(
+        turns <= MESSAGES as u64 + 1,
+        "{MESSAGES} messages, each alone, took {turns} turns of the budget (one each, and one to spare)"
+    );
+    assert!(
+        claimed <= MESSAGES as u64 + 1,
+        "{MESSAGES} messages, each alone, took {claimed} claims (one each, and one to spare)"
+    );
+    assert_eq!(budget.in_use(), 0, "the stopped relays hold no share");
+    for (_, db) in dbs {
+        db.drop_db().await;
+    }
+}
+
 /// Closes the test pool's connections (so only the relay's count): each is taken and closed
 /// until the pool holds none, since one still on its way back to the pool when the pool closes
 /// would stay open (an acquire meanwhile may open a new one: that one is closed too).
@@ -359,4 +443,14 @@ async fn postgres_a_drain_stays_within_the_budget() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_drain_stays_within_the_budget() {
     a_drain_stays_within_the_budget(Server::My).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_trickle_takes_one_turn_per_message() {
+    a_trickle_takes_one_turn_per_message(Server::Pg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_trickle_takes_one_turn_per_message() {
+    a_trickle_takes_one_turn_per_message(Server::My).await;
 }

@@ -233,7 +233,7 @@ fn lift<L>(c: Claimed<L>, wrap: impl FnOnce(L) -> AnyLock) -> Claimed<AnyLock> {
         Hold::Lease => Hold::Lease,
         Hold::Lock(l) => Hold::Lock(wrap(l)),
     };
-    Claimed { messages: c.messages, hold }
+    Claimed { messages: c.messages, hold, left_behind: c.left_behind }
 }
 
 /// The lock held for `$variant`'s outbox, or a lease; returns a `Config` error when the lock is

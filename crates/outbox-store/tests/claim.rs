@@ -267,6 +267,52 @@ where
     }
 }
 
+/// `Claimed::left_behind` of a locked claim (what lets an idle relay skip the claim after a
+/// batch): false only when the claim took every due message and none was held back behind its
+/// key; true when a due message waits behind one of the claim's keys (it may head its key once
+/// the batch settles) or when the batch was full.
+async fn a_locked_claim_tells_whether_it_left_messages_behind<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let claim = |limit: usize| async move {
+        outbox.claim_runs(ClaimMode::Lock, "relay-a", limit, 1, LEASE).await.unwrap()
+    };
+    let settle = |c: outbox_store::Claimed<<Outbox<DB> as Claims>::Lock>| async move {
+        let sent = c.messages.iter().map(|m| m.id).collect();
+        outbox.settle_held(c.hold, "relay-a", &Settlement { sent, ..Settlement::default() }).await.unwrap();
+    };
+
+    // Every due message taken, each the head of its own key or without one: nothing behind.
+    let a = enqueue(NewMessage::new("t", "{}").key("a")).await;
+    let none = enqueue(NewMessage::new("t", "{}")).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [a, none]);
+    assert!(!c.left_behind, "every due message was taken, none held back");
+    settle(c).await;
+
+    // A younger message of a claimed key waits behind it (runs of one: heads only).
+    let a1 = enqueue(NewMessage::new("t", "{}").key("a")).await;
+    let a2 = enqueue(NewMessage::new("t", "{}").key("a")).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [a1]);
+    assert!(c.left_behind, "{a2:?} waits behind {a1:?}");
+    settle(c).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [a2]);
+    assert!(!c.left_behind);
+    settle(c).await;
+
+    // A full batch may leave more behind.
+    let b = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let _c2 = enqueue(NewMessage::new("t", "{}").key("c")).await;
+    let c = claim(1).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [b]);
+    assert!(c.left_behind, "a full batch");
+    settle(c).await;
+}
+
 suite!(
     [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
     [
@@ -274,6 +320,7 @@ suite!(
         a_locked_claim_holds_its_rows_and_keys_until_it_settles,
         a_frozen_claimer_loses_its_rows_after_the_lease,
         a_keys_run_comes_with_its_head,
+        a_locked_claim_tells_whether_it_left_messages_behind,
     ]
 );
 suite!(mysql_leased, outbox_testkit::fresh_mysql, [a_leased_run_comes_with_its_head]);

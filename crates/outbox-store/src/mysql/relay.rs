@@ -215,7 +215,7 @@ async fn lock_candidates(
     limit: usize,
     run: usize,
     exact: bool,
-) -> Result<(sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>)> {
+) -> Result<Candidates> {
     let tables = outbox.tables();
     let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
@@ -258,13 +258,20 @@ async fn lock_candidates(
         let more = lock_runs(&mut tx, tables, &plan).await?;
         kept.extend(more);
     }
+    // Nothing left behind when the window held every due row, each heading its key, and the
+    // batch was not filled (see `Claimed::left_behind`).
+    let left_behind = followers_possible || kept.len() + poison.len() >= limit;
     kept.sort_by_key(|m| m.id);
     if !poison.is_empty() {
         // The rows are locked by this transaction (`pending`): fail them in it.
         FAIL.fail_poison(&mut tx, tables, "", &poison).await;
     }
-    Ok((tx, kept, poison))
+    Ok((tx, kept, poison, left_behind))
 }
+
+/// What [`lock_candidates`] found: the claim's transaction, the messages locked, the rows that
+/// could not be read, and whether due rows were left behind (`Claimed::left_behind`).
+type Candidates = (sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>, bool);
 
 /// One message `failed` with its reason, for a row this relay holds (`pending` under its lock,
 /// `sending` under its lease): a row that cannot be read, or whose outcome could not be
@@ -541,7 +548,7 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept, _poison) = lock_candidates(self, limit, run, false).await?;
+        let (mut tx, mut kept, _poison, _) = lock_candidates(self, limit, run, false).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -576,7 +583,7 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(None);
         }
-        let (mut tx, kept, poison) = lock_candidates(self, limit, run, true).await?;
+        let (mut tx, kept, poison, left_behind) = lock_candidates(self, limit, run, true).await?;
         if !kept.is_empty() {
             // A relay that vanishes without closing its connection (its host frozen, the network
             // cut without a reset) loses the claim after `lease`: MariaDB ends a transaction
@@ -607,7 +614,8 @@ impl Outbox<MySql> {
             return Ok(None);
         }
         let ids = kept.iter().map(|m| m.id).collect();
-        Ok(Some((kept, crate::relay::RowLock { tx, ids, tables: self.tables().clone() })))
+        let lock = crate::relay::RowLock { tx, ids, tables: self.tables().clone(), left_behind };
+        Ok(Some((kept, lock)))
     }
 
     async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

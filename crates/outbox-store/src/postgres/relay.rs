@@ -641,9 +641,13 @@ impl Outbox<Postgres> {
             let more = lock_runs(&mut tx, tables, &plan).await?;
             out.extend(more);
         }
+        // Nothing left behind when the first window held every due row, none of them held back
+        // behind its key, and the batch was not filled.
+        let left_behind = followers_possible || out.len() + poison.len() >= max;
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();
-        Ok(Some((out, crate::relay::RowLock { tx, ids, tables: self.tables().clone() })))
+        let lock = crate::relay::RowLock { tx, ids, tables: self.tables().clone(), left_behind };
+        Ok(Some((out, lock)))
     }
 
     async fn settle_locked(&self, claim: PgLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

@@ -89,18 +89,24 @@ pub struct Claimed<L> {
     pub messages: Vec<OutboxMessage>,
     /// The lease or the row locks that hold them until [`Claims::settle_held`].
     pub hold: Hold<L>,
+    /// Whether due messages may remain that this claim did not take: its batch was full, or
+    /// due messages were held back behind an open message of their key (once these settle,
+    /// they may head it). False only when the store saw every due message and none was held
+    /// back: then nothing becomes claimable when this batch settles that was not committed
+    /// after the claim. True when the store cannot tell.
+    pub left_behind: bool,
 }
 
 impl<L> Claimed<L> {
     /// Messages held by a lease.
     pub fn leased(messages: Vec<OutboxMessage>) -> Self {
-        Claimed { messages, hold: Hold::Lease }
+        Claimed { messages, hold: Hold::Lease, left_behind: true }
     }
 
     /// Messages held by `lock`, or nothing claimed (`None`).
     pub fn locked(claim: Option<(Vec<OutboxMessage>, L)>) -> Self {
         match claim {
-            Some((messages, lock)) => Claimed { messages, hold: Hold::Lock(lock) },
+            Some((messages, lock)) => Claimed { messages, hold: Hold::Lock(lock), left_behind: true },
             None => Claimed::leased(Vec::new()),
         }
     }
@@ -119,6 +125,8 @@ pub struct RowLock<DB: sqlx::Database> {
     pub(crate) ids: Vec<MessageId>,
     /// The names of the claiming outbox's tables.
     pub(crate) tables: crate::Tables,
+    /// See [`Claimed::left_behind`].
+    pub(crate) left_behind: bool,
 }
 
 impl<DB: sqlx::Database> std::fmt::Debug for RowLock<DB> {
@@ -155,7 +163,11 @@ macro_rules! row_lock_claims {
             ) -> Result<Claimed<Self::Lock>> {
                 Ok(match mode {
                     ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, run, lease).await?),
-                    ClaimMode::Lock => Claimed::locked(self.claim_locked(owner, limit, run, lease).await?),
+                    ClaimMode::Lock => {
+                        let claim = self.claim_locked(owner, limit, run, lease).await?;
+                        let left_behind = claim.as_ref().is_none_or(|(_, lock)| lock.left_behind);
+                        Claimed { left_behind, ..Claimed::locked(claim) }
+                    }
                 })
             }
 
