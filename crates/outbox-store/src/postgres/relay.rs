@@ -30,7 +30,9 @@ use crate::relay::{
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
 
-/// Candidates are looked for in three places, then re-checked and locked together:
+/// The lease claim's candidates (the locked claim, [`CLAIM_LOCKED`], takes the window's heads
+/// lock-first and stops at its limit) are looked for in three places, then re-checked and
+/// locked together:
 /// - `win_heads`: the heads among the first `$2` due rows in due order (the common case: heads
 ///   are dense, e.g. one message per key, or many keys);
 /// - `nokey`: due rows without a key, through their own index;
@@ -159,24 +161,104 @@ RETURNING ",
     message_columns!("m")
 );
 
-/// The locked claim: the same candidates, locked and returned, nothing written (the caller
-/// keeps the transaction open until it settles), each with the number of due rows in the
-/// window, how many of them do not head their key (held back behind an older open message of
-/// their key), and whether the heads of every key were walked (one row with `NULL` message
+/// The locked claim: due heads, locked and returned, nothing written (the caller keeps the
+/// transaction open until it settles), each with the number of due rows in the window, how
+/// many of them it did not take (an upper bound of those held back behind an older open message
+/// of their key), and whether the heads of every key were walked (one row with `NULL` message
 /// columns when nothing was taken).
+///
+/// Unlike the lease claim, it stops at the limit, locking before it checks:
+/// - `taken`: the window's rows in due order, of each key only the one with the lowest id (the
+///   key's head if its head is in the window at all: a message retried later can be due after a
+///   younger one of its key, and must still be the one taken), are locked one by one (`SKIP LOCKED`: a
+///   batch in flight, this relay's or another's, is skipped at the cost of one failed lock,
+///   with no head probe); a locked row is kept if it heads its key (the probe of the open-key
+///   index as above), and the scan stops at `$1` kept. A batch in flight no longer costs the
+///   next claim its head probes: with 1,000 keys and a batch of 500 in flight, the window's
+///   probes went from 1,000 to 500.
+/// - Only when the window is full and `taken` is short (a long run of rows held back behind
+///   their keys): the keyless rows beyond the window and the heads of every key, picked and
+///   locked as the lease claim picks them, minus `taken`.
+///
+/// A row locked that turns out not to head its key (its head is `failed` or not due, so not in
+/// the window) stays locked by this transaction, untouched, until it ends: nobody could claim
+/// it meanwhile anyway.
 ///
 /// Another relay's locked rows are still due `pending` rows to this statement (a lease would
 /// have made them not due): a window full of them yields nothing. So the claim may take
 /// further passes in the same transaction, each with the window `$3` rows further on and
 /// without the rows already taken (`$4`).
 const CLAIM_LOCKED: &str = concat!(
-    claim_ctes!(),
-    ", picked AS (\nSELECT ",
+    "\
+WITH RECURSIVE win AS (
+    SELECT w.id, w.msg_key, w.next_attempt_at FROM (
+        SELECT m.id, m.msg_key, m.next_attempt_at FROM outbox_message m
+        WHERE m.status IN ('pending', 'sending')
+        ORDER BY m.next_attempt_at, m.id
+        LIMIT $2 OFFSET $3) w
+    WHERE w.next_attempt_at <= now()
+), firsts AS (
+    SELECT f.id FROM (
+        SELECT DISTINCT ON (coalesce(w.msg_key, w.id::text)) w.id, w.next_attempt_at FROM win w
+        ORDER BY coalesce(w.msg_key, w.id::text), w.id) f
+    ORDER BY f.next_attempt_at, f.id
+), taken AS (
+    SELECT l.* FROM firsts k
+    CROSS JOIN LATERAL (
+        SELECT ",
+    message_columns!("x"),
+    " FROM outbox_message x
+        WHERE x.id = k.id AND (x.status IN ('pending', 'sending') AND x.next_attempt_at <= now()) IS TRUE
+          AND NOT (x.id = ANY ($4::int8[]))
+        FOR UPDATE SKIP LOCKED) l
+    WHERE l.msg_key IS NULL OR l.id = (
+        SELECT o.id FROM outbox_message o
+        WHERE o.msg_key >= l.msg_key AND o.status IN ('pending', 'sending', 'failed')
+        ORDER BY o.msg_key, o.id LIMIT 1)
+    LIMIT $1
+), need_heads AS (
+    SELECT (SELECT count(*) FROM win) >= $2 AND (SELECT count(*) FROM taken) < $1 AS yes
+), nokey AS (
+    SELECT w.id FROM (
+        SELECT m.id, m.next_attempt_at FROM outbox_message m
+        WHERE (SELECT yes FROM need_heads) AND m.msg_key IS NULL AND m.status IN ('pending', 'sending')
+        ORDER BY m.next_attempt_at, m.id
+        LIMIT $1) w
+    WHERE w.next_attempt_at <= now()
+), open_keys(k) AS (
+    (SELECT o.msg_key FROM outbox_message o
+     WHERE (SELECT yes FROM need_heads) AND o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
+     ORDER BY o.msg_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.msg_key FROM outbox_message o
+            WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+            ORDER BY o.msg_key LIMIT 1)
+    FROM open_keys WHERE open_keys.k IS NOT NULL
+), heads AS (
+    SELECT h.id FROM open_keys
+    CROSS JOIN LATERAL (
+        SELECT o.msg_key, o.id, o.status, o.next_attempt_at FROM outbox_message o
+        WHERE o.msg_key >= open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+        ORDER BY o.msg_key, o.id LIMIT 1) h
+    WHERE open_keys.k IS NOT NULL AND h.msg_key = open_keys.k AND h.status IN ('pending', 'sending')
+      AND h.next_attempt_at <= now()
+), more AS (
+    SELECT ",
     message_columns!("m"),
-    "\n",
-    claim_pick!(),
-    "\n)
-SELECT w.n AS win_rows, w.n - (SELECT count(*) FROM win_heads) AS held_back,
+    "
+    FROM outbox_message m
+    WHERE (SELECT yes FROM need_heads)
+      AND m.id = ANY (ARRAY(SELECT id FROM nokey UNION SELECT id FROM heads))
+      AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
+      AND NOT (m.id = ANY ($4::int8[]))
+      AND NOT (m.id = ANY (ARRAY(SELECT id FROM taken)))
+    ORDER BY m.next_attempt_at, m.id
+    LIMIT $1 - (SELECT count(*) FROM taken)
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    SELECT * FROM taken UNION ALL SELECT * FROM more
+)
+SELECT w.n AS win_rows, w.n - (SELECT count(*) FROM taken) AS held_back,
     (SELECT yes FROM need_heads) AS walked, p.*
 FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
 );
