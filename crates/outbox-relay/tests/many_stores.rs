@@ -102,50 +102,14 @@ impl Server {
 async fn idle_stores_hold_only_their_keeper(server: Server) {
     let mut dbs = Vec::new();
     for _ in 0..3 {
-        let entry: ((String, String), Either) = match server {
-            Server::Pg => {
-                let db = outbox_testkit::fresh_pg().await;
-                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
-                park(&db.pool).await;
-                ((db.name.clone(), db.url.clone()), Either::Pg(db))
-            }
-            Server::My => {
-                let db = outbox_testkit::fresh_mysql().await;
-                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
-                park(&db.pool).await;
-                ((db.name.clone(), db.url.clone()), Either::My(db))
-            }
-        };
-        dbs.push(entry);
+        dbs.push(empty_store(server).await);
     }
     let budget = Budget::new(1);
     let stop = CancellationToken::new();
-    let mut handles = Vec::new();
-    let mut stats = Vec::new();
-    let mut relays = Vec::new();
-    let mut outboxes = Vec::new();
     let transport = TestTransport::new();
-    for (i, ((_, url), _)) in dbs.iter().enumerate() {
-        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
-        let cfg = RelayConfig {
-            owner: format!("many-{i}"),
-            idle_interval: Duration::from_millis(100),
-            ..RelayConfig::default()
-        };
-        let relay = Relay::builder(&outbox)
-            .config(cfg)
-            .budget(budget.clone())
-            .destination(Destination::new("d", Arc::new(transport.clone())))
-            .route(Route::new("#", ["d"]))
-            .build()
-            .unwrap();
-        stats.push(relay.stats());
-        relays.push(relay);
-        outboxes.push(outbox);
-    }
-    for r in relays {
-        handles.push(tokio::spawn(r.run(stop.clone())));
-    }
+    let urls: Vec<String> = dbs.iter().map(|((_, url), _)| url.clone()).collect();
+    let (relays, stats, outboxes) = relays_sharing(&urls, &budget, &transport, "many", None).await;
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
     let one_each = || async {
         let mut counts = Vec::new();
         for ((name, _), _) in &dbs {
@@ -249,27 +213,8 @@ async fn a_drain_stays_within_the_budget(server: Server) {
     let budget = Budget::new(BUDGET);
     let stop = CancellationToken::new();
     let transport = TestTransport::new();
-    let mut outboxes = Vec::new();
-    let mut relays = Vec::new();
-    for (i, (url, _)) in dbs.iter().enumerate() {
-        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
-        let cfg = RelayConfig {
-            owner: format!("drain-{i}"),
-            batch_size: 10,
-            idle_interval: Duration::from_millis(100),
-            ..RelayConfig::default()
-        };
-        relays.push(
-            Relay::builder(&outbox)
-                .config(cfg)
-                .budget(budget.clone())
-                .destination(Destination::new("d", Arc::new(transport.clone())))
-                .route(Route::new("#", ["d"]))
-                .build()
-                .unwrap(),
-        );
-        outboxes.push(outbox);
-    }
+    let urls: Vec<String> = dbs.iter().map(|(url, _)| url.clone()).collect();
+    let (relays, _stats, outboxes) = relays_sharing(&urls, &budget, &transport, "drain", Some(10)).await;
     // Samples the pools' total (not a wait: it reads counters until the drain is done).
     let done = CancellationToken::new();
     let sampler = {
@@ -325,44 +270,13 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     const MESSAGES: usize = 6;
     let mut dbs = Vec::new();
     for _ in 0..STORES {
-        let entry: (String, Either) = match server {
-            Server::Pg => {
-                let db = outbox_testkit::fresh_pg().await;
-                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
-                park(&db.pool).await;
-                (db.url.clone(), Either::Pg(db))
-            }
-            Server::My => {
-                let db = outbox_testkit::fresh_mysql().await;
-                outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
-                park(&db.pool).await;
-                (db.url.clone(), Either::My(db))
-            }
-        };
-        dbs.push(entry);
+        dbs.push(empty_store(server).await);
     }
     let budget = Budget::new(1);
     let stop = CancellationToken::new();
     let transport = TestTransport::new();
-    let mut stats = Vec::new();
-    let mut relays = Vec::new();
-    for (i, (url, _)) in dbs.iter().enumerate() {
-        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
-        let cfg = RelayConfig {
-            owner: format!("trickle-{i}"),
-            idle_interval: Duration::from_millis(100),
-            ..RelayConfig::default()
-        };
-        let relay = Relay::builder(&outbox)
-            .config(cfg)
-            .budget(budget.clone())
-            .destination(Destination::new("d", Arc::new(transport.clone())))
-            .route(Route::new("#", ["d"]))
-            .build()
-            .unwrap();
-        stats.push(relay.stats());
-        relays.push(relay);
-    }
+    let urls: Vec<String> = dbs.iter().map(|((_, url), _)| url.clone()).collect();
+    let (relays, stats, _outboxes) = relays_sharing(&urls, &budget, &transport, "trickle", None).await;
     let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
     let all_idle = || async {
         stats.iter().all(|s| s.idle.load(std::sync::atomic::Ordering::Relaxed)) && budget.in_use() == 0
@@ -372,7 +286,7 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     let claims = || stats.iter().map(|s| RelayStats::get(&s.claims)).sum::<u64>();
     let claims0 = claims();
     for m in 0..MESSAGES {
-        server.insert(&dbs[m % STORES].0, &format!("m{m}"), Duration::ZERO).await;
+        server.insert(&dbs[m % STORES].0 .1, &format!("m{m}"), Duration::ZERO).await;
         eventually("the message delivered", || async { transport.delivered().len() == m + 1 }).await;
         eventually("every store idle again, no share held", all_idle).await;
     }
@@ -394,6 +308,60 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     for (_, db) in dbs {
         db.drop_db().await;
     }
+}
+
+/// A fresh, migrated database on `server` that no test connection stays open to: its name and
+/// URL, and the handle that drops it.
+async fn empty_store(server: Server) -> ((String, String), Either) {
+    match server {
+        Server::Pg => {
+            let db = outbox_testkit::fresh_pg().await;
+            outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+            park(&db.pool).await;
+            ((db.name.clone(), db.url.clone()), Either::Pg(db))
+        }
+        Server::My => {
+            let db = outbox_testkit::fresh_mysql().await;
+            outbox_store::Outbox::new(db.pool.clone()).migrate().await.unwrap();
+            park(&db.pool).await;
+            ((db.name.clone(), db.url.clone()), Either::My(db))
+        }
+    }
+}
+
+/// One relay per store URL (pool of 3, scan every 100 ms, `batch_size` if given), all
+/// sharing `budget` and publishing to `transport`: the relays (not running yet), their stats
+/// and their outboxes.
+async fn relays_sharing(
+    urls: &[String],
+    budget: &Budget,
+    transport: &TestTransport,
+    owner: &str,
+    batch_size: Option<usize>,
+) -> (Vec<Relay<AnyOutbox>>, Vec<Arc<RelayStats>>, Vec<AnyOutbox>) {
+    let (mut relays, mut stats, mut outboxes) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, url) in urls.iter().enumerate() {
+        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
+        let mut cfg = RelayConfig {
+            owner: format!("{owner}-{i}"),
+            idle_interval: Duration::from_millis(100),
+            ..RelayConfig::default()
+        };
+        if let Some(n) = batch_size {
+            cfg.batch_size = n;
+        }
+        let relay = Relay::builder(&outbox)
+            .config(cfg)
+            .budget(budget.clone())
+            .destination(Destination::new("d", Arc::new(transport.clone())))
+            .route(Route::new("#", ["d"]))
+            .build()
+            .unwrap();
+        stats.push(relay.stats());
+        relays.push(relay);
+        outboxes.push(outbox);
+    }
+    (relays, stats, outboxes)
 }
 
 /// Closes the test pool's connections (so only the relay's count): each is taken and closed

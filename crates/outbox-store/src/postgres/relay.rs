@@ -30,6 +30,32 @@ use crate::relay::{
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
 
+/// The heads of every key, found by a loose index scan over the open-key index (one probe per
+/// distinct open key), run only when `need_heads` says so (see `claim_ctes`).
+macro_rules! walk_heads {
+    () => {
+        "\
+), open_keys(k) AS (
+    (SELECT o.msg_key FROM outbox_message o
+     WHERE (SELECT yes FROM need_heads) AND o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
+     ORDER BY o.msg_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT o.msg_key FROM outbox_message o
+            WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+            ORDER BY o.msg_key LIMIT 1)
+    FROM open_keys WHERE open_keys.k IS NOT NULL
+), heads AS (
+    SELECT h.id FROM open_keys
+    CROSS JOIN LATERAL (
+        SELECT o.msg_key, o.id, o.status, o.next_attempt_at FROM outbox_message o
+        WHERE o.msg_key >= open_keys.k AND o.status IN ('pending', 'sending', 'failed')
+        ORDER BY o.msg_key, o.id LIMIT 1) h
+    WHERE open_keys.k IS NOT NULL AND h.msg_key = open_keys.k AND h.status IN ('pending', 'sending')
+      AND h.next_attempt_at <= now()
+)"
+    };
+}
+
 /// The lease claim's candidates (the locked claim, [`CLAIM_LOCKED`], takes the window's heads
 /// lock-first and stops at its limit) are looked for in three places, then re-checked and
 /// locked together:
@@ -73,7 +99,8 @@ use sqlx::postgres::PgConnection;
 /// due row again: 140 ms to 1 s per claim with 30,000 rows on 24 keys.
 macro_rules! claim_ctes {
     () => {
-        "\
+        concat!(
+            "\
 WITH RECURSIVE win AS (
     SELECT w.id, w.msg_key FROM (
         SELECT m.id, m.msg_key, m.next_attempt_at FROM outbox_message m
@@ -102,25 +129,10 @@ WITH RECURSIVE win AS (
         ORDER BY m.next_attempt_at, m.id
         LIMIT $1) w
     WHERE w.next_attempt_at <= now()
-), open_keys(k) AS (
-    (SELECT o.msg_key FROM outbox_message o
-     WHERE (SELECT yes FROM need_heads) AND o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
-     ORDER BY o.msg_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.msg_key FROM outbox_message o
-            WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
-            ORDER BY o.msg_key LIMIT 1)
-    FROM open_keys WHERE open_keys.k IS NOT NULL
-), heads AS (
-    SELECT h.id FROM open_keys
-    CROSS JOIN LATERAL (
-        SELECT o.msg_key, o.id, o.status, o.next_attempt_at FROM outbox_message o
-        WHERE o.msg_key >= open_keys.k AND o.status IN ('pending', 'sending', 'failed')
-        ORDER BY o.msg_key, o.id LIMIT 1) h
-    WHERE open_keys.k IS NOT NULL AND h.msg_key = open_keys.k AND h.status IN ('pending', 'sending')
-      AND h.next_attempt_at <= now()
-)
-"
+",
+            walk_heads!(),
+            "\n"
+        )
     };
 }
 
@@ -225,24 +237,9 @@ WITH RECURSIVE win AS (
         ORDER BY m.next_attempt_at, m.id
         LIMIT $1) w
     WHERE w.next_attempt_at <= now()
-), open_keys(k) AS (
-    (SELECT o.msg_key FROM outbox_message o
-     WHERE (SELECT yes FROM need_heads) AND o.msg_key IS NOT NULL AND o.status IN ('pending', 'sending', 'failed')
-     ORDER BY o.msg_key LIMIT 1)
-    UNION ALL
-    SELECT (SELECT o.msg_key FROM outbox_message o
-            WHERE o.msg_key > open_keys.k AND o.status IN ('pending', 'sending', 'failed')
-            ORDER BY o.msg_key LIMIT 1)
-    FROM open_keys WHERE open_keys.k IS NOT NULL
-), heads AS (
-    SELECT h.id FROM open_keys
-    CROSS JOIN LATERAL (
-        SELECT o.msg_key, o.id, o.status, o.next_attempt_at FROM outbox_message o
-        WHERE o.msg_key >= open_keys.k AND o.status IN ('pending', 'sending', 'failed')
-        ORDER BY o.msg_key, o.id LIMIT 1) h
-    WHERE open_keys.k IS NOT NULL AND h.msg_key = open_keys.k AND h.status IN ('pending', 'sending')
-      AND h.next_attempt_at <= now()
-), more AS (
+",
+    walk_heads!(),
+    ", more AS (
     SELECT ",
     message_columns!("m"),
     "
