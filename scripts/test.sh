@@ -53,6 +53,13 @@ for f in nats rabbitmq redis mqtt http kafka rocketmq; do
   cargo check --quiet -p outbox-cli --no-default-features --features "$f"
   cargo check --quiet -p outbox --no-default-features --features "postgres,relay,$f"
 done
+# The relay engine and the store build alone, on each database alone (the relay's features choose
+# the store's dialects), without a warning; the store also with none.
+for db in postgres mysql sqlite; do
+  echo "== cargo clippy: outbox-relay and outbox-store with only $db"
+  cargo clippy --quiet -p outbox-relay --no-default-features --features "$db" -- -D warnings
+done
+cargo clippy --quiet -p outbox-store --no-default-features -- -D warnings
 echo "== cargo test: build"
 cargo test --workspace --no-run --quiet
 echo "== brokers"

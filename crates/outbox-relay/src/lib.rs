@@ -26,6 +26,9 @@
 //! Guarantees and the tests that prove them: `docs/guarantees.md`.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+#[cfg(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")))]
+compile_error!("outbox-relay needs a database: enable at least one of its features postgres, mysql, sqlite");
+
 mod ack;
 mod alert;
 mod batch;

@@ -26,7 +26,9 @@ pub(crate) use checks::{
     BULK_RETRY_FROM,
 };
 pub(crate) use impl_admin::{impl_admin, to_admin};
-pub(crate) use shared::{beat_query, Admin};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use shared::beat_query;
+pub(crate) use shared::Admin;
 pub(crate) use sql::AdminSql;
 pub use types::{
     BulkAction, DeliveryRecord, DestinationCount, DestinationPause, FailureGroup, FailureReport, ListFilter,

@@ -542,6 +542,7 @@ where
 
     /// The messages of the rows a lease claimed for `owner`, in id order: each row decoded
     /// alone ([`decode_rows`]), the unreadable ones failed alone on a connection of `pool`.
+    #[cfg(any(feature = "postgres", feature = "sqlite"))]
     pub(crate) async fn leased(
         &self,
         pool: &sqlx::Pool<DB>,

@@ -18,7 +18,7 @@ use outbox_testkit::brokers::RocketMq;
 use outbox_transport::rocketmq::{RocketMqConfig, RocketMqTransport};
 use rocketmq_client_rust::{
     ClientResult, ClientRuntime, ClientRuntimeConfig, ConsumeConcurrentlyContext, ConsumeConcurrentlyStatus,
-    DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
+    DefaultMQProducer, DefaultMQPushConsumer, MQPushConsumer, MessageListenerConcurrently,
 };
 use rocketmq_model::common::consumer::consume_from_where::ConsumeFromWhere;
 use rocketmq_model::common::message::message_ext::MessageExt;
@@ -80,17 +80,7 @@ struct Reader {
 
 impl Reader {
     async fn start(namesrv: &str, topic: &str) -> Reader {
-        let owner =
-            RuntimeOwner::plan(RuntimeConfig { thread_name: "test-consumer".into(), ..Default::default() })
-                .unwrap()
-                .build()
-                .unwrap();
-        let rt = ClientRuntime::try_new(
-            owner.root_context().component("consumer"),
-            ClientRuntimeConfig::default(),
-            rocketmq_observability::TelemetryHandle::noop(),
-        )
-        .unwrap();
+        let (rt, owner) = client_runtime("consumer");
         let got = Arc::new(Mutex::new(Vec::new()));
         let mut consumer = DefaultMQPushConsumer::builder(rt)
             .consumer_group(format!("cg_{}_{}", std::process::id(), outbox_testkit::net::free_port()))
@@ -125,6 +115,53 @@ impl Reader {
     }
 }
 
+/// A client runtime of its own for a test's producer or consumer.
+fn client_runtime(name: &'static str) -> (Arc<ClientRuntime>, RuntimeOwner) {
+    let owner =
+        RuntimeOwner::plan(RuntimeConfig { thread_name: format!("test-{name}"), ..Default::default() })
+            .unwrap()
+            .build()
+            .unwrap();
+    let rt = ClientRuntime::try_new(
+        owner.root_context().component(name),
+        ClientRuntimeConfig::default(),
+        rocketmq_observability::TelemetryHandle::noop(),
+    )
+    .unwrap();
+    (rt, owner)
+}
+
+/// Creates `topic` with 4 queues up front, as an operator does for orderly consumers, and waits
+/// until the name server routes it. A topic auto-created by its first send is routed through the
+/// broker's default topic first and changes its queues once its own route is published: a key
+/// then moves to another queue mid-test, and a first send racing the broker's start-up is
+/// answered `TOPIC_NOT_EXIST`. Neither is what these tests are about.
+async fn create_topic(namesrv: &str, topic: &str) {
+    const QUEUES: usize = 4;
+    let (rt, _owner) = client_runtime("admin");
+    let mut producer = DefaultMQProducer::builder(rt)
+        .producer_group(format!("pg_admin_{}_{}", std::process::id(), outbox_testkit::net::free_port()))
+        .name_server_addr(namesrv)
+        .build();
+    producer.start().await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // The default topic's route names the broker to create it on: it is there once the
+        // broker has registered with the name server.
+        let last = match producer.create_topic("TBW102", topic, QUEUES as i32, HashMap::new()).await {
+            Ok(()) => match producer.fetch_publish_message_queues(topic).await {
+                Ok(queues) if queues.len() == QUEUES => break,
+                Ok(queues) => format!("{} queues routed", queues.len()),
+                Err(e) => e.to_string(),
+            },
+            Err(e) => e.to_string(),
+        };
+        assert!(Instant::now() < deadline, "topic {topic} not created and routed within 60 s: {last}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    producer.shutdown().await;
+}
+
 fn config(namesrv: String) -> RocketMqConfig {
     RocketMqConfig { namesrv, timeout: Duration::from_secs(3), ..RocketMqConfig::default() }
 }
@@ -135,6 +172,7 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
     let Some(broker) = RocketMq::start(true) else { return };
     within(TEST_TIMEOUT, async {
         let topic = "OutboxOrders";
+        create_topic(&broker.namesrv(), topic).await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
         assert_eq!(t.kind(), "rocketmq");
         t.health().await.unwrap();
@@ -151,7 +189,7 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
         got.dedup_by_key(|g| (g.queue, g.offset));
         let mut first_copy = HashSet::new();
         got.retain(|g| first_copy.insert(g.id()));
-        let mut last_in_queue: HashMap<(String, i32), i64> = HashMap::new();
+        let mut last_in_queue: HashMap<String, (i32, i64)> = HashMap::new();
         for g in &got {
             assert_ne!(g.payload, "phantom", "a rolled-back message was published");
             let m = &committed[&MessageId(g.id())];
@@ -166,11 +204,25 @@ async fn committed_messages_arrive_with_tag_keys_payload_and_properties() {
             assert_eq!(g.props["tenant"], "t1");
             assert_eq!(g.props.get(header::TRACEPARENT), m.headers.get("traceparent"));
             assert!(g.props.contains_key(header::CREATED_AT) && g.props.contains_key(header::ATTEMPT));
-            // Within a queue, a key's messages are stored in commit order. (Which queue a key
-            // maps to is fixed once the topic's route is: an auto-created topic changes its queue
-            // count once, as with the Java client; create topics up front for orderly consumers.)
-            if let Some(prev) = last_in_queue.insert((key.clone(), g.queue), g.id()) {
-                assert!(prev < g.id(), "key {key}: {} stored after {prev} in queue {}", g.id(), g.queue);
+            // A key stays in one queue (the topic was created up front: its route never changes),
+            // and its messages are stored there in commit order.
+            if let Some(prev) = last_in_queue.insert(key.clone(), (g.queue, g.id())) {
+                assert_eq!(
+                    prev.0,
+                    g.queue,
+                    "key {key}: {} in queue {}, {} in queue {}",
+                    prev.1,
+                    prev.0,
+                    g.id(),
+                    g.queue
+                );
+                assert!(
+                    prev.1 < g.id(),
+                    "key {key}: {} stored after {} in queue {}",
+                    g.id(),
+                    prev.1,
+                    g.queue
+                );
             }
         }
         assert_eq!(reader.ids(), ids.iter().map(|i| i.0).collect());
@@ -198,6 +250,7 @@ async fn broker_killed_and_restarted_mid_stream_loses_nothing() {
     let Some(mut broker) = RocketMq::start(true) else { return };
     within(TEST_TIMEOUT, async {
         let topic = "OutboxRestarts";
+        create_topic(&broker.namesrv(), topic).await;
         let t = RocketMqTransport::connect(config(broker.namesrv())).await.unwrap();
         let down = BrokerDown(&mut broker);
         let (committed, _) =

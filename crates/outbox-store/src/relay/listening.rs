@@ -56,6 +56,7 @@ impl Listening {
 
 /// A statement for the listening connection, and where its answer goes.
 #[derive(Debug)]
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) enum Job {
     /// Refresh `owner`'s idle row (it expires after `ttl`) and answer whether any message may
     /// be due (a claim should run).
@@ -71,6 +72,7 @@ pub(crate) enum Job {
 }
 
 /// The paused destinations' names (the same on every dialect; a table of a few rows).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const PAUSED: &str =
     "SELECT destination FROM outbox_destination_pause ORDER BY destination LIMIT 1000";
 
@@ -124,7 +126,7 @@ pub(crate) struct KeeperSql {
 
 /// Runs `job` on `conn` (the keeper's connection) and sends its answer back; returns whether
 /// it succeeded (a failed statement may have left the connection unusable).
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) async fn serve<DB, C>(conn: &mut C, job: Job, sql: &KeeperSql) -> bool
 where
     DB: crate::admin::AdminSql,

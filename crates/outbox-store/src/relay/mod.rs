@@ -35,7 +35,10 @@ mod settlement;
 
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
-pub(crate) use listening::{serve, Job, KeeperSql, PAUSED};
+#[cfg(feature = "postgres")]
+pub(crate) use listening::Job;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) use listening::{serve, KeeperSql, PAUSED};
 pub use listening::{Keeper, Listening};
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
 
@@ -120,6 +123,7 @@ pub enum NoLocks {}
 /// The row locks of a locked claim on a database that can lock rows (PostgreSQL,
 /// MySQL/MariaDB): the claim's open transaction and the messages it holds. Dropping it rolls
 /// the transaction back, which frees the rows at once.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub struct RowLock<DB: sqlx::Database> {
     pub(crate) tx: sqlx::Transaction<'static, DB>,
     pub(crate) ids: Vec<MessageId>,

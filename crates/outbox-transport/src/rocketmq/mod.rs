@@ -46,7 +46,7 @@
 //! | `FLUSH_DISK_TIMEOUT`, `FLUSH_SLAVE_TIMEOUT`, `SLAVE_NOT_AVAILABLE` | retryable |
 //! | body over `max_message_bytes` (checked before sending), broker `MESSAGE_ILLEGAL` (13) | permanent |
 //! | broker `TOPIC_NOT_EXIST` (17), no route for a topic never delivered to (auto-create off) | permanent |
-//! | no route for a topic this transport delivered to before (its broker died) | unavailable |
+//! | no route for, or `TOPIC_NOT_EXIST` from, a topic this transport delivered to before (its broker died or is restarting) | unavailable |
 //! | broker `NO_PERMISSION` (16), unsupported request or version | permanent |
 //! | invalid topic name or a system topic, tag with `|` or a control character, key with a control character, header with `\u0001`/`\u0002` or an empty name, properties over 31743 bytes, empty body (checked before sending), client validation errors | permanent |
 //! | broker `SYSTEM_BUSY` (2), `SERVICE_NOT_AVAILABLE` (14), flush/slave codes as errors | unavailable |

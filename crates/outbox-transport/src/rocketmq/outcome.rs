@@ -119,6 +119,11 @@ pub(crate) fn is_route_miss(e: &ClientError) -> bool {
     false
 }
 
+/// Whether the broker answered `TOPIC_NOT_EXIST`.
+pub(crate) fn is_topic_missing(e: &ClientError) -> bool {
+    e.broker_response_code() == Some(code::TOPIC_NOT_EXIST)
+}
+
 /// No answer within the transport's timeout.
 pub(crate) fn deadline(timeout: std::time::Duration, topic: &str) -> Outcome {
     Outcome::unavailable(format!("no answer from RocketMQ for topic {} within {timeout:?}", quote(topic)))
@@ -147,7 +152,11 @@ mod tests {
         assert_eq!(kind(&error(&selector, "OutboxOrders")), FailureKind::Permanent);
         let other = ClientError::from(rocketmq_client_rust::MQClientException::new("message body is empty"));
         assert!(!is_route_miss(&other));
-        assert!(!is_route_miss(&ClientError::broker_operation_failed("send", code::TOPIC_NOT_EXIST, "x")));
+        let missing = ClientError::broker_operation_failed("send", code::TOPIC_NOT_EXIST, "x");
+        assert!(!is_route_miss(&missing));
+        assert!(is_topic_missing(&missing));
+        assert!(!is_topic_missing(&selector));
+        assert!(!is_topic_missing(&ClientError::broker_operation_failed("send", code::NO_PERMISSION, "x")));
         assert_eq!(kind(&route_lost(&selector, "OutboxOrders")), FailureKind::Unavailable);
     }
 

@@ -195,6 +195,9 @@ impl RocketMqTransport {
                     Ok(o) => o,
                 }
             }
+            // The broker that took this topic before answers that it does not exist: it is
+            // restarting and has not loaded its topics yet, not a topic someone deleted.
+            Err(e) if outcome::is_topic_missing(&e) && self.knows(&topic) => outcome::route_lost(&e, &topic),
             Err(e) => outcome::error(&e, &topic),
             Ok(o) => o,
         };
