@@ -9,7 +9,8 @@
 //! 1. candidates, one plain read: a window of the first due `sending` (expired lease) and
 //!    `pending` rows in due order, and the first due rows without a key;
 //! 2. those that are still due and head their key, locked with `SKIP LOCKED`, in due order, at
-//!    most `limit`;
+//!    most `limit`; a locked claim locks first and then probes only the rows it holds for being
+//!    their key's head (`lock_first`), a lease claim probes first and then locks (`lock_heads`);
 //! 3. only when the window is full and that gave fewer than `limit` (a long run of due rows
 //!    held back behind their key's head, e.g. a hot key's backlog): the head of every open
 //!    key, by a loose index scan over `open_key` (schema version 4), one index entry per key
@@ -40,16 +41,18 @@ use crate::relay::{
 };
 use crate::signal::CommitSignal;
 
-/// Step 1: `(id, source, key)` of the window (`sending`, `pending`, `?` rows each) and of the
-/// first due rows without a key (`?` rows). Each part reads one index range in index order.
+/// Step 1: `(id, source, key, due)` of the window (`sending`, `pending`, `?` rows each) and of
+/// the first due rows without a key (`?` rows), `due` being `next_attempt_at` in microseconds
+/// (an integer: a zero date a permissive `sql_mode` let in reads as `NULL`, not as an error).
+/// Each part reads one index range in index order.
 const CANDIDATES: &str = "\
-(SELECT id, 1 AS src, msg_key FROM outbox_message
+(SELECT id, 1 AS src, msg_key, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', next_attempt_at) AS due FROM outbox_message
  WHERE status = 'sending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY next_attempt_at, id LIMIT ?)
 UNION ALL
-(SELECT id, 2 AS src, msg_key FROM outbox_message
+(SELECT id, 2 AS src, msg_key, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', next_attempt_at) AS due FROM outbox_message
  WHERE status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY next_attempt_at, id LIMIT ?)
 UNION ALL
-(SELECT id, 3 AS src, msg_key FROM outbox_message
+(SELECT id, 3 AS src, msg_key, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', next_attempt_at) AS due FROM outbox_message
  WHERE msg_key IS NULL AND status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ?)";
 
 /// Step 3: the oldest open message of every key (loose index scan on `(open_key, id)`).
@@ -137,6 +140,57 @@ async fn lock_heads(
     Ok((good, bad))
 }
 
+/// Steps 2 and 3 of a locked claim, lock first: the candidates (`probe`, in due order) are
+/// locked `limit` at a time by primary key with `SKIP LOCKED` (re-checked as still due), and
+/// only the keyed rows this transaction now holds are probed for being their key's head
+/// ([`NOT_BLOCKED`], a plain read); the heads and keyless rows are kept, until `limit` are
+/// kept or the candidates run out. A batch in flight (this relay's other batch, or another
+/// relay's) costs the claim one skipped lock per row instead of a head probe: the probes
+/// read the open-key index and were most of the step with 1,000 keys, where half the window
+/// is in flight. Only the rows taken are locked by the locking reads (no `ORDER BY ... LIMIT`
+/// on them: see [`lock_heads`]). A locked row that turns out not to head its key stays locked,
+/// untouched, until the claim's transaction ends; nobody could claim it meanwhile anyway. An
+/// unreadable row is failed only if it heads its key (as [`lock_heads`] does).
+async fn lock_first(
+    tx: &mut sqlx::Transaction<'static, MySql>,
+    tables: &Tables,
+    probe: &[Candidate],
+    limit: usize,
+) -> Result<(Vec<OutboxMessage>, Vec<Poison>)> {
+    let cols = MESSAGE_COLUMNS.replace("CAST(headers", "CAST(m.headers");
+    let (mut good, mut bad): (Vec<OutboxMessage>, Vec<Poison>) = (Vec::new(), Vec::new());
+    let mut rest = probe;
+    while !rest.is_empty() && good.len() + bad.len() < limit {
+        let (chunk, more) = rest.split_at(rest.len().min(limit - good.len() - bad.len()));
+        rest = more;
+        let mut qb = QueryBuilder::<MySql>::new(
+            render(tables, &format!("SELECT {cols} FROM outbox_message m WHERE m.id IN ")).into_owned(),
+        );
+        in_list(&mut qb, chunk.iter().map(|c| c.0));
+        qb.push(" AND m.status IN ('pending', 'sending') AND m.next_attempt_at <= UTC_TIMESTAMP(6) FOR UPDATE SKIP LOCKED");
+        let rows = qb.build().fetch_all(&mut **tx).await.map_err(db)?;
+        let (g, b) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
+        let keyed: HashSet<i64> = chunk.iter().filter(|c| c.2.is_some()).map(|c| c.0).collect();
+        let locked_keyed: Vec<i64> =
+            g.iter().map(|m| m.id.0).chain(b.iter().map(|p| p.id)).filter(|id| keyed.contains(id)).collect();
+        let heads: HashSet<i64> = if locked_keyed.is_empty() {
+            HashSet::new()
+        } else {
+            let mut qb = QueryBuilder::<MySql>::new(
+                render(tables, "SELECT m.id FROM outbox_message m WHERE m.id IN ").into_owned(),
+            );
+            in_list(&mut qb, locked_keyed.iter().copied());
+            qb.push(" AND ");
+            qb.push(render(tables, NOT_BLOCKED));
+            qb.build_query_scalar::<i64>().fetch_all(&mut **tx).await.map_err(db)?.into_iter().collect()
+        };
+        let takes = |id: i64| !keyed.contains(&id) || heads.contains(&id);
+        good.extend(g.into_iter().filter(|m| takes(m.id.0)));
+        bad.extend(b.into_iter().filter(|p| takes(p.id)));
+    }
+    Ok((good, bad))
+}
+
 /// The runs behind the heads of `plan` (see `relay::runs`), locked in the claim's
 /// transaction: one statement reads the open messages after every head (one sub-select per
 /// key over `(open_key, id)`), a second locks the chosen ones by primary key.
@@ -182,29 +236,39 @@ async fn lock_runs(
     .await
 }
 
-/// The candidates worth a head probe: every row without a key, and of each key only its
-/// oldest candidate. A later candidate of the same key has an older open message (that one)
-/// and cannot head its key, so probing it could only say no: with one hot key, a 1,000-row
-/// window cost 1,000 probes of the open-key index for one head (1,831 msg/s on MariaDB with
-/// one key). Keys are compared byte for byte: where the column's collation makes two spellings
-/// one key, both stay candidates and the SQL probe still orders them, so this only ever drops
-/// rows the probe would refuse. Read as bytes: the `UNION` gives the column as `VARBINARY` on
-/// MariaDB.
-fn first_of_each_key(found: Vec<(i64, i64, Option<Vec<u8>>)>) -> HashSet<i64> {
-    let mut first: std::collections::HashMap<Vec<u8>, i64> = std::collections::HashMap::new();
-    let mut probe = HashSet::new();
-    for (id, _, key) in found {
-        match key {
-            None => {
-                probe.insert(id);
-            }
+/// A row of [`CANDIDATES`]: id, source, key (as bytes: the `UNION` gives the column as
+/// `VARBINARY` on MariaDB), due time in microseconds.
+type Candidate = (i64, i64, Option<Vec<u8>>, Option<i64>);
+
+/// The candidates worth a head probe, in due order (`next_attempt_at`, then id): every row
+/// without a key, and of each key only its oldest candidate. A later candidate of the same key
+/// has an older open message (that one) and cannot head its key, so probing it could only say
+/// no: with one hot key, a 1,000-row window cost 1,000 probes of the open-key index for one
+/// head (1,831 msg/s on MariaDB with one key). Keys are compared byte for byte: where the
+/// column's collation makes two spellings one key, both stay candidates and the SQL probe
+/// still orders them, so this only ever drops rows the probe would refuse. A row found twice
+/// (an expired lease is both `sending` and in no other part; a keyless `pending` row is in two
+/// parts) is kept once.
+fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
+    let mut first: std::collections::HashMap<Vec<u8>, Candidate> = std::collections::HashMap::new();
+    let mut seen = HashSet::new();
+    let mut probe = Vec::new();
+    for c in found {
+        if !seen.insert(c.0) {
+            continue;
+        }
+        match &c.2 {
+            None => probe.push(c),
             Some(key) => {
-                let oldest = first.entry(key).or_insert(id);
-                *oldest = (*oldest).min(id);
+                let oldest = first.entry(key.clone()).or_insert_with(|| c.clone());
+                if c.0 < oldest.0 {
+                    *oldest = c;
+                }
             }
         }
     }
     probe.extend(first.into_values());
+    probe.sort_by_key(|c| (c.3.unwrap_or(i64::MIN), c.0));
     probe
 }
 
@@ -220,15 +284,15 @@ async fn lock_candidates(
     let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut tx = begin_read_committed(outbox).await?;
-    let found: Vec<(i64, i64, Option<Vec<u8>>)> = sqlx::query_as(&render(tables, CANDIDATES))
+    let found: Vec<Candidate> = sqlx::query_as(&render(tables, CANDIDATES))
         .bind(as_i64(window))
         .bind(as_i64(window))
         .bind(as_i64(limit))
         .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
-    let window_full = [1, 2].iter().any(|src| found.iter().filter(|(_, s, _)| s == src).count() >= window);
-    let ids: HashSet<i64> = found.iter().map(|(id, _, _)| *id).collect();
+    let window_full = [1, 2].iter().any(|src| found.iter().filter(|c| c.1 == *src).count() >= window);
+    let ids: HashSet<i64> = found.iter().map(|c| c.0).collect();
     let probe = first_of_each_key(found);
     // A run could follow a head only if some due row does not head its key; when the window
     // held every due row (not full) and each key once, none does, and the followers' read is
@@ -236,7 +300,10 @@ async fn lock_candidates(
     let followers_possible = window_full || ids.len() > probe.len();
     let (mut kept, mut poison) = if probe.is_empty() {
         (Vec::new(), Vec::new())
+    } else if exact {
+        lock_first(&mut tx, tables, &probe, limit).await?
     } else {
+        let probe: HashSet<i64> = probe.iter().map(|c| c.0).collect();
         lock_heads(&mut tx, tables, &probe, limit, exact).await?
     };
     // Only when the window is full and did not hold enough heads (rows held back behind their
@@ -663,25 +730,29 @@ impl Outbox<MySql> {
 #[cfg(test)]
 mod tests {
     use super::first_of_each_key;
-    use std::collections::HashSet;
 
     #[test]
-    fn only_the_oldest_candidate_of_a_key_is_probed() {
+    fn only_the_oldest_candidate_of_a_key_is_probed_in_due_order() {
         let k = |s: &str| Some(s.as_bytes().to_vec());
-        // A hot key's window, a second key, rows without a key, a lease-expired row (source 1)
-        // older than the key's pending ones, and two spellings kept apart.
+        // A hot key's window, a second key, rows without a key (one found twice: it is in the
+        // pending window and among the keyless rows), a lease-expired row (source 1) older than
+        // the key's pending ones, a key whose oldest row was retried later than a younger one,
+        // and two spellings kept apart. Due times in microseconds; a zero date reads as NULL.
         let found = vec![
-            (7, 2, k("hot")),
-            (9, 2, k("hot")),
-            (3, 1, k("hot")),
-            (12, 2, k("other")),
-            (10, 2, k("other")),
-            (4, 3, None),
-            (8, 3, None),
-            (11, 2, k("Hot")),
+            (3, 1, k("hot"), Some(50)),
+            (7, 2, k("hot"), Some(10)),
+            (9, 2, k("hot"), Some(20)),
+            (12, 2, k("other"), Some(30)),
+            (4, 2, None, Some(40)),
+            (10, 2, k("other"), Some(60)),
+            (11, 2, k("Hot"), Some(70)),
+            (13, 2, k("retried"), Some(80)),
+            (6, 2, k("retried"), Some(90)),
+            (4, 3, None, Some(40)),
+            (8, 3, None, None),
         ];
-        let probe = first_of_each_key(found);
-        assert_eq!(probe, HashSet::from([3, 10, 4, 8, 11]));
+        let probe: Vec<i64> = first_of_each_key(found).into_iter().map(|c| c.0).collect();
+        assert_eq!(probe, vec![8, 4, 3, 10, 11, 6]);
         assert!(first_of_each_key(Vec::new()).is_empty());
     }
 }
