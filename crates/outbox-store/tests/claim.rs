@@ -313,6 +313,47 @@ where
     settle(c).await;
 }
 
+/// A locked claim beside a batch in flight (PostgreSQL and MySQL/MariaDB lock first, then
+/// check the head): it skips the rows the other batch holds without counting them, fills its
+/// limit with the next heads in due order, and never takes a due message whose key's head is
+/// not due (that row is locked, found not to head its key, and left out).
+async fn a_locked_claim_beside_a_batch_in_flight_takes_the_next_heads<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    // A key whose head is not due for a minute, then a younger message of it that is due.
+    let late_head =
+        outbox.enqueue(&NewMessage::new("t", "{}").key("late").delay(Duration::from_secs(60))).await;
+    let late_head = late_head.unwrap().id;
+    let late_next = outbox.enqueue(&NewMessage::new("t", "{}").key("late")).await.unwrap().id;
+    // Ten keys, three messages each, interleaved: ids of k0..k9, then again, then again.
+    let mut ids = Vec::new();
+    for _round in 0..3 {
+        let mut tx = outbox.begin().await.unwrap();
+        for k in 0..10 {
+            ids.push(tx.enqueue(&NewMessage::new("t", "{}").key(format!("k{k}"))).await.unwrap().id);
+        }
+        tx.commit().await.unwrap();
+    }
+    let got = |batch: &[OutboxMessage]| batch.iter().map(|m| m.id).collect::<Vec<_>>();
+
+    let (a, hold_a) = lock(outbox, "relay-a", 4).await.expect("the first heads");
+    assert_eq!(got(&a), ids[0..4].to_vec(), "the heads of k0..k3, in due order");
+    let (b, hold_b) = lock(outbox, "relay-b", 4).await.expect("the next heads");
+    assert_eq!(got(&b), ids[4..8].to_vec(), "k4..k7: the held rows skipped, not counted");
+    let (c, hold_c) = lock(outbox, "relay-c", 10).await.expect("the last heads");
+    assert_eq!(
+        got(&c),
+        ids[8..10].to_vec(),
+        "k8 and k9 only: every other key's head is in flight or not due"
+    );
+    assert!(!got(&c).contains(&late_next) && !got(&c).contains(&late_head));
+    // With every head held, nothing more.
+    let none = lock(outbox, "relay-d", 10).await;
+    assert!(none.is_none(), "{:?}", none.map(|(m, _)| got(&m)));
+    drop((hold_a, hold_b, hold_c));
+}
+
 suite!(
     [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
     [
@@ -321,6 +362,7 @@ suite!(
         a_frozen_claimer_loses_its_rows_after_the_lease,
         a_keys_run_comes_with_its_head,
         a_locked_claim_tells_whether_it_left_messages_behind,
+        a_locked_claim_beside_a_batch_in_flight_takes_the_next_heads,
     ]
 );
 suite!(mysql_leased, outbox_testkit::fresh_mysql, [a_leased_run_comes_with_its_head]);
