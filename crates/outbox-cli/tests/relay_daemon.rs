@@ -67,11 +67,15 @@ async fn the_daemon_publishes_foreign_rows_and_stops_gracefully_on_sigterm() {
         assert!(Instant::now() < deadline, "only {len} of 50 arrived: {}", relay.log_text());
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE status = 'sent'")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert_eq!(sent, 50);
+    // The broker holds a message before its row is settled: wait for the settles themselves.
+    outbox_testkit::eventually("the 50 rows settled as sent", async || {
+        let sent: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE status = 'sent'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        sent == 50
+    })
+    .await;
 
     let status = relay.terminate(Duration::from_secs(15));
     let text = relay.log_text();
