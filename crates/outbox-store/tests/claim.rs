@@ -195,8 +195,9 @@ where
     runs_in(outbox, ClaimMode::Lock).await;
 }
 
-/// The same with leases (SQLite's only claim; MySQL/MariaDB's lease claims): the run is leased
-/// with its head, in the same transaction.
+/// The same with leases (SQLite's only claim; the lease claims of MySQL/MariaDB and PostgreSQL):
+/// the run is leased with its head (in the same transaction, or on PostgreSQL right after the
+/// heads' own statement, behind heads no other claim can take).
 async fn a_leased_run_comes_with_its_head<DB: OutboxDatabase>(outbox: &Outbox<DB>)
 where
     Outbox<DB>: Claims,
@@ -365,7 +366,10 @@ suite!(
         a_locked_claim_beside_a_batch_in_flight_takes_the_next_heads,
     ]
 );
-suite!(mysql_leased, outbox_testkit::fresh_mysql, [a_leased_run_comes_with_its_head]);
+suite!(
+    [postgres_leased = outbox_testkit::fresh_pg, mysql_leased = outbox_testkit::fresh_mysql],
+    [a_leased_run_comes_with_its_head]
+);
 suite!(
     sqlite,
     outbox_testkit::fresh_sqlite,

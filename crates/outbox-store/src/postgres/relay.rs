@@ -282,6 +282,15 @@ WHERE m.id = ANY($1) AND (m.status IN ('pending', 'sending') AND m.next_attempt_
 FOR UPDATE SKIP LOCKED"
 );
 
+/// Leases the followers a lease claim locked (`$1`) to `$2` for `$3` ms, as `CLAIM` leases heads.
+const LEASE_RUNS: &str = "\
+UPDATE outbox_message
+SET status = 'sending', lease_owner = $2,
+    lease_until = now() + $3 * interval '1 millisecond',
+    next_attempt_at = now() + $3 * interval '1 millisecond',
+    updated_at = now(), updated_by = $2
+WHERE id = ANY($1)";
+
 /// Passes of a locked claim over successive windows.
 const LOCKED_PASSES: i64 = 4;
 
@@ -618,15 +627,20 @@ async fn listen_and_keep(
 }
 
 impl Outbox<Postgres> {
-    /// Lease claims take heads only (`_run`): the claim is one statement.
+    /// The lease claim: the heads are leased by one statement, committed on its own. When runs
+    /// are on and the heads leave room, their keys' runs are then locked and leased in a second
+    /// transaction: a follower waits behind its leased head, which no other claim takes, so
+    /// nothing can take it in between. Should that second step fail, the heads go alone (the
+    /// followers stay `pending`, claimed once their head is settled).
     async fn claim_leased(
         &self,
         owner: &str,
         limit: usize,
-        _run: usize,
+        run: usize,
         lease: Duration,
     ) -> Result<Vec<OutboxMessage>> {
         let tables = self.tables();
+        let max = limit;
         let (limit, window) = claim_sizes(limit);
         let rows = sqlx::query(&render(tables, CLAIM))
             .bind(limit)
@@ -638,7 +652,49 @@ impl Outbox<Postgres> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await
+        let mut heads = FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?;
+        // Room is counted with the unreadable rows the claim failed, as the locked claim does.
+        let Some(plan) = runs::plan(&heads, max.saturating_sub(rows.len().saturating_sub(heads.len())), run)
+        else {
+            return Ok(heads);
+        };
+        match self.lease_runs(owner, &plan, lease).await {
+            Ok(more) => {
+                heads.extend(more);
+                heads.sort_by_key(|m| m.id);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "leasing the runs behind the claimed heads failed: the heads go alone");
+            }
+        }
+        Ok(heads)
+    }
+
+    /// Locks the runs of `plan` (behind heads this relay has leased) and leases them.
+    async fn lease_runs(
+        &self,
+        owner: &str,
+        plan: &runs::RunPlan,
+        lease: Duration,
+    ) -> Result<Vec<OutboxMessage>> {
+        let tables = self.tables();
+        let mut tx = self.pool().begin().await.map_err(db)?;
+        let mut more = lock_runs(&mut tx, tables, plan).await?;
+        if !more.is_empty() {
+            sqlx::query(&render(tables, LEASE_RUNS))
+                .bind(more.iter().map(|m| m.id.0).collect::<Vec<_>>())
+                .bind(owner)
+                .bind(ms(lease))
+                .execute(&mut *tx)
+                .await
+                .map_err(db)?;
+        }
+        tx.commit().await.map_err(db)?;
+        for m in &mut more {
+            m.status = outbox_core::Status::Sending;
+            m.lease_owner = Some(owner.to_owned());
+        }
+        Ok(more)
     }
 
     async fn claim_locked(
