@@ -98,7 +98,7 @@ pub(crate) struct Outages {
     pub(crate) delays: u32,
 }
 
-const RELAYS: usize = 3;
+pub(crate) const RELAYS: usize = 3;
 const KEYS: u32 = 24;
 
 /// The server whose connections a fault strikes.

@@ -219,6 +219,9 @@ pub struct BenchConfig {
     pub batch_size: usize,
     /// Relay batches in flight. Defaults to the relay's default (2).
     pub in_flight: usize,
+    /// The longest run of one key's consecutive due messages a claim takes. Defaults to the
+    /// relay's default (32); 1 takes heads only (the protocol before runs).
+    pub max_run: usize,
     /// The relays hold claimed rows locked through the publish (one write per message) where
     /// the store allows it, instead of writing a lease first. Defaults to the relay's default
     /// (true); `false` measures the lease protocol.
@@ -262,6 +265,7 @@ impl Default for BenchConfig {
             idle_duration: Duration::from_secs(30),
             batch_size: relay.batch_size,
             in_flight: relay.max_in_flight_batches,
+            max_run: relay.max_run,
             lock_claims: relay.lock_claims,
             many_stores: vec![StoreServer {
                 url: "postgres://postgres@127.0.0.1:5432/test?sslmode=disable".into(),

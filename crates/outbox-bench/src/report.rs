@@ -162,11 +162,12 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     );
     let _ = writeln!(
         md,
-        "Backlog n = {} on {} keys, batch size {}, {} batches in flight, {}, offered load {} msg/s for {} s.\n",
+        "Backlog n = {} on {} keys, batch size {}, {} batches in flight, runs of up to {} messages per key, {}, offered load {} msg/s for {} s.\n",
         c.n,
         c.keys,
         c.batch_size,
         c.in_flight,
+        c.max_run,
         if c.lock_claims {
             "claimed rows locked through the publish (where the store can)"
         } else {

@@ -44,6 +44,7 @@ fn start_relay(
         owner: format!("bench-{}-{i}", std::process::id()),
         batch_size: cfg.batch_size,
         max_in_flight_batches: cfg.in_flight,
+        max_run: cfg.max_run,
         lock_claims: cfg.lock_claims,
         ..RelayConfig::default()
     };
@@ -74,8 +75,8 @@ pub(crate) fn check(scenario: &'static str, ok: bool, reason: impl FnOnce() -> S
 
 /// Runs every selected scenario, in the canonical order.
 pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
-    if cfg.n == 0 || cfg.rate == 0 || cfg.batch_size == 0 || cfg.in_flight == 0 {
-        return Err(Error::Config("n, rate, batch size and in-flight must be positive".into()));
+    if cfg.n == 0 || cfg.rate == 0 || cfg.batch_size == 0 || cfg.in_flight == 0 || cfg.max_run == 0 {
+        return Err(Error::Config("n, rate, batch size, in-flight and max run must be positive".into()));
     }
     let started = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339();

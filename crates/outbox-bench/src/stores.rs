@@ -322,6 +322,7 @@ async fn run_on(cfg: &BenchConfig, dbs: &[BenchDb], servers: &Servers, prefix: &
                     owner: format!("bench-{}-store-{i}", std::process::id()),
                     batch_size: cfg.batch_size,
                     max_in_flight_batches: cfg.in_flight,
+                    max_run: cfg.max_run,
                     lock_claims: cfg.lock_claims,
                     ..RelayConfig::default()
                 };

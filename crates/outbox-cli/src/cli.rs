@@ -463,6 +463,9 @@ pub(crate) struct BenchArgs {
     /// Relay batches in flight.
     #[arg(long, default_value_t = 2)]
     pub(crate) in_flight: usize,
+    /// The longest run of one key's consecutive due messages a claim takes (1: heads only).
+    #[arg(long, default_value_t = 32)]
+    pub(crate) max_run: usize,
     /// Distinct message keys in the generated messages (per-key order allows one message per
     /// key in flight, so this caps the messages in flight).
     #[arg(long, default_value_t = 1000)]

@@ -31,6 +31,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         idle_duration: Duration::from_secs(args.idle_secs),
         batch_size: args.batch_size,
         in_flight: args.in_flight,
+        max_run: args.max_run,
         lock_claims: !args.leases,
         many_stores: if args.many_stores.is_empty() {
             vec![outbox_bench::StoreServer { url: args.store.clone(), count: 64 }]
