@@ -100,6 +100,10 @@ pub(crate) struct Report {
     pub(crate) order_inbox: usize,
     /// Raw deliveries beyond the first per id.
     pub(crate) dup_before_inbox: usize,
+    /// Of those, copies the broker stored again at a new position (a relay published the message
+    /// again); the rest are the broker redelivering a copy it had (a consumer's ack not seen in
+    /// time, a consumer killed before its ack). `None` without broker positions (RabbitMQ).
+    pub(crate) dup_published_again: Option<usize>,
     /// Effects beyond the first per id.
     pub(crate) dup_after_inbox: usize,
     /// Business effects.
@@ -196,6 +200,11 @@ impl Report {
         }
         r.raw_deliveries = s.raw.len();
         r.dup_before_inbox = s.raw.len() - raw_ids.len();
+        if broker_positions {
+            let copies: HashSet<(i64, i64)> = s.raw.iter().filter_map(|x| Some((x.0, x.3?))).collect();
+            let ids: HashSet<i64> = copies.iter().map(|c| c.0).collect();
+            r.dup_published_again = Some(copies.len() - ids.len());
+        }
         r.effects = s.effect.len();
         r.dup_after_inbox = s.effect.len() - effect_ids.len();
         r.order_raw = order_violations(&s.raw, broker_positions);
@@ -247,6 +256,14 @@ impl Report {
         row("1 outbox rows without a committed ledger row", self.orphan_rows, ok(self.orphan_rows));
         row("4 deliveries to the raw group", self.raw_deliveries, "");
         row("4 duplicates before the inbox", self.dup_before_inbox, "allowed");
+        if let Some(again) = self.dup_published_again {
+            row("    published again (a new broker position)", again, "allowed");
+            row(
+                "    redelivered by the broker (same position)",
+                self.dup_before_inbox.saturating_sub(again),
+                "allowed",
+            );
+        }
         row("4 duplicates after the inbox", self.dup_after_inbox, ok(self.dup_after_inbox));
         row("5 order violations per key, raw group", self.order_raw, ok(self.order_raw));
         row("5 order violations per key, inbox group", self.order_inbox, ok(self.order_inbox));
@@ -294,6 +311,12 @@ mod tests {
         assert_eq!((r.lost_raw, r.lost_inbox), (0, 0), "message 4 is in flight, not lost");
         assert_eq!((r.phantom, r.phantom_rolled_back), (1, 1));
         assert_eq!((r.dup_before_inbox, r.dup_after_inbox), (1, 0));
+        assert_eq!(r.dup_published_again, Some(1), "message 1 is stored at positions 1 and 2");
         assert!(!r.violations().is_empty());
+        // The broker redelivering the copy it has is not a second publish.
+        s.raw.push((2, 0, 2, Some(3), 5));
+        let r = Report::of(&s, true);
+        assert_eq!((r.dup_before_inbox, r.dup_published_again), (2, Some(1)));
+        assert_eq!(Report::of(&s, false).dup_published_again, None);
     }
 }
