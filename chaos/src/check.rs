@@ -257,9 +257,9 @@ impl Report {
         row("4 deliveries to the raw group", self.raw_deliveries, "");
         row("4 duplicates before the inbox", self.dup_before_inbox, "allowed");
         if let Some(again) = self.dup_published_again {
-            row("    published again (a new broker position)", again, "allowed");
+            row("    published again (new broker position)", again, "allowed");
             row(
-                "    redelivered by the broker (same position)",
+                "    redelivered (same broker position)",
                 self.dup_before_inbox.saturating_sub(again),
                 "allowed",
             );
