@@ -653,9 +653,9 @@ impl Outbox<Postgres> {
             .await
             .map_err(db)?;
         let mut heads = FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?;
-        // Room is counted with the unreadable rows the claim failed, as the locked claim does.
-        let Some(plan) = runs::plan(&heads, max.saturating_sub(rows.len().saturating_sub(heads.len())), run)
-        else {
+        // The unreadable rows the claim failed take room, as in MySQL's and SQLite's claims.
+        let failed = rows.len().saturating_sub(heads.len());
+        let Some(plan) = runs::plan(&heads, max.saturating_sub(failed), run) else {
             return Ok(heads);
         };
         match self.lease_runs(owner, &plan, lease).await {
