@@ -170,10 +170,24 @@ impl<S: RelayStore> Relay<S> {
             claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
+            // A claim under way is not dropped when the shutdown comes: sqlx 0.8 can leave a
+            // connection whose statement was dropped mid-flight waiting forever on its way back
+            // to the pool (PostgreSQL, MySQL), and the release below needs the pool. Claims are
+            // short; one the database does not answer is given up `shutdown_timeout` after the
+            // shutdown. What it claimed is not published: handed back below.
             let claimed = tokio::select! {
-                _ = shutdown.cancelled() => break,
                 r = inner.store.claim_runs(mode, &cfg.owner, cfg.batch_size, cfg.max_run.min(cfg.batch_size), cfg.lease).instrument(span.clone()) => r,
+                () = async {
+                    shutdown.cancelled().await;
+                    tokio::time::sleep(cfg.shutdown_timeout).await;
+                } => break,
             };
+            if shutdown.is_cancelled() {
+                // Rows a locked claim holds are unlocked by dropping its transaction (rolled
+                // back); leased rows are released with the rest below.
+                drop(claimed);
+                break;
+            }
             inner.stats.claim_duration.record(claim_started.elapsed());
             if let Ok(c) = &claimed {
                 span.record("claimed", c.messages.len());

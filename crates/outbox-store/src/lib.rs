@@ -20,6 +20,7 @@ mod admin;
 mod any;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod any_tables;
+mod begin;
 #[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
 mod common;
 mod error;

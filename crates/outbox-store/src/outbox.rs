@@ -464,7 +464,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
 
     /// Begins a transaction whose [`commit`](OutboxTransaction::commit) wakes the relay.
     pub async fn begin(&self) -> Result<OutboxTransaction<'static, DB>> {
-        let tx = self.pool.begin().await.map_err(db)?;
+        let tx = crate::begin::begin(&self.pool).await.map_err(db)?;
         Ok(OutboxTransaction {
             tx,
             signal: self.signal.clone(),

@@ -197,8 +197,15 @@ pub(crate) fn in_list(qb: &mut QueryBuilder<'_, MySql>, ids: impl IntoIterator<I
 /// Begins a READ COMMITTED transaction: a locking read then locks only the rows it returns
 /// (REPEATABLE READ would take gap locks and block the application's INSERTs).
 pub(crate) async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<Transaction<'static, MySql>> {
-    let mut conn = outbox.pool().acquire().await.map_err(db)?;
-    // Applies to the next transaction on this connection only.
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await.map_err(db)?;
-    Transaction::begin(conn, None).await.map_err(db)
+    let pool = outbox.pool().clone();
+    // Begun to the end even if the caller is dropped (see `crate::begin`): a `SET TRANSACTION`
+    // left behind would apply to the next user's transaction on this connection.
+    crate::begin::to_the_end(async move {
+        let mut conn = pool.acquire().await?;
+        // Applies to the next transaction on this connection only.
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut *conn).await?;
+        Transaction::begin(conn, None).await
+    })
+    .await
+    .map_err(db)
 }

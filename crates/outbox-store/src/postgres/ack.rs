@@ -58,7 +58,7 @@ impl Acks for Outbox<Postgres> {
         if limit == 0 {
             return Ok(0);
         }
-        let mut tx = self.pool().begin().await.map_err(db)?;
+        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
         let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(tables, DUE_ACKS))
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .fetch_all(&mut *tx)
@@ -109,7 +109,7 @@ impl Acks for Outbox<Postgres> {
 
     async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
         let tables = self.tables();
-        let mut tx = self.pool().begin().await.map_err(db)?;
+        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
         // The message first: two ACKs of the same message serialize here, so the last one sees
         // the other's delivery acked and completes the message.
         let msg: Option<String> =

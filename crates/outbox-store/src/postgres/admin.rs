@@ -92,7 +92,7 @@ impl AdminSql for Postgres {
     }
 
     async fn begin(outbox: &Outbox<Postgres>) -> Result<Transaction<'static, Postgres>> {
-        outbox.pool().begin().await.map_err(db)
+        crate::begin::begin(outbox.pool()).await.map_err(db)
     }
 
     /// The update re-checks `from` on each row's latest version and returns the rows it

@@ -147,7 +147,7 @@ impl Migrator for Postgres {
         migrations: &'static [Migration],
     ) -> Result<MigrationReport> {
         let db = schema.map_error;
-        let mut tx = pool.begin().await.map_err(db)?;
+        let mut tx = crate::begin::begin(pool).await.map_err(db)?;
         sqlx::query("SELECT pg_advisory_xact_lock($1)")
             .bind(tables.pg_lock(schema.pg_lock))
             .execute(&mut *tx)

@@ -678,7 +678,7 @@ impl Outbox<Postgres> {
         lease: Duration,
     ) -> Result<Vec<OutboxMessage>> {
         let tables = self.tables();
-        let mut tx = self.pool().begin().await.map_err(db)?;
+        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
         let mut more = lock_runs(&mut tx, tables, plan).await?;
         if !more.is_empty() {
             sqlx::query(&render(tables, LEASE_RUNS))
@@ -708,7 +708,6 @@ impl Outbox<Postgres> {
         let max = limit;
         let (limit, window) = claim_sizes(limit);
         // A relay that vanishes without closing its connection loses the claim after `lease`.
-        let conn = self.pool().acquire().await.map_err(db)?;
         // The claim's plan does not depend on row estimates (see `claim_ctes`), so a generic
         // plan runs as fast as a custom one at every backlog (measured: 0.1 ms with 3 rows,
         // 10-17 ms with 10^5 and 10^6 due rows on 10 to 10^5 keys, both ways); forced, the
@@ -718,7 +717,7 @@ impl Outbox<Postgres> {
             "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL plan_cache_mode = force_generic_plan",
             ms(lease).max(1)
         );
-        let mut tx = sqlx::Transaction::begin(conn, Some(begin.into())).await.map_err(db)?;
+        let mut tx = crate::begin::begin_with(self.pool(), begin).await.map_err(db)?;
         let mut out: Vec<OutboxMessage> = Vec::new();
         let mut poison: Vec<Poison> = Vec::new();
         // Whether a run could follow a head: not when the first pass's window held every due
@@ -812,7 +811,7 @@ impl Outbox<Postgres> {
                 return Ok(SettleReport { settled, lost_lease, ..SettleReport::default() });
             }
         }
-        let mut tx = self.pool().begin().await.map_err(db)?;
+        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
         let owned: Vec<i64> = sqlx::query_scalar(&render(tables, OWNED))
             .bind(raw_ids(&s.ids()))
             .bind(owner)

@@ -8,7 +8,6 @@
 
 use super::render;
 use crate::Tables;
-use std::borrow::Cow;
 
 use chrono::{DateTime, Utc};
 use outbox_core::{OutboxMessage, Result, Status};
@@ -110,8 +109,7 @@ impl AdminSql for Sqlite {
     }
 
     async fn begin(outbox: &Outbox<Sqlite>) -> Result<Transaction<'static, Sqlite>> {
-        let conn = outbox.pool().acquire().await.map_err(db)?;
-        Transaction::begin(conn, Some(Cow::Borrowed("BEGIN IMMEDIATE"))).await.map_err(db)
+        crate::begin::begin_with(outbox.pool(), "BEGIN IMMEDIATE").await.map_err(db)
     }
 
     /// The caller checked the rows inside `BEGIN IMMEDIATE`.

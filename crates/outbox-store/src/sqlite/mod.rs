@@ -11,7 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use outbox_core::{Enqueued, Error, MessageId, NewMessage, OutboxMessage, Result};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqliteRow, SqliteSynchronous};
-use sqlx::{Connection, Row, Sqlite, SqlitePool};
+use sqlx::{Row, Sqlite, SqlitePool};
 
 use crate::common::{decoded_cells, enqueue_args, enqueued_before, get as cell, At, Cells};
 use crate::error::db;
@@ -65,8 +65,7 @@ impl Migrator for Sqlite {
     ) -> Result<MigrationReport> {
         tables.check_for(Dialect::Sqlite)?;
         let db = schema.map_error;
-        let mut conn = pool.acquire().await.map_err(db)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut tx = crate::begin::begin_with(pool, "BEGIN IMMEDIATE").await.map_err(db)?;
         let report = upgrade::<Sqlite>(&mut tx, schema, tables, Dialect::Sqlite, migrations).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)

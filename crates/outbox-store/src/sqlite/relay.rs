@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use outbox_core::{MessageId, OutboxMessage, Result};
 use sqlx::sqlite::Sqlite;
-use sqlx::{Connection, QueryBuilder, Row};
+use sqlx::{QueryBuilder, Row};
 
 use super::decode_message;
+use crate::begin::begin_with;
 use crate::common::{decode_rows, release_leases, FailSql};
 use crate::common::{expire_each, finish_ack, AckSql, ExpireSql};
 use crate::error::db;
@@ -365,8 +366,7 @@ impl Claims for Outbox<Sqlite> {
                 FAIL.leased(self.pool(), tables, owner, &rows, decode_message).await?,
             ));
         }
-        let mut conn = self.pool().acquire().await.map_err(db)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut tx = begin_with(self.pool(), "BEGIN IMMEDIATE").await.map_err(db)?;
         let rows = claim.fetch_all(&mut *tx).await.map_err(db)?;
         let (mut out, poison) = decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message);
         if let Some(plan) = runs::plan(&out, max.saturating_sub(poison.len()), run) {
@@ -419,8 +419,7 @@ impl Claims for Outbox<Sqlite> {
         if all.is_empty() {
             return Ok(SettleReport::default());
         }
-        let mut conn = self.pool().acquire().await.map_err(db)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut tx = begin_with(self.pool(), "BEGIN IMMEDIATE").await.map_err(db)?;
         let mut qb = QueryBuilder::<Sqlite>::new(
             render(tables, "SELECT id FROM outbox_message WHERE status = 'sending' AND lease_owner = ")
                 .into_owned(),
@@ -485,8 +484,7 @@ impl Acks for Outbox<Sqlite> {
             return Ok(0);
         }
         // One writer at a time: BEGIN IMMEDIATE takes the write lock up front.
-        let mut conn = self.pool().acquire().await.map_err(db)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut tx = begin_with(self.pool(), "BEGIN IMMEDIATE").await.map_err(db)?;
         let due: Vec<(i64, String, i32)> = sqlx::query_as(&render(
             tables,
             concat!(
@@ -507,8 +505,7 @@ impl Acks for Outbox<Sqlite> {
 
     async fn ack(&self, message_id: MessageId, destination: &str) -> Result<AckOutcome> {
         let tables = self.tables();
-        let mut conn = self.pool().acquire().await.map_err(db)?;
-        let mut tx = conn.begin_with("BEGIN IMMEDIATE").await.map_err(db)?;
+        let mut tx = begin_with(self.pool(), "BEGIN IMMEDIATE").await.map_err(db)?;
         let msg_status: Option<String> =
             sqlx::query_scalar(&render(tables, "SELECT status FROM outbox_message WHERE id = ?1"))
                 .bind(message_id.0)

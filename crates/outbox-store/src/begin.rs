@@ -1,0 +1,56 @@
+//! Beginning a transaction so that a caller dropped half-way cannot leave one open.
+//!
+//! sqlx 0.8's begins are not cancel-safe. PostgreSQL's and MySQL's send `BEGIN` and await the
+//! server's answer before the connection counts the transaction (PostgreSQL's guard rolls back
+//! only a nested one); SQLite's custom `BEGIN IMMEDIATE` awaits once more after its worker thread
+//! ran the statement. A caller dropped at that point (a relay's claim cancelled by its shutdown,
+//! a settlement abandoned after the shutdown timeout, an application's request handler dropped
+//! because its client went away) hands the connection back to the pool inside a transaction
+//! nobody will end: PostgreSQL and MySQL then run the next user's autocommit statements in it,
+//! uncommitted and holding their row locks; MySQL refuses the next `SET TRANSACTION`; on SQLite
+//! it holds the database's one write lock, so every other writer waits out its busy timeout.
+//! (Found in CI: a relay's shutdown waited on SQLite's lock; `tests/cancel.rs` drops claims and
+//! settlements at every await point on a pool of one connection.)
+//!
+//! So every transaction the store begins is begun by [`to_the_end`]: in a task of its own,
+//! which runs to the end whether or not anyone still waits for it. A transaction whose caller
+//! is gone is dropped in that task, as a whole `Transaction`, which rolls it back before its
+//! connection returns to the pool. The cost is one task spawn per transaction (microseconds,
+//! against a round trip to the database).
+
+use std::future::Future;
+
+/// Runs `begin` (acquire a connection, perhaps set it up, begin) in a task of its own, so it
+/// completes even if this future is dropped (see the module's documentation).
+pub(crate) async fn to_the_end<T, F>(begin: F) -> sqlx::Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = sqlx::Result<T>> + Send + 'static,
+{
+    match tokio::spawn(begin).await {
+        Ok(r) => r,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only when the runtime itself is shutting down.
+        Err(e) => Err(sqlx::Error::Io(std::io::Error::other(format!(
+            "beginning a transaction: its task was cancelled ({e})"
+        )))),
+    }
+}
+
+/// `pool.begin()`, safe to drop half-way.
+pub(crate) async fn begin<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+) -> sqlx::Result<sqlx::Transaction<'static, DB>> {
+    let pool = pool.clone();
+    to_the_end(async move { pool.begin().await }).await
+}
+
+/// `pool.begin_with(statement)`, safe to drop half-way.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+pub(crate) async fn begin_with<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    statement: impl Into<std::borrow::Cow<'static, str>>,
+) -> sqlx::Result<sqlx::Transaction<'static, DB>> {
+    let (pool, statement) = (pool.clone(), statement.into());
+    to_the_end(async move { pool.begin_with(statement).await }).await
+}
