@@ -20,6 +20,21 @@
 
 use std::future::Future;
 
+/// Runs `work` in a task of its own, so it completes even if this future is dropped; its output
+/// is then dropped in that task. A panic in `work` is resumed here.
+pub(crate) async fn detached<T, F>(work: F) -> sqlx::Result<T>
+where
+    T: Send + 'static,
+    F: Future<Output = T> + Send + 'static,
+{
+    match tokio::spawn(work).await {
+        Ok(out) => Ok(out),
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        // Only when the runtime itself is shutting down.
+        Err(e) => Err(sqlx::Error::Io(std::io::Error::other(format!("its task was cancelled ({e})")))),
+    }
+}
+
 /// Runs `begin` (acquire a connection, perhaps set it up, begin) in a task of its own, so it
 /// completes even if this future is dropped (see the module's documentation).
 pub(crate) async fn to_the_end<T, F>(begin: F) -> sqlx::Result<T>
@@ -27,14 +42,7 @@ where
     T: Send + 'static,
     F: Future<Output = sqlx::Result<T>> + Send + 'static,
 {
-    match tokio::spawn(begin).await {
-        Ok(r) => r,
-        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-        // Only when the runtime itself is shutting down.
-        Err(e) => Err(sqlx::Error::Io(std::io::Error::other(format!(
-            "beginning a transaction: its task was cancelled ({e})"
-        )))),
-    }
+    detached(begin).await?
 }
 
 /// `pool.begin()`, safe to drop half-way.

@@ -53,25 +53,50 @@ impl Migrator for MySql {
         tables: &Tables,
         migrations: &'static [Migration],
     ) -> Result<MigrationReport> {
-        let db = schema.map_error;
-        let lock = tables.mysql_lock(schema.mysql_lock);
-        let mut conn = pool.acquire().await.map_err(db)?;
-        let locked: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 60)")
-            .bind(&lock)
-            .fetch_one(&mut *conn)
+        // Run to the end even if the caller is dropped (see `crate::begin`): a migration dropped
+        // between GET_LOCK and RELEASE_LOCK would leave the session lock with a pooled
+        // connection, and every later migration would wait its 60 s for it and fail.
+        let (pool, tables) = (pool.clone(), tables.clone());
+        crate::begin::detached(async move { migrate_locked(&pool, schema, &tables, migrations).await })
             .await
-            .map_err(db)?;
-        if locked != Some(1) {
-            return Err(Error::Database(
-                format!(
-                    "could not take the migration lock `{lock}` within 60 s (another migration is running)"
-                )
+            .map_err(schema.map_error)?
+    }
+
+    async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema, tables: &Tables) -> Result<i64> {
+        // Names matched Tables' pattern: safe inside a literal.
+        let name = tables.name(schema.version_table);
+        let database = tables.schema().map_or_else(|| "DATABASE()".to_owned(), |s| format!("'{s}'"));
+        let exists = format!(
+            "SELECT COUNT(*) FROM information_schema.tables \
+             WHERE table_schema = {database} AND table_name = '{name}'"
+        );
+        let table = tables.table(Dialect::MySql, schema.version_table);
+        let max = format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}");
+        recorded_version::<MySql>(conn, schema, exists, max).await
+    }
+}
+
+/// [`Migrator::migrate_schema`] on MySQL: takes the session lock, applies, releases it.
+async fn migrate_locked(
+    pool: &MySqlPool,
+    schema: &'static Schema,
+    tables: &Tables,
+    migrations: &'static [Migration],
+) -> Result<MigrationReport> {
+    let db = schema.map_error;
+    let lock = tables.mysql_lock(schema.mysql_lock);
+    let mut conn = pool.acquire().await.map_err(db)?;
+    let locked: Option<i64> =
+        sqlx::query_scalar("SELECT GET_LOCK(?, 60)").bind(&lock).fetch_one(&mut *conn).await.map_err(db)?;
+    if locked != Some(1) {
+        return Err(Error::Database(
+            format!("could not take the migration lock `{lock}` within 60 s (another migration is running)")
                 .into(),
-            ));
-        }
-        // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
-        // is written last, so an interrupted migration is visible and re-runnable.
-        let result = async {
+        ));
+    }
+    // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
+    // is written last, so an interrupted migration is visible and re-runnable.
+    let result = async {
             if let Some(name) = tables.schema() {
                 // Created only when missing (CREATE DATABASE needs a privilege an account owning
                 // only its database lacks, even with IF NOT EXISTS).
@@ -95,24 +120,10 @@ impl Migrator for MySql {
             upgrade::<MySql>(&mut conn, schema, tables, Dialect::MySql, migrations).await
         }
         .await;
-        let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&lock).execute(&mut *conn).await;
-        let report = result?;
-        released.map_err(db)?;
-        Ok(report)
-    }
-
-    async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema, tables: &Tables) -> Result<i64> {
-        // Names matched Tables' pattern: safe inside a literal.
-        let name = tables.name(schema.version_table);
-        let database = tables.schema().map_or_else(|| "DATABASE()".to_owned(), |s| format!("'{s}'"));
-        let exists = format!(
-            "SELECT COUNT(*) FROM information_schema.tables \
-             WHERE table_schema = {database} AND table_name = '{name}'"
-        );
-        let table = tables.table(Dialect::MySql, schema.version_table);
-        let max = format!("SELECT CAST(COALESCE(MAX(version), 0) AS SIGNED) FROM {table}");
-        recorded_version::<MySql>(conn, schema, exists, max).await
-    }
+    let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&lock).execute(&mut *conn).await;
+    let report = result?;
+    released.map_err(db)?;
+    Ok(report)
 }
 
 /// [`enqueue`] into the tables named by `tables`.
