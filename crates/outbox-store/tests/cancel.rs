@@ -86,6 +86,18 @@ async fn backlog<DB: OutboxDatabase>(outbox: &Outbox<DB>) {
     tx.commit().await.unwrap();
 }
 
+/// Releases `owner`'s leases on `outbox`'s one connection (a statement of its own), within
+/// [`DEADLINE`]: how many.
+async fn release<DB: OutboxDatabase>(outbox: &Outbox<DB>, owner: &str, round: u64) -> u64
+where
+    Outbox<DB>: Claims,
+{
+    tokio::time::timeout(DEADLINE, outbox.release(owner))
+        .await
+        .unwrap_or_else(|_| panic!("round {round}: releasing {owner}'s leases hung"))
+        .unwrap_or_else(|e| panic!("round {round}: releasing {owner}'s leases failed: {e}"))
+}
+
 /// Every dialect: `Outbox::begin` dropped at any point, then a statement of its own on the same
 /// connection commits (PostgreSQL and MySQL would run it inside the transaction left open,
 /// without a word, and never commit it).
@@ -103,11 +115,7 @@ async fn a_begin_dropped_midway_leaves_no_transaction_open<DB: OutboxDatabase>(
         // ...a begin dropped after `cut`...
         drop_after(cut(round), outbox.begin()).await;
         // ...then the leases released on the one connection, in a statement of its own.
-        let released = tokio::time::timeout(DEADLINE, outbox.release("x"))
-            .await
-            .unwrap_or_else(|_| panic!("round {round}: the release after a dropped begin hung"))
-            .unwrap_or_else(|e| panic!("round {round}: the release after a dropped begin failed: {e}"));
-        assert_eq!(released, 4, "round {round}");
+        assert_eq!(release(outbox, "x", round).await, 4, "round {round}");
         assert_eq!(sending(observer).await, 0, "round {round}: the release was not committed");
     }
 }
@@ -117,8 +125,8 @@ async fn a_begin_dropped_midway_leaves_no_transaction_open<DB: OutboxDatabase>(
 ///
 /// Not run on PostgreSQL and MySQL: there sqlx 0.8 can leave a connection whose statement was
 /// dropped mid-flight waiting forever in its return to the pool (measured here: the pool of one
-/// stays at one connection, none idle, the server's session idle). The relay never drops a
-/// claim or a settlement for that reason; see `outbox-relay`'s poller.
+/// stays at one connection, none idle, the server's session idle). For that reason the relay
+/// does not drop a claim under way when it shuts down; see `outbox-relay`'s poller.
 async fn a_claim_or_settlement_dropped_midway_leaves_no_transaction_open<DB: OutboxDatabase>(
     outbox: &Outbox<DB>,
     observer: &Outbox<DB>,
@@ -150,10 +158,7 @@ async fn a_claim_or_settlement_dropped_midway_leaves_no_transaction_open<DB: Out
         let settle = Settlement { messages, ..Settlement::default() };
         drop_after(cut(round), outbox.settle_held(claimed.hold, "kept", &settle)).await;
         for owner in ["dropped", "kept"] {
-            tokio::time::timeout(DEADLINE, outbox.release(owner))
-                .await
-                .unwrap_or_else(|_| panic!("round {round}: releasing {owner}'s leases hung"))
-                .unwrap_or_else(|e| panic!("round {round}: releasing {owner}'s leases failed: {e}"));
+            release(outbox, owner, round).await;
         }
         assert_eq!(sending(observer).await, 0, "round {round}: the releases were not committed");
     }
