@@ -97,29 +97,29 @@ async fn migrate_locked(
     // MySQL commits DDL implicitly; each table is one CREATE statement, and the version row
     // is written last, so an interrupted migration is visible and re-runnable.
     let result = async {
-            if let Some(name) = tables.schema() {
-                // Created only when missing (CREATE DATABASE needs a privilege an account owning
-                // only its database lacks, even with IF NOT EXISTS).
-                let found: Option<String> = sqlx::query_scalar(
-                    "SELECT CAST(schema_name AS CHAR) FROM information_schema.schemata WHERE schema_name = ?",
-                )
-                .bind(name)
-                .fetch_optional(&mut *conn)
+        if let Some(name) = tables.schema() {
+            // Created only when missing (CREATE DATABASE needs a privilege an account owning
+            // only its database lacks, even with IF NOT EXISTS).
+            let found: Option<String> = sqlx::query_scalar(
+                "SELECT CAST(schema_name AS CHAR) FROM information_schema.schemata WHERE schema_name = ?",
+            )
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db)?;
+            if found.is_none() {
+                // `name` matched Tables' pattern ([a-z_][a-z0-9_]*): nothing to escape.
+                sqlx::query(&format!(
+                    "CREATE DATABASE IF NOT EXISTS `{name}` DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                ))
+                .execute(&mut *conn)
                 .await
                 .map_err(db)?;
-                if found.is_none() {
-                    // `name` matched Tables' pattern ([a-z_][a-z0-9_]*): nothing to escape.
-                    sqlx::query(&format!(
-                        "CREATE DATABASE IF NOT EXISTS `{name}` DEFAULT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
-                    ))
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(db)?;
-                }
             }
-            upgrade::<MySql>(&mut conn, schema, tables, Dialect::MySql, migrations).await
         }
-        .await;
+        upgrade::<MySql>(&mut conn, schema, tables, Dialect::MySql, migrations).await
+    }
+    .await;
     let released = sqlx::query("SELECT RELEASE_LOCK(?)").bind(&lock).execute(&mut *conn).await;
     let report = result?;
     released.map_err(db)?;
