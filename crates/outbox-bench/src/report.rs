@@ -42,6 +42,9 @@ fn throughput_bars(r: &Report) -> Vec<(String, f64)> {
         if let Some(b) = raw.broker_msgs_per_s {
             v.push((format!("raw {} publish", r.config.transport.name()), b));
         }
+        if let Some(t) = raw.together_per_s {
+            v.push(("raw, both at once".to_owned(), t));
+        }
     }
     if let Some(d) = &r.drain {
         v.push(("drain".to_owned(), d.msgs_per_s));
@@ -178,29 +181,45 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     );
     if let Some(raw) = &r.raw {
         md.push_str("## Raw limits\n\n| limit | rate |\n| --- | ---: |\n");
-        let _ =
-            writeln!(md, "| database: batched claim-and-mark SQL, rows/s | {} |", human(raw.db_rows_per_s));
+        let _ = writeln!(
+            md,
+            "| database: batched claim-and-mark SQL, rows/s | {} ({:.1} µs of server CPU per row) |",
+            human(raw.db_rows_per_s),
+            raw.db_server_cpu_us_per_row
+        );
         let _ = writeln!(
             md,
             "| broker: pipelined confirmed publish ({}), msgs/s | {} |",
             c.transport.name(),
-            raw.broker_msgs_per_s.map_or("no limit (null)".into(), human)
+            match (raw.broker_msgs_per_s, raw.broker_server_cpu_us_per_msg) {
+                (Some(rate), Some(cpu)) => format!("{} ({cpu:.1} µs of server CPU per message)", human(rate)),
+                (Some(rate), None) => human(rate),
+                (None, _) => "no limit (null)".into(),
+            }
         );
-        let _ = writeln!(md, "| **min(raw DB, raw broker)** | **{}** |\n", human(raw.limit_per_s));
+        let _ = writeln!(md, "| **min(raw DB, raw broker)** | **{}** |", human(raw.limit_per_s));
+        let _ = writeln!(
+            md,
+            "| both loops at once, sharing the machine | {} |\n",
+            raw.together_per_s.map_or("-".into(), human)
+        );
     }
     let drain_head =
-        "| relays | n | seconds | msgs/s | ratio to limit | claims | CPU s | peak RSS MiB | duplicates |\n\
-                      | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
+        "| relays | n | seconds | msgs/s | ratio to limit | ratio to both at once | claims | CPU s | DB server µs/msg | broker µs/msg | peak RSS MiB | duplicates |\n\
+                      | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     let drain_row = |d: &crate::DrainResult| {
         format!(
-            "| {} | {} | {:.2} | {} | {} | {} | {:.1} | {:.0} | {} |\n",
+            "| {} | {} | {:.2} | {} | {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.0} | {} |\n",
             d.relays,
             d.n,
             d.seconds,
             human(d.msgs_per_s),
             pct(d.ratio_to_limit),
+            pct(d.ratio_to_together),
             d.claims,
             d.cpu_s,
+            d.db_server_cpu_us_per_msg,
+            d.broker_server_cpu_us_per_msg,
             d.peak_rss_mib,
             d.duplicates
         )

@@ -11,10 +11,18 @@ pub struct RawResult {
     pub db_rows: u64,
     /// Their rate, rows/s.
     pub db_rows_per_s: f64,
+    /// CPU of the database server's processes per row of that loop, microseconds (0 for
+    /// SQLite, which runs in the bench process).
+    pub db_server_cpu_us_per_row: f64,
     /// The broker's pipelined confirmed-publish rate, msgs/s (`None`: null transport, no limit).
     pub broker_msgs_per_s: Option<f64>,
+    /// CPU of the broker's processes per message of that publish, microseconds.
+    pub broker_server_cpu_us_per_msg: Option<f64>,
     /// min(raw DB, raw broker): the reference of the drain ratios.
     pub limit_per_s: f64,
+    /// Both raw loops run at once, `n` each: `n` / the time until both are done. What the
+    /// machine allows a relay when the database and the broker share its cores.
+    pub together_per_s: Option<f64>,
 }
 
 /// One drain of a backlog.
@@ -30,6 +38,8 @@ pub struct DrainResult {
     pub msgs_per_s: f64,
     /// `msgs_per_s / min(raw DB, raw broker)` when the raw limits ran.
     pub ratio_to_limit: Option<f64>,
+    /// `msgs_per_s` / both raw loops at once ([`RawResult::together_per_s`]).
+    pub ratio_to_together: Option<f64>,
     /// Distinct messages the consumer received.
     pub consumer_received: u64,
     /// Messages the consumer received more than once.
@@ -38,6 +48,11 @@ pub struct DrainResult {
     pub claims: u64,
     /// CPU seconds of the bench process (relays, consumer, broker clients) during the drain.
     pub cpu_s: f64,
+    /// CPU of the database server's processes per message during the drain, microseconds.
+    pub db_server_cpu_us_per_msg: f64,
+    /// CPU of the broker's processes per message during the drain (the consumer's reads
+    /// included), microseconds.
+    pub broker_server_cpu_us_per_msg: f64,
     /// Peak resident memory of the bench process during the scenario, MiB.
     pub peak_rss_mib: f64,
 }

@@ -61,6 +61,20 @@ fn start_relay(
     Ok(Running { stats, stop, handle })
 }
 
+/// The raw limits a drain's rate is compared with.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    /// min(raw DB, raw broker).
+    min: f64,
+    /// Both raw loops at once ([`raw_together`]).
+    together: Option<f64>,
+}
+
+/// Microseconds of CPU per item from a CPU time (seconds) and a count.
+fn cpu_per(cpu_s: f64, count: u64) -> f64 {
+    cpu_s * 1e6 / count.max(1) as f64
+}
+
 fn ratio(x: f64, limit: Option<f64>) -> Option<f64> {
     limit.filter(|l| *l > 0.0).map(|l| x / l)
 }
@@ -105,7 +119,7 @@ pub(crate) async fn run(cfg: &BenchConfig) -> Result<Report> {
         }
         tracing::info!(scenario = s.name(), "Running");
         sys::reset_peak_rss();
-        let limit = report.raw.as_ref().map(|r| r.limit_per_s);
+        let limit = report.raw.as_ref().map(|r| Limits { min: r.limit_per_s, together: r.together_per_s });
         match s {
             Scenario::Raw => report.raw = Some(raw(cfg).await?),
             Scenario::Drain => report.drain = Some(drain(cfg, 1, limit).await?),
@@ -125,36 +139,96 @@ async fn raw(cfg: &BenchConfig) -> Result<RawResult> {
     let db = BenchDb::fresh(&cfg.store, 4).await?;
     db.insert_rows(0, n, "pending", cfg.keys).await?;
     db.analyze().await?;
+    let db_cpu0 = sys::servers_cpu_time(db_servers(db.dialect));
     let start = Instant::now();
     let rows = db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)).await;
     let secs = start.elapsed().as_secs_f64();
+    let db_cpu = sys::servers_cpu_time(db_servers(db.dialect)).saturating_sub(db_cpu0).as_secs_f64();
     db.drop_db().await;
     let rows = rows?;
     check("raw", rows == n, || format!("the claim loop processed {rows} rows of {n}"))?;
     let db_rate = rows as f64 / secs.max(1e-9);
 
     let broker = Broker::new(cfg);
+    let broker_cpu0 = sys::servers_cpu_time(broker_servers(cfg.transport));
     let broker_rate = broker.raw_publish(cfg.n).await;
+    let broker_cpu =
+        sys::servers_cpu_time(broker_servers(cfg.transport)).saturating_sub(broker_cpu0).as_secs_f64();
     broker.cleanup().await;
     let broker_rate = broker_rate?;
     let limit = broker_rate.map_or(db_rate, |b| b.min(db_rate));
+    let together_per_s = match broker_rate {
+        Some(_) => Some(raw_together(cfg).await?),
+        None => None,
+    };
     Ok(RawResult {
         db_rows: rows,
         db_rows_per_s: db_rate,
+        db_server_cpu_us_per_row: cpu_per(db_cpu, rows),
         broker_msgs_per_s: broker_rate,
+        broker_server_cpu_us_per_msg: broker_rate.map(|_| cpu_per(broker_cpu, n)),
         limit_per_s: limit,
+        together_per_s,
     })
 }
 
+/// Both raw loops at once, each over `n`: `n` divided by the time until both are done. The
+/// limit of a relay on this machine when the database and the broker share its cores (a drain
+/// needs both for every message), always below `min(raw DB, raw broker)` on a machine whose
+/// cores each alone saturates.
+async fn raw_together(cfg: &BenchConfig) -> Result<f64> {
+    let n = cfg.n as u64;
+    let db = BenchDb::fresh(&cfg.store, 4).await?;
+    db.insert_rows(0, n, "pending", cfg.keys).await?;
+    db.analyze().await?;
+    let broker = Broker::new(cfg);
+    let start = Instant::now();
+    let (rows, published) = tokio::join!(
+        db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)),
+        broker.raw_publish(cfg.n)
+    );
+    let secs = start.elapsed().as_secs_f64();
+    db.drop_db().await;
+    broker.cleanup().await;
+    let rows = rows?;
+    published?;
+    check("raw", rows == n, || format!("the claim loop beside the broker processed {rows} rows of {n}"))?;
+    Ok(n as f64 / secs.max(1e-9))
+}
+
+/// The command names of the database server's processes (none for SQLite: in process).
+fn db_servers(dialect: outbox_store::Dialect) -> &'static [&'static str] {
+    match dialect {
+        outbox_store::Dialect::Postgres => &["postgres"],
+        outbox_store::Dialect::MySql => &["mariadbd", "mysqld"],
+        outbox_store::Dialect::Sqlite => &[],
+    }
+}
+
+/// The command names of the broker's processes (none for the null transport).
+fn broker_servers(kind: crate::TransportKind) -> &'static [&'static str] {
+    match kind {
+        crate::TransportKind::Nats => &["nats-server"],
+        crate::TransportKind::Redis => &["redis-server"],
+        crate::TransportKind::Rabbitmq => &["beam.smp"],
+        crate::TransportKind::Null => &[],
+    }
+}
+
 /// Drains a backlog of `cfg.n` with `relays` relay instances (each with its own pool).
-async fn drain(cfg: &BenchConfig, relays: usize, limit: Option<f64>) -> Result<DrainResult> {
+async fn drain(cfg: &BenchConfig, relays: usize, limit: Option<Limits>) -> Result<DrainResult> {
     let db = BenchDb::fresh(&cfg.store, POOL).await?;
     let result = drain_on(cfg, &db, relays, limit).await;
     db.drop_db().await;
     result
 }
 
-async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<f64>) -> Result<DrainResult> {
+async fn drain_on(
+    cfg: &BenchConfig,
+    db: &BenchDb,
+    relays: usize,
+    limit: Option<Limits>,
+) -> Result<DrainResult> {
     let n = cfg.n as u64;
     db.insert_rows(0, n, "pending", cfg.keys).await?;
     db.analyze().await?;
@@ -167,6 +241,8 @@ async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<
             stores.push(AnyOutbox::connect(&db.url, 8).await?);
         }
         let cpu0 = sys::cpu_time();
+        let db_cpu0 = sys::servers_cpu_time(db_servers(db.dialect));
+        let broker_cpu0 = sys::servers_cpu_time(broker_servers(cfg.transport));
         let start = Instant::now();
         let running: Vec<Running> = stores
             .into_iter()
@@ -180,6 +256,9 @@ async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<
         }
         let secs = start.elapsed().as_secs_f64();
         let cpu = sys::cpu_time().saturating_sub(cpu0).as_secs_f64();
+        let db_cpu = sys::servers_cpu_time(db_servers(db.dialect)).saturating_sub(db_cpu0).as_secs_f64();
+        let broker_cpu =
+            sys::servers_cpu_time(broker_servers(cfg.transport)).saturating_sub(broker_cpu0).as_secs_f64();
         let got = delivered(&running);
         let claims: u64 = running.iter().map(|r| RelayStats::get(&r.stats.claims)).sum();
         // Let the last settle land, then stop.
@@ -209,11 +288,14 @@ async fn drain_on(cfg: &BenchConfig, db: &BenchDb, relays: usize, limit: Option<
             n,
             seconds: secs,
             msgs_per_s: rate,
-            ratio_to_limit: ratio(rate, limit),
+            ratio_to_limit: ratio(rate, limit.map(|l| l.min)),
+            ratio_to_together: ratio(rate, limit.and_then(|l| l.together)),
             consumer_received: received,
             duplicates: seen.duplicates,
             claims,
             cpu_s: cpu,
+            db_server_cpu_us_per_msg: cpu_per(db_cpu, n),
+            broker_server_cpu_us_per_msg: cpu_per(broker_cpu, n),
             peak_rss_mib: sys::peak_rss_mib(),
         })
     }
@@ -425,7 +507,7 @@ async fn enqueue(cfg: &BenchConfig) -> Result<EnqueueResult> {
     result
 }
 
-async fn scale(cfg: &BenchConfig, limit: Option<f64>) -> Result<ScaleResult> {
+async fn scale(cfg: &BenchConfig, limit: Option<Limits>) -> Result<ScaleResult> {
     let mut drains = Vec::new();
     for &r in &cfg.relays {
         sys::reset_peak_rss();

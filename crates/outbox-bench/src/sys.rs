@@ -15,6 +15,35 @@ pub(crate) fn cpu_time() -> Duration {
     Duration::from_millis(total * 10)
 }
 
+/// CPU time used so far by every process whose command name (`/proc/<pid>/comm`) is one of
+/// `names`, with the CPU of the children they have reaped (`cutime + cstime`): PostgreSQL's
+/// postmaster reaps its backends, so the CPU of a connection closed meanwhile still counts.
+/// Counts whatever else those servers do (other clients, other databases): the bench is meant
+/// to run alone on the machine, and `Machine::load_average` tells when it did not.
+pub(crate) fn servers_cpu_time(names: &[&str]) -> Duration {
+    if names.is_empty() {
+        return Duration::ZERO;
+    }
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Duration::ZERO };
+    let mut ticks = 0_u64;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
+        let comm = stat.get(open + 1..close).unwrap_or_default();
+        if !names.contains(&comm) {
+            continue;
+        }
+        // utime, stime, cutime, cstime: fields 14 to 17 of the line, 11 to 14 after the name.
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        ticks += (11..=14).filter_map(|i| fields.get(i).and_then(|f| f.parse::<u64>().ok())).sum::<u64>();
+    }
+    Duration::from_millis(ticks * 10)
+}
+
 /// Resets the peak-RSS counter (`VmHWM`) so the next reading covers one scenario only.
 pub(crate) fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
@@ -85,5 +114,25 @@ mod tests {
         assert!(x != 1);
         assert!(cpu_time() > before);
         assert!(peak_rss_mib() > 0.0);
+    }
+
+    #[test]
+    fn servers_cpu_time_counts_the_named_processes_only() {
+        // This test's own process is named after the test binary; a name no process has counts
+        // nothing, and an empty list reads nothing.
+        assert_eq!(servers_cpu_time(&[]), Duration::ZERO);
+        assert_eq!(servers_cpu_time(&["no-such-process-name"]), Duration::ZERO);
+        let own = std::fs::read_to_string("/proc/self/comm").unwrap();
+        let own = own.trim();
+        let before = servers_cpu_time(&[own]);
+        let start = std::time::Instant::now();
+        let mut x = 0_u64;
+        while servers_cpu_time(&[own]) <= before && start.elapsed() < Duration::from_secs(20) {
+            for _ in 0..100_000 {
+                x = x.wrapping_mul(31).wrapping_add(7);
+            }
+        }
+        assert!(x != 1);
+        assert!(servers_cpu_time(&[own]) > before);
     }
 }

@@ -77,7 +77,11 @@ async fn every_scenario_on_postgres_and_nats() {
     let pg = std::env::var("OUTBOX_TEST_PG_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
     let report = outbox_bench::run(&tiny(pg, TransportKind::Nats)).await.unwrap();
-    assert!(report.raw.as_ref().unwrap().broker_msgs_per_s.unwrap() > 0.0);
+    let raw = report.raw.as_ref().unwrap();
+    assert!(raw.broker_msgs_per_s.unwrap() > 0.0);
+    // Both loops at once ran over the whole backlog (it fails the run otherwise).
+    assert!(raw.together_per_s.unwrap() > 0.0);
+    assert!(report.drain.as_ref().unwrap().ratio_to_together.is_some());
     assert!(report.idle.as_ref().unwrap().server_queries_per_s.is_some());
     check(&report, 600);
 }

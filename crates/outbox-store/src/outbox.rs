@@ -341,6 +341,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// While set, connections handed back to the pool are closed (when the pool was built to
     /// ask it: see [`Outbox::shed_connections`]).
     shed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the message table is as the migrations left it, checked now and then (see
+    /// [`crate::relay::PlainTable`]).
+    pub(crate) plain: std::sync::Arc<crate::relay::PlainTable>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -350,6 +353,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             signal: self.signal.clone(),
             tables: self.tables.clone(),
             shed: self.shed.clone(),
+            plain: self.plain.clone(),
         }
     }
 }
@@ -358,7 +362,13 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// Wraps a pool. Does not touch the database; call [`migrate`](Self::migrate) or
     /// [`check_schema`](Self::check_schema) at start-up.
     pub fn new(pool: Pool<DB>) -> Self {
-        Outbox { pool, signal: CommitSignal::new(), tables: Tables::default(), shed: Default::default() }
+        Outbox {
+            pool,
+            signal: CommitSignal::new(),
+            tables: Tables::default(),
+            shed: Default::default(),
+            plain: Default::default(),
+        }
     }
 
     /// Wraps a pool built with [`shedding_hook`]`(flag)`: [`Outbox::shed_connections`] then
@@ -383,6 +393,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     pub fn with_tables(mut self, tables: Tables) -> Result<Self> {
         tables.check_for(DB::DIALECT)?;
         self.tables = tables;
+        self.plain = Default::default();
         Ok(self)
     }
 

@@ -2,6 +2,9 @@
 
 use std::future::Future;
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use outbox_core::Result;
 
 use super::{SettleReport, Settlement};
@@ -104,4 +107,56 @@ where
         }
     }
     Ok(report)
+}
+
+/// Whether the message table is *plain*: nothing on it beyond what the migrations create (no
+/// other trigger, rule, row security, constraint or unique index), so that a settlement's
+/// update, which writes only values the relay chose into the columns it owns, cannot be refused
+/// for one row. PostgreSQL then writes a batch without a savepoint (see `settle_locked` in
+/// `postgres/relay.rs`). The answer is kept for [`PlainTable::FOR`] and forgotten when a batch
+/// write fails anyway, so a trigger added later is seen within that time.
+#[derive(Debug, Default)]
+pub(crate) struct PlainTable(Mutex<Option<(Instant, bool)>>);
+
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+impl PlainTable {
+    /// How long an answer is kept.
+    pub(crate) const FOR: Duration = Duration::from_secs(30);
+
+    /// The answer, when one younger than [`PlainTable::FOR`] is kept.
+    pub(crate) fn known(&self) -> Option<bool> {
+        let kept = *self.0.lock().ok()?;
+        kept.filter(|(at, _)| at.elapsed() < Self::FOR).map(|(_, plain)| plain)
+    }
+
+    /// Keeps an answer.
+    pub(crate) fn set(&self, plain: bool) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = Some((Instant::now(), plain));
+        }
+    }
+
+    /// Forgets the answer: the next settlement checks again.
+    pub(crate) fn forget(&self) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_kept_until_forgotten() {
+        let p = PlainTable::default();
+        assert_eq!(p.known(), None);
+        p.set(true);
+        assert_eq!(p.known(), Some(true));
+        p.set(false);
+        assert_eq!(p.known(), Some(false));
+        p.forget();
+        assert_eq!(p.known(), None);
+    }
 }
