@@ -486,8 +486,8 @@ async fn mysql_open_key_migration_finishes_after_an_interrupted_attempt() {
 /// PostgreSQL: a locked claim's settlement updates its rows in the claim's own transaction, not
 /// in a savepoint, when nothing on the table can refuse the update. A row locked by a
 /// transaction and updated in a subtransaction gets a MultiXact as the `xmax` of its old version
-/// (`HEAP_XMAX_IS_MULTI`, 0x1000), which every later reader resolves through `pg_multixact`: 14%
-/// more server CPU per message in a drain. Read off the heap page with `pageinspect`, in the
+/// (`HEAP_XMAX_IS_MULTI`, 0x1000), which every later reader resolves through `pg_multixact`: 20%
+/// more server CPU per message in a drain of 10^6. Read off the heap page with `pageinspect`, in the
 /// test's own database; with the canonical names and with a schema and prefix (the check of
 /// the table's triggers and constraints must find the migrations' own under their names).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

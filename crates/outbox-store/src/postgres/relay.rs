@@ -857,9 +857,11 @@ impl Outbox<Postgres> {
     /// transaction and then updated inside a subtransaction gets a MultiXact as the `xmax` of its
     /// old version (the lock and the update have different transaction ids, and the lock must
     /// survive should the subtransaction roll back), which every later reader of that version
-    /// resolves through `pg_multixact`. Measured on a drain of 10^5 messages to NATS (release
-    /// build, two rounds each way): 22.6-26.5 µs of server CPU per message with the savepoint,
-    /// 19.3-22.9 without (docs/benchmarks.md, "A settlement without a savepoint").
+    /// resolves through `pg_multixact`. Measured on drains to NATS (release build, the same
+    /// binary both ways): at 10^6 pending messages 49.2-51.9 µs of server CPU per message and
+    /// 17,010-17,243 msg/s with the savepoint, 39.1-41.7 µs and 20,636-23,570 msg/s without; at
+    /// 10^5 no difference beyond the noise (docs/benchmarks.md, "A settlement without a
+    /// savepoint").
     ///
     /// Otherwise (a trigger, a rule, row security, a constraint or unique index the migrations
     /// did not create) the batch is written in a savepoint, and message by message in their own
