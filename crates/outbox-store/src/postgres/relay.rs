@@ -328,7 +328,7 @@ const OWN_CONSTRAINTS: [&str; 15] = [
 /// claim: it counts as not plain.
 async fn plain_table(tx: &mut sqlx::Transaction<'static, Postgres>, tables: &Tables) -> Result<bool> {
     use sqlx::Connection as _;
-    let mut sp = (&mut **tx).begin().await.map_err(db)?;
+    let mut sp = (**tx).begin().await.map_err(db)?;
     let asked: std::result::Result<Option<bool>, sqlx::Error> = sqlx::query_scalar(PLAIN_TABLE)
         .bind(tables.table(crate::names::Dialect::Postgres, "outbox_message"))
         .bind(tables.name("outbox_message_notify").into_owned())

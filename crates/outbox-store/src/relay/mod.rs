@@ -33,8 +33,8 @@ mod listening;
 pub(crate) mod runs;
 mod settlement;
 
-#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::PlainTable;
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
 #[cfg(feature = "postgres")]
 pub(crate) use listening::Job;
