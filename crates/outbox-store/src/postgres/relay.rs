@@ -860,8 +860,8 @@ impl Outbox<Postgres> {
     /// resolves through `pg_multixact`. Measured on drains to NATS (release build, the same
     /// binary both ways): at 10^6 pending messages 49.2-51.9 µs of server CPU per message and
     /// 17,010-17,243 msg/s with the savepoint, 39.1-41.7 µs and 20,636-23,570 msg/s without; at
-    /// 10^5 no difference beyond the noise (docs/benchmarks.md, "A settlement without a
-    /// savepoint").
+    /// 10^5 no difference beyond the noise (docs/benchmarks.md, "Where the CPU goes, and a
+    /// settlement without a savepoint").
     ///
     /// Otherwise (a trigger, a rule, row security, a constraint or unique index the migrations
     /// did not create) the batch is written in a savepoint, and message by message in their own
