@@ -139,21 +139,20 @@ async fn raw(cfg: &BenchConfig) -> Result<RawResult> {
     let db = BenchDb::fresh(&cfg.store, 4).await?;
     db.insert_rows(0, n, "pending", cfg.keys).await?;
     db.analyze().await?;
-    let db_cpu0 = sys::servers_cpu_time(db_servers(db.dialect));
+    let db_cpu = sys::ServersCpu::start(db_servers(db.dialect));
     let start = Instant::now();
-    let rows = db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)).await;
+    let rows = db.raw_claim_loop(raw_batch(cfg)).await;
     let secs = start.elapsed().as_secs_f64();
-    let db_cpu = sys::servers_cpu_time(db_servers(db.dialect)).saturating_sub(db_cpu0).as_secs_f64();
+    let db_cpu = db_cpu.seconds();
     db.drop_db().await;
     let rows = rows?;
     check("raw", rows == n, || format!("the claim loop processed {rows} rows of {n}"))?;
     let db_rate = rows as f64 / secs.max(1e-9);
 
     let broker = Broker::new(cfg);
-    let broker_cpu0 = sys::servers_cpu_time(broker_servers(cfg.transport));
+    let broker_cpu = sys::ServersCpu::start(broker_servers(cfg.transport));
     let broker_rate = broker.raw_publish(cfg.n).await;
-    let broker_cpu =
-        sys::servers_cpu_time(broker_servers(cfg.transport)).saturating_sub(broker_cpu0).as_secs_f64();
+    let broker_cpu = broker_cpu.seconds();
     broker.cleanup().await;
     let broker_rate = broker_rate?;
     let limit = broker_rate.map_or(db_rate, |b| b.min(db_rate));
@@ -183,10 +182,7 @@ async fn raw_together(cfg: &BenchConfig) -> Result<f64> {
     db.analyze().await?;
     let broker = Broker::new(cfg);
     let start = Instant::now();
-    let (rows, published) = tokio::join!(
-        db.raw_claim_loop(i64::try_from(cfg.batch_size).unwrap_or(500)),
-        broker.raw_publish(cfg.n)
-    );
+    let (rows, published) = tokio::join!(db.raw_claim_loop(raw_batch(cfg)), broker.raw_publish(cfg.n));
     let secs = start.elapsed().as_secs_f64();
     db.drop_db().await;
     broker.cleanup().await;
@@ -194,6 +190,11 @@ async fn raw_together(cfg: &BenchConfig) -> Result<f64> {
     published?;
     check("raw", rows == n, || format!("the claim loop beside the broker processed {rows} rows of {n}"))?;
     Ok(n as f64 / secs.max(1e-9))
+}
+
+/// The raw loop's batch: the relay's batch size.
+fn raw_batch(cfg: &BenchConfig) -> i64 {
+    i64::try_from(cfg.batch_size).unwrap_or(500)
 }
 
 /// The command names of the database server's processes (none for SQLite: in process).
@@ -241,8 +242,8 @@ async fn drain_on(
             stores.push(AnyOutbox::connect(&db.url, 8).await?);
         }
         let cpu0 = sys::cpu_time();
-        let db_cpu0 = sys::servers_cpu_time(db_servers(db.dialect));
-        let broker_cpu0 = sys::servers_cpu_time(broker_servers(cfg.transport));
+        let db_cpu = sys::ServersCpu::start(db_servers(db.dialect));
+        let broker_cpu = sys::ServersCpu::start(broker_servers(cfg.transport));
         let start = Instant::now();
         let running: Vec<Running> = stores
             .into_iter()
@@ -256,9 +257,7 @@ async fn drain_on(
         }
         let secs = start.elapsed().as_secs_f64();
         let cpu = sys::cpu_time().saturating_sub(cpu0).as_secs_f64();
-        let db_cpu = sys::servers_cpu_time(db_servers(db.dialect)).saturating_sub(db_cpu0).as_secs_f64();
-        let broker_cpu =
-            sys::servers_cpu_time(broker_servers(cfg.transport)).saturating_sub(broker_cpu0).as_secs_f64();
+        let (db_cpu, broker_cpu) = (db_cpu.seconds(), broker_cpu.seconds());
         let got = delivered(&running);
         let claims: u64 = running.iter().map(|r| RelayStats::get(&r.stats.claims)).sum();
         // Let the last settle land, then stop.

@@ -4,15 +4,20 @@ use std::time::Duration;
 
 /// User + system CPU time of this process so far (`/proc/self/stat`), or zero when unreadable.
 pub(crate) fn cpu_time() -> Duration {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return Duration::ZERO };
+    std::fs::read_to_string("/proc/self/stat").map_or(Duration::ZERO, |stat| stat_cpu(&stat, false))
+}
+
+/// The CPU time in a `/proc/<pid>/stat` line: utime + stime, and with `children` the reaped
+/// children's cutime + cstime too (zero for what cannot be read).
+fn stat_cpu(stat: &str, children: bool) -> Duration {
     // Fields after the command name (which may contain spaces) start after the last ')'.
     let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return Duration::ZERO };
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
-    let total = ticks(11) + ticks(12);
+    // utime, stime, cutime, cstime are fields 14 to 17 of the whole line: 11 to 14 after the name.
+    let last = if children { 14 } else { 12 };
+    let ticks: u64 = (11..=last).filter_map(|i| fields.get(i).and_then(|f| f.parse::<u64>().ok())).sum();
     // The kernel's USER_HZ is 100 on every Linux architecture we run on.
-    Duration::from_millis(total * 10)
+    Duration::from_millis(ticks * 10)
 }
 
 /// CPU time used so far by every process whose command name (`/proc/<pid>/comm`) is one of
@@ -25,7 +30,7 @@ pub(crate) fn servers_cpu_time(names: &[&str]) -> Duration {
         return Duration::ZERO;
     }
     let Ok(dir) = std::fs::read_dir("/proc") else { return Duration::ZERO };
-    let mut ticks = 0_u64;
+    let mut total = Duration::ZERO;
     for entry in dir.flatten() {
         let name = entry.file_name();
         if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
@@ -33,15 +38,29 @@ pub(crate) fn servers_cpu_time(names: &[&str]) -> Duration {
         }
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-        let comm = stat.get(open + 1..close).unwrap_or_default();
-        if !names.contains(&comm) {
-            continue;
+        if names.contains(&stat.get(open + 1..close).unwrap_or_default()) {
+            total += stat_cpu(&stat, true);
         }
-        // utime, stime, cutime, cstime: fields 14 to 17 of the line, 11 to 14 after the name.
-        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
-        ticks += (11..=14).filter_map(|i| fields.get(i).and_then(|f| f.parse::<u64>().ok())).sum::<u64>();
     }
-    Duration::from_millis(ticks * 10)
+    total
+}
+
+/// The CPU that the processes named `names` have used since [`ServersCpu::start`].
+pub(crate) struct ServersCpu {
+    names: &'static [&'static str],
+    at_start: Duration,
+}
+
+impl ServersCpu {
+    /// Starts measuring.
+    pub(crate) fn start(names: &'static [&'static str]) -> Self {
+        ServersCpu { names, at_start: servers_cpu_time(names) }
+    }
+
+    /// Seconds of CPU since the start.
+    pub(crate) fn seconds(&self) -> f64 {
+        servers_cpu_time(self.names).saturating_sub(self.at_start).as_secs_f64()
+    }
 }
 
 /// Resets the peak-RSS counter (`VmHWM`) so the next reading covers one scenario only.

@@ -883,28 +883,31 @@ impl Outbox<Postgres> {
                 plain
             }
         };
-        if !plain {
-            let w = PgWrites { tables, owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
-            let report = settle_isolated(&mut *tx, &w, s).await?;
-            tx.commit().await.map_err(db)?;
-            return Ok(report);
-        }
-        let s = s.bounded();
-        let batch_error = match write_settlement(&mut tx, tables, owner, &s, &held, MARK_SENT_LOCKED).await {
-            Ok(report) => {
-                tx.commit().await.map_err(db)?;
-                return Ok(report);
-            }
-            Err(e) => e,
+        let (mut tx, owned) = if plain {
+            let bounded = s.bounded();
+            let batch_error =
+                match write_settlement(&mut tx, tables, owner, &bounded, &held, MARK_SENT_LOCKED).await {
+                    Ok(report) => {
+                        tx.commit().await.map_err(db)?;
+                        return Ok(report);
+                    }
+                    Err(e) => e,
+                };
+            self.plain.forget();
+            tx.rollback().await.map_err(db)?;
+            tracing::warn!(error = %batch_error, messages = held.len(), "Writing a batch's outcomes failed; locking its messages again to write them one by one");
+            let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
+            let relocked: Vec<i64> = sqlx::query_scalar(&render(tables, RELOCK))
+                .bind(&held)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?;
+            (tx, relocked)
+        } else {
+            (tx, held)
         };
-        self.plain.forget();
-        tx.rollback().await.map_err(db)?;
-        tracing::warn!(error = %batch_error, messages = held.len(), "Writing a batch's outcomes failed; locking its messages again to write them one by one");
-        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
-        let relocked: Vec<i64> =
-            sqlx::query_scalar(&render(tables, RELOCK)).bind(&held).fetch_all(&mut *tx).await.map_err(db)?;
-        let w = PgWrites { tables, owner, owned: &relocked, mark_sent: MARK_SENT_LOCKED };
-        let report = settle_isolated(&mut *tx, &w, &s).await?;
+        let w = PgWrites { tables, owner, owned: &owned, mark_sent: MARK_SENT_LOCKED };
+        let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
