@@ -343,6 +343,7 @@ async fn plain_table(tx: &mut sqlx::Transaction<'static, Postgres>, tables: &Tab
         }
         Err(e) => {
             sp.rollback().await.map_err(db)?;
+            let e = outbox_core::text::bounded_error(&e.to_string());
             tracing::warn!(error = %e, "Reading the message table's triggers and constraints failed; settling in savepoints");
             Ok(false)
         }
@@ -895,6 +896,7 @@ impl Outbox<Postgres> {
                 };
             self.plain.forget();
             tx.rollback().await.map_err(db)?;
+            let batch_error = outbox_core::text::bounded_error(&batch_error.to_string());
             tracing::warn!(error = %batch_error, messages = held.len(), "Writing a batch's outcomes failed; locking its messages again to write them one by one");
             let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
             let relocked: Vec<i64> = sqlx::query_scalar(&render(tables, RELOCK))

@@ -64,7 +64,7 @@ where
             }
         }
     };
-    tracing::warn!(error = %batch_error, messages = s.ids().len(), "Writing a batch's outcomes failed; writing its messages one by one");
+    tracing::warn!(error = %bounded_error(&batch_error.to_string()), messages = s.ids().len(), "Writing a batch's outcomes failed; writing its messages one by one");
     let mut report = SettleReport::default();
     for id in s.ids() {
         let one = s.only(id);
