@@ -269,9 +269,9 @@ where
 }
 
 /// `Claimed::left_behind` of a locked claim (what lets an idle relay skip the claim after a
-/// batch): false only when the claim took every due message and none was held back behind its
-/// key; true when a due message waits behind one of the claim's keys (it may head its key once
-/// the batch settles) or when the batch was full.
+/// batch): false when the claim saw every due message and none waits behind one of its keys;
+/// true when a due message waits behind one of the claim's keys (it may head its key once the
+/// batch settles) or when the batch was full.
 async fn a_locked_claim_tells_whether_it_left_messages_behind<DB: OutboxDatabase>(outbox: &Outbox<DB>)
 where
     Outbox<DB>: Claims,
@@ -311,6 +311,30 @@ where
     let c = claim(1).await;
     assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [b]);
     assert!(c.left_behind, "a full batch");
+    settle(c).await;
+    let c = claim(10).await;
+    settle(c).await;
+
+    // A message another batch holds is in flight, not behind: a claim beside that batch leaves
+    // nothing behind (and reads no followers: on PostgreSQL it counted the row it skipped as
+    // held back, a round trip on most claims of a trickle).
+    let x = enqueue(NewMessage::new("t", "{}").key("x")).await;
+    let in_flight = claim(1).await;
+    assert_eq!(in_flight.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [x]);
+    let y = enqueue(NewMessage::new("t", "{}").key("y")).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [y]);
+    assert!(!c.left_behind, "{x:?} is in flight, nothing waits behind this claim's keys");
+    settle(c).await;
+    settle(in_flight).await;
+
+    // A due message behind a head that is not due waits for time, not for this batch.
+    let _late = enqueue(NewMessage::new("t", "{}").key("late").delay(Duration::from_secs(60))).await;
+    let late_next = enqueue(NewMessage::new("t", "{}").key("late")).await;
+    let z = enqueue(NewMessage::new("t", "{}").key("z")).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [z]);
+    assert!(!c.left_behind, "{late_next:?} waits for its key's head to be due, not for this batch");
     settle(c).await;
 }
 
