@@ -1,4 +1,4 @@
-//! What the process costs: CPU time and peak resident memory, from `/proc/self`.
+//! What the process and the servers cost: CPU time and peak resident memory, from `/proc`.
 
 use std::time::Duration;
 
@@ -20,46 +20,88 @@ fn stat_cpu(stat: &str, children: bool) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// CPU time used so far by every process whose command name (`/proc/<pid>/comm`) is one of
-/// `names`, with the CPU of the children they have reaped (`cutime + cstime`): PostgreSQL's
-/// postmaster reaps its backends, so the CPU of a connection closed meanwhile still counts.
-/// Counts whatever else those servers do (other clients, other databases): the bench is meant
-/// to run alone on the machine, and `Machine::load_average` tells when it did not.
-pub(crate) fn servers_cpu_time(names: &[&str]) -> Duration {
+/// One process counted by [`ServersCpu`]: its parent, and the CPU it used so far with that of
+/// the children it has reaped (`cutime + cstime`: PostgreSQL's postmaster reaps its backends).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Counted {
+    ppid: u32,
+    cpu: Duration,
+}
+
+/// A process, told apart from a later one that reuses its pid by its start time.
+type ProcessId = (u32, u64);
+
+/// Every process whose command name (`/proc/<pid>/comm`) is one of `names`, now.
+fn servers_snapshot(names: &[&str]) -> std::collections::HashMap<ProcessId, Counted> {
+    let mut out = std::collections::HashMap::new();
     if names.is_empty() {
-        return Duration::ZERO;
+        return out;
     }
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Duration::ZERO };
-    let mut total = Duration::ZERO;
+    let Ok(dir) = std::fs::read_dir("/proc") else { return out };
     for entry in dir.flatten() {
         let name = entry.file_name();
-        if !name.to_str().is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit())) {
+        let Some(pid) =
+            name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())).and_then(|n| n.parse().ok())
+        else {
             continue;
-        }
+        };
         let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else { continue };
         let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else { continue };
-        if names.contains(&stat.get(open + 1..close).unwrap_or_default()) {
-            total += stat_cpu(&stat, true);
+        if !names.contains(&stat.get(open + 1..close).unwrap_or_default()) {
+            continue;
+        }
+        // After the name: state (field 3 of the line), ppid (4), ..., starttime (22).
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<u64>().ok());
+        let (Some(ppid), Some(started)) = (field(1).and_then(|p| u32::try_from(p).ok()), field(19)) else {
+            continue;
+        };
+        out.insert((pid, started), Counted { ppid, cpu: stat_cpu(&stat, true) });
+    }
+    out
+}
+
+/// The CPU used between two snapshots: each process's growth, all of a process that started
+/// meanwhile, and for a process that ended meanwhile, what it used after the first snapshot
+/// when a counted parent reaped it (its whole CPU then shows in the parent's growth, so what it
+/// had used before is taken off). A process that ended unreaped by a counted process (a server
+/// stopped meanwhile, its parent with it) counts nothing after the first snapshot: summing the
+/// processes instead made the total fall, and the difference saturated at zero.
+fn cpu_between(
+    start: &std::collections::HashMap<ProcessId, Counted>,
+    end: &std::collections::HashMap<ProcessId, Counted>,
+) -> Duration {
+    let alive_at_end: std::collections::HashSet<u32> = end.keys().map(|(pid, _)| *pid).collect();
+    let mut total = Duration::ZERO;
+    for (id, now) in end {
+        total += now.cpu.saturating_sub(start.get(id).map_or(Duration::ZERO, |then| then.cpu));
+    }
+    for (id, then) in start {
+        if !end.contains_key(id) && alive_at_end.contains(&then.ppid) {
+            total = total.saturating_sub(then.cpu);
         }
     }
     total
 }
 
-/// The CPU that the processes named `names` have used since [`ServersCpu::start`].
+/// The CPU that the processes named `names` have used since [`ServersCpu::start`], with the
+/// children they reaped meanwhile (the CPU of a connection closed meanwhile still counts).
+/// Counts whatever else those servers do (other clients, other databases): the bench is meant
+/// to run alone on the machine, and `Machine::load_average` tells when it did not.
 pub(crate) struct ServersCpu {
     names: &'static [&'static str],
-    at_start: Duration,
+    at_start: std::collections::HashMap<ProcessId, Counted>,
 }
 
 impl ServersCpu {
     /// Starts measuring.
     pub(crate) fn start(names: &'static [&'static str]) -> Self {
-        ServersCpu { names, at_start: servers_cpu_time(names) }
+        ServersCpu { names, at_start: servers_snapshot(names) }
     }
 
     /// Seconds of CPU since the start.
     pub(crate) fn seconds(&self) -> f64 {
-        servers_cpu_time(self.names).saturating_sub(self.at_start).as_secs_f64()
+        cpu_between(&self.at_start, &servers_snapshot(self.names)).as_secs_f64()
     }
 }
 
@@ -136,22 +178,43 @@ mod tests {
     }
 
     #[test]
-    fn servers_cpu_time_counts_the_named_processes_only() {
+    fn the_servers_meter_counts_the_named_processes_only() {
         // This test's own process is named after the test binary; a name no process has counts
         // nothing, and an empty list reads nothing.
-        assert_eq!(servers_cpu_time(&[]), Duration::ZERO);
-        assert_eq!(servers_cpu_time(&["no-such-process-name"]), Duration::ZERO);
-        let own = std::fs::read_to_string("/proc/self/comm").unwrap();
-        let own = own.trim();
-        let before = servers_cpu_time(&[own]);
+        assert!(servers_snapshot(&[]).is_empty());
+        assert!(servers_snapshot(&["no-such-process-name"]).is_empty());
+        let own: &'static str =
+            Box::leak(std::fs::read_to_string("/proc/self/comm").unwrap().trim().to_owned().into_boxed_str());
+        let names: &'static [&'static str] = Box::leak(vec![own].into_boxed_slice());
+        assert!(servers_snapshot(names).keys().any(|(pid, _)| *pid == std::process::id()));
+        let meter = ServersCpu::start(names);
         let start = std::time::Instant::now();
         let mut x = 0_u64;
-        while servers_cpu_time(&[own]) <= before && start.elapsed() < Duration::from_secs(20) {
+        while meter.seconds() <= 0.0 && start.elapsed() < Duration::from_secs(20) {
             for _ in 0..100_000 {
                 x = x.wrapping_mul(31).wrapping_add(7);
             }
         }
         assert!(x != 1);
-        assert!(servers_cpu_time(&[own]) > before);
+        assert!(meter.seconds() > 0.0);
+    }
+
+    #[test]
+    fn a_server_stopped_or_a_connection_closed_meanwhile_is_counted_as_it_should() {
+        let ms = Duration::from_millis;
+        let p = |ppid, cpu| Counted { ppid, cpu: ms(cpu) };
+        // 10: a postmaster; 11: its backend; 20: another server's postmaster; 21: its backend.
+        let start =
+            [((10, 1), p(1, 100)), ((11, 5), p(10, 400)), ((20, 2), p(1, 300)), ((21, 6), p(20, 900))]
+                .into_iter()
+                .collect();
+        // Meanwhile: 11 used 50 ms more and closed (reaped by 10: 100 + 450); 10 used 5 ms itself;
+        // 12 started and used 30 ms; the other server (20, 21) was stopped.
+        let end = [((10, 1), p(1, 555)), ((12, 7), p(10, 30))].into_iter().collect();
+        assert_eq!(cpu_between(&start, &end), ms(5 + 50 + 30));
+        // A pid reused by a new process is a new process.
+        let end = [((10, 1), p(1, 100)), ((11, 9), p(10, 20))].into_iter().collect();
+        let start = [((10, 1), p(1, 100)), ((11, 5), p(30, 400))].into_iter().collect();
+        assert_eq!(cpu_between(&start, &end), ms(20));
     }
 }
