@@ -236,7 +236,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             md,
             "## Latency\n\nOffered {} msg/s (open loop), achieved {:.0}/s; {} sent, {} received, {} left behind, \
              {} duplicates; fast-path share {:.1}%; {:.2} relay claims and {} database transactions per message; \
-             peak RSS {:.0} MiB.\n",
+             a claim took {:.2} ms and a settlement {:.2} ms on average; peak RSS {:.0} MiB.\n",
             l.offered_per_s,
             l.achieved_per_s,
             l.sent,
@@ -246,6 +246,8 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             l.fast_path_share * 100.0,
             l.claims_per_msg,
             l.db_xacts_per_msg.map_or("-".into(), |x| format!("{x:.2}")),
+            l.claim_ms_mean,
+            l.settle_ms_mean,
             l.peak_rss_mib
         );
         md.push_str(lat_head);

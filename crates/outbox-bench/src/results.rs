@@ -83,6 +83,13 @@ pub struct LatencyResult {
     pub fast_path_share: f64,
     /// Relay claim queries per message.
     pub claims_per_msg: f64,
+    /// Mean duration of the relay's claims, ms, empty ones included (from the relay's claim
+    /// starting to its rows decoded: acquire, `BEGIN`, the claim's statements). With
+    /// `claims_per_msg`, the part of the latency the claim takes.
+    pub claim_ms_mean: f64,
+    /// Mean duration of the relay's settlements, ms (the write-back and its commit; not on the
+    /// way to the consumer, but it competes with the claims for the database).
+    pub settle_ms_mean: f64,
     /// Database transactions per message counted by the server, the business transaction
     /// included (PostgreSQL only; less sensitive to a noisy machine than the latencies).
     pub db_xacts_per_msg: Option<f64>,

@@ -325,6 +325,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let xacts0 =
             if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
         let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
+        let (claim_time0, settle_time0) =
+            (relay.stats.claim_duration.snapshot(), relay.stats.settle_duration.snapshot());
 
         let total = (u64::from(cfg.rate) * cfg.latency_duration.as_secs().max(1)) as usize;
         let period = Duration::from_secs_f64(1.0 / f64::from(cfg.rate));
@@ -366,6 +368,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
         let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
         let claims = RelayStats::get(&relay.stats.claims) - claims0;
+        let claim_ms_mean = mean_ms_since(&claim_time0, &relay.stats.claim_duration.snapshot());
+        let settle_ms_mean = mean_ms_since(&settle_time0, &relay.stats.settle_duration.snapshot());
         let xacts1 = if xacts0.is_some() { db.server_queries().await? } else { None };
         relay.stop().await;
         let per_msg = |x: u64| x as f64 / (commits.len().max(1)) as f64;
@@ -401,6 +405,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             transaction: txd.summary(),
             fast_path_share: if claimed == 0 { 0.0 } else { 1.0 - on_scan as f64 / claimed as f64 },
             claims_per_msg: per_msg(claims),
+            claim_ms_mean,
+            settle_ms_mean,
             db_xacts_per_msg,
             peak_rss_mib: sys::peak_rss_mib(),
         })
@@ -408,6 +414,15 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
     .await;
     broker.cleanup().await;
     result
+}
+
+/// The mean of what a relay histogram recorded between two snapshots, in ms (0 when nothing was).
+fn mean_ms_since(before: &outbox_relay::HistogramSnapshot, after: &outbox_relay::HistogramSnapshot) -> f64 {
+    let n = after.count.saturating_sub(before.count);
+    if n == 0 {
+        return 0.0;
+    }
+    (after.sum_secs - before.sum_secs).max(0.0) * 1e3 / n as f64
 }
 
 /// A mode of the enqueue scenario's business transaction.

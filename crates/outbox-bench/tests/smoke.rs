@@ -39,6 +39,10 @@ fn check(report: &Report, n: u64) {
     assert!(lat.sent >= 100);
     assert!(lat.commit_to_consumer.count == lat.sent);
     assert!((0.0..=1.0).contains(&lat.fast_path_share));
+    assert!(
+        lat.claim_ms_mean > 0.0 && lat.settle_ms_mean > 0.0,
+        "the relay's claims and settlements were timed"
+    );
     let enq = report.enqueue.as_ref().expect("enqueue ran");
     assert_eq!(enq.rows.iter().map(|r| r.clients).collect::<Vec<_>>(), vec![1, 8]);
     assert!(enq.rows.iter().all(|r| r.rate_with > 0.0 && r.rate_without > 0.0 && r.rate_raw_insert > 0.0));
