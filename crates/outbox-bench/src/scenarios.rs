@@ -14,7 +14,7 @@ use crate::db::{self, BenchDb};
 use crate::results::{
     ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
 };
-use crate::stats::Recorder;
+use crate::stats::{mean_ms_between, Recorder};
 use crate::sys;
 use crate::{BenchConfig, Error, Report, Result, Scenario};
 
@@ -325,8 +325,11 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let xacts0 =
             if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
         let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
-        let (claim_time0, settle_time0) =
-            (relay.stats.claim_duration.snapshot(), relay.stats.settle_duration.snapshot());
+        let times = || {
+            let (c, s) = (relay.stats.claim_duration.snapshot(), relay.stats.settle_duration.snapshot());
+            ((c.count, c.sum_secs), (s.count, s.sum_secs))
+        };
+        let times0 = times();
 
         let total = (u64::from(cfg.rate) * cfg.latency_duration.as_secs().max(1)) as usize;
         let period = Duration::from_secs_f64(1.0 / f64::from(cfg.rate));
@@ -368,8 +371,9 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
         let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
         let claims = RelayStats::get(&relay.stats.claims) - claims0;
-        let claim_ms_mean = mean_ms_since(&claim_time0, &relay.stats.claim_duration.snapshot());
-        let settle_ms_mean = mean_ms_since(&settle_time0, &relay.stats.settle_duration.snapshot());
+        let times1 = times();
+        let (claim_ms_mean, settle_ms_mean) =
+            (mean_ms_between(times0.0, times1.0), mean_ms_between(times0.1, times1.1));
         let xacts1 = if xacts0.is_some() { db.server_queries().await? } else { None };
         relay.stop().await;
         let per_msg = |x: u64| x as f64 / (commits.len().max(1)) as f64;
@@ -414,15 +418,6 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
     .await;
     broker.cleanup().await;
     result
-}
-
-/// The mean of what a relay histogram recorded between two snapshots, in ms (0 when nothing was).
-fn mean_ms_since(before: &outbox_relay::HistogramSnapshot, after: &outbox_relay::HistogramSnapshot) -> f64 {
-    let n = after.count.saturating_sub(before.count);
-    if n == 0 {
-        return 0.0;
-    }
-    (after.sum_secs - before.sum_secs).max(0.0) * 1e3 / n as f64
 }
 
 /// A mode of the enqueue scenario's business transaction.

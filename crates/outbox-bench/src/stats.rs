@@ -5,6 +5,16 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+/// The mean, in ms, of what a relay's duration histogram recorded between two readings, each
+/// `(count, sum in seconds)` (0 when nothing was recorded).
+pub(crate) fn mean_ms_between(before: (u64, f64), after: (u64, f64)) -> f64 {
+    let n = after.0.saturating_sub(before.0);
+    if n == 0 {
+        return 0.0;
+    }
+    (after.1 - before.1).max(0.0) * 1e3 / n as f64
+}
+
 /// Percentiles of a set of durations, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Summary {

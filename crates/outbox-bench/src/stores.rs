@@ -489,9 +489,10 @@ async fn measure(
     let drain_budget_wait = budget.waited().saturating_sub(waited0);
     let drain_trickle_claims = trickle_claims() - trickle_claims0;
     let times1 = trickle_times();
-    let mean_ms =
-        |a: (u64, f64), b: (u64, f64)| 1000.0 * (b.1 - a.1) / (b.0.saturating_sub(a.0)).max(1) as f64;
-    let (trickle_claim_ms, trickle_settle_ms) = (mean_ms(times0.0, times1.0), mean_ms(times0.1, times1.1));
+    let (trickle_claim_ms, trickle_settle_ms) = (
+        crate::stats::mean_ms_between(times0.0, times1.0),
+        crate::stats::mean_ms_between(times0.1, times1.1),
+    );
     let written = commits.lock().map(|c| c.clone()).unwrap_or_default();
     // Every trickle message is confirmed (generous bound), then the latencies are read.
     let all_in = db::wait_until(Duration::from_secs(60), Duration::from_millis(50), || {

@@ -1,5 +1,6 @@
 //! What the process and the servers cost: CPU time and peak resident memory, from `/proc`.
 
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// User + system CPU time of this process so far (`/proc/self/stat`), or zero when unreadable.
@@ -32,8 +33,8 @@ struct Counted {
 type ProcessId = (u32, u64);
 
 /// Every process whose command name (`/proc/<pid>/comm`) is one of `names`, now.
-fn servers_snapshot(names: &[&str]) -> std::collections::HashMap<ProcessId, Counted> {
-    let mut out = std::collections::HashMap::new();
+fn servers_snapshot(names: &[&str]) -> HashMap<ProcessId, Counted> {
+    let mut out = HashMap::new();
     if names.is_empty() {
         return out;
     }
@@ -67,11 +68,8 @@ fn servers_snapshot(names: &[&str]) -> std::collections::HashMap<ProcessId, Coun
 /// had used before is taken off). A process that ended unreaped by a counted process (a server
 /// stopped meanwhile, its parent with it) counts nothing after the first snapshot: summing the
 /// processes instead made the total fall, and the difference saturated at zero.
-fn cpu_between(
-    start: &std::collections::HashMap<ProcessId, Counted>,
-    end: &std::collections::HashMap<ProcessId, Counted>,
-) -> Duration {
-    let alive_at_end: std::collections::HashSet<u32> = end.keys().map(|(pid, _)| *pid).collect();
+fn cpu_between(start: &HashMap<ProcessId, Counted>, end: &HashMap<ProcessId, Counted>) -> Duration {
+    let alive_at_end: HashSet<u32> = end.keys().map(|(pid, _)| *pid).collect();
     let mut total = Duration::ZERO;
     for (id, now) in end {
         total += now.cpu.saturating_sub(start.get(id).map_or(Duration::ZERO, |then| then.cpu));
@@ -90,7 +88,7 @@ fn cpu_between(
 /// to run alone on the machine, and `Machine::load_average` tells when it did not.
 pub(crate) struct ServersCpu {
     names: &'static [&'static str],
-    at_start: std::collections::HashMap<ProcessId, Counted>,
+    at_start: HashMap<ProcessId, Counted>,
 }
 
 impl ServersCpu {

@@ -312,6 +312,7 @@ where
     assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [b]);
     assert!(c.left_behind, "a full batch");
     settle(c).await;
+    // What that batch left (c2): out of the way of the cases below.
     let c = claim(10).await;
     settle(c).await;
 
