@@ -635,7 +635,18 @@ async fn https_client_certificates_are_sent_and_refusals_explained() {
         let reason = failed(&o, FailureKind::Unavailable);
         assert!(explained(&reason, "refused this client's certificate"), "{reason}");
         assert_eq!(rx.count(), 1, "the refused requests never arrived");
-        let refused = handshakes.lock().unwrap().iter().filter(|h| h.is_err()).count();
+        // The client hears the refusal before the server's accept loop records it.
+        let refusals = || handshakes.lock().unwrap().iter().filter(|h| h.is_err()).count();
+        outbox_testkit::eventually_within(
+            Duration::from_secs(10),
+            "the server recorded both refusals",
+            || {
+                let n = refusals();
+                async move { n >= 2 }
+            },
+        )
+        .await;
+        let refused = refusals();
         assert_eq!(refused, 2, "{:?}", handshakes.lock().unwrap());
     })
     .await;
