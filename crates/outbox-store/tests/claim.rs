@@ -337,6 +337,16 @@ where
     assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [z]);
     assert!(!c.left_behind, "{late_next:?} waits for its key's head to be due, not for this batch");
     settle(c).await;
+
+    // A message without a key and one whose key is that message's id written as text are two
+    // keys: both are heads, taken in one claim, nothing behind (PostgreSQL grouped the window by
+    // the key or else the id as text, so the two were one key and the younger waited a claim).
+    let keyless = enqueue(NewMessage::new("t", "{}")).await;
+    let id_as_key = enqueue(NewMessage::new("t", "{}").key(keyless.0.to_string())).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [keyless, id_as_key]);
+    assert!(!c.left_behind, "each key once, every due message taken");
+    settle(c).await;
 }
 
 /// A locked claim beside a batch in flight (PostgreSQL and MySQL/MariaDB lock first, then

@@ -218,8 +218,9 @@ WITH RECURSIVE win AS (
     WHERE w.next_attempt_at <= now()
 ), firsts AS (
     SELECT f.id FROM (
-        SELECT DISTINCT ON (coalesce(w.msg_key, w.id::text)) w.id, w.next_attempt_at FROM win w
-        ORDER BY coalesce(w.msg_key, w.id::text), w.id) f
+        SELECT DISTINCT ON (w.msg_key, CASE WHEN w.msg_key IS NULL THEN w.id END) w.id, w.next_attempt_at
+        FROM win w
+        ORDER BY w.msg_key, CASE WHEN w.msg_key IS NULL THEN w.id END, w.id) f
     ORDER BY f.next_attempt_at, f.id
 ), taken AS (
     SELECT l.* FROM firsts k
@@ -263,7 +264,7 @@ WITH RECURSIVE win AS (
     SELECT * FROM taken UNION ALL SELECT * FROM more
 )
 SELECT w.n AS win_rows,
-    CASE WHEN w.n < $2 THEN (SELECT count(DISTINCT coalesce(x.msg_key, x.id::text)) FROM win x) END AS win_keys,
+    CASE WHEN w.n < $2 THEN (SELECT count(DISTINCT x.msg_key) + count(*) FILTER (WHERE x.msg_key IS NULL) FROM win x) END AS win_keys,
     (SELECT yes FROM need_heads) AS walked, p.*
 FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
 );
