@@ -113,9 +113,8 @@ mod tests {
 
     use super::TcpProxy;
 
-    /// Reads what one connection to `listener` sends until it closes.
-    async fn everything_sent(listener: TcpListener) -> Vec<u8> {
-        let (mut s, _) = listener.accept().await.unwrap();
+    /// Reads what `s` receives until it closes.
+    async fn everything_sent(mut s: TcpStream) -> Vec<u8> {
         let mut got = Vec::new();
         let _ = s.read_to_end(&mut got).await;
         got
@@ -126,9 +125,12 @@ mod tests {
         for round in 0..50 {
             let server = TcpListener::bind("127.0.0.1:0").await.unwrap();
             let target = server.local_addr().unwrap().to_string();
-            let received = tokio::spawn(everything_sent(server));
             let proxy = TcpProxy::start(&target).await;
             let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+            // The proxy has passed this connection on before the cut (else it is simply refused).
+            let (accepted, _) =
+                tokio::time::timeout(Duration::from_secs(30), server.accept()).await.unwrap().unwrap();
+            let received = tokio::spawn(everything_sent(accepted));
             client.write_all(b"before").await.unwrap();
             proxy.cut();
             // The write may succeed locally: what matters is that the server never sees it.
