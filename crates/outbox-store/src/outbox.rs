@@ -344,6 +344,10 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// Whether the message table is as the migrations left it, checked now and then (see
     /// [`crate::relay::PlainTable`]).
     pub(crate) plain: std::sync::Arc<crate::relay::PlainTable>,
+    /// MySQL/MariaDB: set once a locked claim learns that the server has no
+    /// `idle_transaction_timeout` (MySQL), so later claims and settlements go straight to
+    /// `wait_timeout` instead of trying it first (two round trips per claim and settlement).
+    pub(crate) no_idle_transaction_timeout: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -354,6 +358,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             tables: self.tables.clone(),
             shed: self.shed.clone(),
             plain: self.plain.clone(),
+            no_idle_transaction_timeout: self.no_idle_transaction_timeout.clone(),
         }
     }
 }
@@ -368,6 +373,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             tables: Tables::default(),
             shed: Default::default(),
             plain: Default::default(),
+            no_idle_transaction_timeout: Default::default(),
         }
     }
 

@@ -258,4 +258,48 @@ mod tests {
         drop((outbox, pool));
         db.drop_db().await;
     }
+
+    /// A locked claim bounds how long its transaction may sit idle by the lease, with
+    /// MariaDB's `idle_transaction_timeout` or, on MySQL, which lacks it, `wait_timeout`, and
+    /// the settlement sets it back for whoever uses the connection next. Which variable the
+    /// server has is learned on the first claim: the second claim on MySQL no longer tries
+    /// MariaDB's, and still sets and resets `wait_timeout`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_a_locked_claim_bounds_its_idle_transaction_by_the_lease_and_sets_it_back() {
+        use crate::relay::{ClaimMode, Claims, Settlement};
+        let db = outbox_testkit::fresh_mysql().await;
+        let version: String = sqlx::query_scalar("SELECT VERSION()").fetch_one(&db.pool).await.unwrap();
+        let mariadb = version.contains("MariaDB");
+        let variable = if mariadb { "idle_transaction_timeout" } else { "wait_timeout" };
+        let pool = sqlx::pool::PoolOptions::<MySql>::new().max_connections(1).connect(&db.url).await.unwrap();
+        let outbox = Outbox::new(pool.clone());
+        outbox.migrate().await.unwrap();
+        let session = format!("SELECT CAST(@@SESSION.{variable} AS SIGNED)");
+        let global: i64 = sqlx::query_scalar(&format!("SELECT CAST(@@GLOBAL.{variable} AS SIGNED)"))
+            .fetch_one(&db.pool)
+            .await
+            .unwrap();
+        assert_ne!(global, 7, "the lease below must differ from the server's {variable}");
+        for round in 0..2 {
+            let id = outbox.enqueue(&crate::NewMessage::new("t", "{}")).await.unwrap().id;
+            let claim = outbox
+                .claim_with(ClaimMode::Lock, "relay", 10, std::time::Duration::from_secs(7))
+                .await
+                .unwrap();
+            assert_eq!(claim.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id], "round {round}");
+            // (That the claim's transaction then ends after the lease is what
+            // tests/claim.rs a_frozen_claimer_loses_its_rows_after_the_lease proves on both.)
+            assert_eq!(
+                outbox.no_idle_transaction_timeout.load(std::sync::atomic::Ordering::Relaxed),
+                !mariadb,
+                "round {round}: {version}"
+            );
+            let settlement = Settlement { sent: vec![id], messages: Vec::new(), deliveries: Vec::new() };
+            outbox.settle_held(claim.hold, "relay", &settlement).await.unwrap();
+            let after: i64 = sqlx::query_scalar(&session).fetch_one(&pool).await.unwrap();
+            assert_eq!(after, global, "round {round}: {variable} set back after the settlement on {version}");
+        }
+        drop((outbox, pool));
+        db.drop_db().await;
+    }
 }

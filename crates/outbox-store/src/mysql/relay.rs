@@ -24,6 +24,7 @@
 use super::render;
 use crate::Tables;
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use outbox_core::{MessageId, OutboxMessage, Result, Status};
@@ -659,13 +660,23 @@ impl Outbox<MySql> {
             // set back at the settlement. (A claim dropped without settling leaves it on the
             // pooled connection, which the server then closes once idle that long; the pool
             // replaces it.)
+            // Which of the two the server has is learned on the first claim and remembered
+            // (only from the server's "unknown system variable"; any other error is tried
+            // again next time).
             let secs = lease.as_secs().max(1);
-            if let Err(e) =
-                sqlx::query(&render(tables, &format!("SET SESSION idle_transaction_timeout = {secs}")))
-                    .execute(&mut *tx)
-                    .await
-            {
-                tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
+            let idle = format!("SET SESSION idle_transaction_timeout = {secs}");
+            let idle_set = !self.no_idle_transaction_timeout.load(Ordering::Relaxed)
+                && match sqlx::query(&render(tables, &idle)).execute(&mut *tx).await {
+                    Ok(_) => true,
+                    Err(e) => {
+                        if unknown_variable(&e) {
+                            self.no_idle_transaction_timeout.store(true, Ordering::Relaxed);
+                        }
+                        tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
+                        false
+                    }
+                };
+            if !idle_set {
                 sqlx::query(&render(tables, &format!("SET SESSION wait_timeout = {secs}")))
                     .execute(&mut *tx)
                     .await
@@ -692,10 +703,11 @@ impl Outbox<MySql> {
         let report = settle_isolated(&mut *tx, &MySqlWrites { tables, owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
         // application's own transactions may use it (MySQL: see `claim_locked`).
-        if sqlx::query(&render(tables, "SET SESSION idle_transaction_timeout = DEFAULT"))
-            .execute(&mut *tx)
-            .await
-            .is_err()
+        if self.no_idle_transaction_timeout.load(Ordering::Relaxed)
+            || sqlx::query(&render(tables, "SET SESSION idle_transaction_timeout = DEFAULT"))
+                .execute(&mut *tx)
+                .await
+                .is_err()
         {
             let _ =
                 sqlx::query(&render(tables, "SET SESSION wait_timeout = DEFAULT")).execute(&mut *tx).await;
@@ -725,6 +737,14 @@ impl Outbox<MySql> {
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
+}
+
+/// The server's "unknown system variable" (ER_UNKNOWN_SYSTEM_VARIABLE, 1193): MySQL's answer
+/// to MariaDB's `idle_transaction_timeout`.
+fn unknown_variable(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|d| d.number() == 1193)
 }
 
 #[cfg(test)]
