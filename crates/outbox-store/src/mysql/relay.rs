@@ -647,7 +647,6 @@ impl Outbox<MySql> {
         run: usize,
         lease: Duration,
     ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
-        let tables = self.tables();
         if limit == 0 {
             return Ok(None);
         }
@@ -660,28 +659,7 @@ impl Outbox<MySql> {
             // set back at the settlement. (A claim dropped without settling leaves it on the
             // pooled connection, which the server then closes once idle that long; the pool
             // replaces it.)
-            // Which of the two the server has is learned on the first claim and remembered
-            // (only from the server's "unknown system variable"; any other error is tried
-            // again next time).
-            let secs = lease.as_secs().max(1);
-            let idle = format!("SET SESSION idle_transaction_timeout = {secs}");
-            let idle_set = !self.no_idle_transaction_timeout.load(Ordering::Relaxed)
-                && match sqlx::query(&render(tables, &idle)).execute(&mut *tx).await {
-                    Ok(_) => true,
-                    Err(e) => {
-                        if unknown_variable(&e) {
-                            self.no_idle_transaction_timeout.store(true, Ordering::Relaxed);
-                        }
-                        tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
-                        false
-                    }
-                };
-            if !idle_set {
-                sqlx::query(&render(tables, &format!("SET SESSION wait_timeout = {secs}")))
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(db)?;
-            }
+            set_idle_bound(self, &mut tx, &lease.as_secs().max(1).to_string()).await?;
         }
         if kept.is_empty() {
             if poison.is_empty() {
@@ -703,15 +681,7 @@ impl Outbox<MySql> {
         let report = settle_isolated(&mut *tx, &MySqlWrites { tables, owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
         // application's own transactions may use it (MySQL: see `claim_locked`).
-        if self.no_idle_transaction_timeout.load(Ordering::Relaxed)
-            || sqlx::query(&render(tables, "SET SESSION idle_transaction_timeout = DEFAULT"))
-                .execute(&mut *tx)
-                .await
-                .is_err()
-        {
-            let _ =
-                sqlx::query(&render(tables, "SET SESSION wait_timeout = DEFAULT")).execute(&mut *tx).await;
-        }
+        let _ = set_idle_bound(self, &mut tx, "DEFAULT").await;
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
@@ -737,6 +707,30 @@ impl Outbox<MySql> {
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
+}
+
+/// Sets how long this session's transaction may sit idle to `value` (seconds, or `DEFAULT`):
+/// MariaDB's `idle_transaction_timeout`, or `wait_timeout` where the server has no such variable
+/// (MySQL). Which of the two the server has is learned on the first try and remembered in the
+/// outbox, only from the server's "unknown system variable" (any other error is tried again
+/// next time).
+async fn set_idle_bound(outbox: &Outbox<MySql>, conn: &mut MySqlConnection, value: &str) -> Result<()> {
+    let learned_mysql = &outbox.no_idle_transaction_timeout;
+    if !learned_mysql.load(Ordering::Relaxed) {
+        match sqlx::query(&format!("SET SESSION idle_transaction_timeout = {value}"))
+            .execute(&mut *conn)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                if unknown_variable(&e) {
+                    learned_mysql.store(true, Ordering::Relaxed);
+                }
+                tracing::debug!(error = %e, "idle_transaction_timeout is not available: wait_timeout instead");
+            }
+        }
+    }
+    sqlx::query(&format!("SET SESSION wait_timeout = {value}")).execute(conn).await.map(drop).map_err(db)
 }
 
 /// The server's "unknown system variable" (ER_UNKNOWN_SYSTEM_VARIABLE, 1193): MySQL's answer
