@@ -237,6 +237,10 @@ pub struct BenchConfig {
     pub stores_big: usize,
     /// How often each other store receives a message meanwhile. Defaults to 1 s.
     pub stores_trickle_period: Duration,
+    /// The relays' `active_scan_interval` (stores without push look this often while messages
+    /// keep coming). Defaults to the relay's default (50 ms); the relay's `idle_interval` (1 s)
+    /// measures the stores without the quicker looks.
+    pub active_scan_interval: Duration,
     /// A label for this run (e.g. `before`, `after`), copied into the report.
     pub label: String,
 }
@@ -274,6 +278,7 @@ impl Default for BenchConfig {
             stores_budget: 16,
             stores_big: 4,
             stores_trickle_period: Duration::from_secs(1),
+            active_scan_interval: relay.active_scan_interval,
             label: String::new(),
         }
     }

@@ -46,6 +46,7 @@ fn start_relay(
         max_in_flight_batches: cfg.in_flight,
         max_run: cfg.max_run,
         lock_claims: cfg.lock_claims,
+        active_scan_interval: cfg.active_scan_interval,
         ..RelayConfig::default()
     };
     let signal = store.signal().clone();

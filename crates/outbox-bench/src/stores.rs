@@ -324,6 +324,7 @@ async fn run_on(cfg: &BenchConfig, dbs: &[BenchDb], servers: &Servers, prefix: &
                     max_in_flight_batches: cfg.in_flight,
                     max_run: cfg.max_run,
                     lock_claims: cfg.lock_claims,
+                    active_scan_interval: cfg.active_scan_interval,
                     ..RelayConfig::default()
                 };
                 let relay = Relay::builder(&outbox)

@@ -512,6 +512,11 @@ pub(crate) struct BenchArgs {
     /// The stores scenario: milliseconds between two messages of each other store.
     #[arg(long, default_value_t = 1000)]
     pub(crate) stores_trickle_ms: u64,
+    /// The relays' `active_scan_interval`, milliseconds: how often a store without push
+    /// (MySQL/MariaDB) looks for messages for 10 s after a claim found some (1000, the idle
+    /// interval, turns the quicker looks off).
+    #[arg(long, default_value_t = 50)]
+    pub(crate) active_scan_ms: u64,
     /// A label copied into the report (e.g. before, after).
     #[arg(long, default_value = "")]
     pub(crate) label: String,

@@ -103,6 +103,9 @@ impl<S: RelayStore> RelayBuilder<S> {
         if c.idle_interval.is_zero() {
             return Err(BuildError::Invalid("idle_interval must be positive".into()));
         }
+        if c.active_scan_interval.is_zero() {
+            return Err(BuildError::Invalid("active_scan_interval must be positive".into()));
+        }
         outbox_core::text::check_name(&c.owner, outbox_core::limits::OWNER)
             .map_err(|e| BuildError::Invalid(format!("owner {e}")))?;
         let mut index: HashMap<&str, usize> = HashMap::new();

@@ -16,6 +16,16 @@ pub struct RelayConfig {
     pub lease: Duration,
     /// Longest sleep when there is nothing to do (the scan's period). Defaults to 1 s.
     pub idle_interval: Duration,
+    /// Where the store has no push wake-up for another process's commits (MySQL/MariaDB: a
+    /// service in another language writing the table), how often an idle relay looks for due
+    /// messages during the 10 s after a claim found some, instead of every `idle_interval`: so
+    /// a stream of foreign messages waits about this long, not half the idle interval, while a
+    /// store that stays quiet still costs one look per `idle_interval`. A look is one read on
+    /// the keeper's connection (the idle row is still refreshed once per `idle_interval`).
+    /// At most `idle_interval` is used; setting it to `idle_interval` turns the quicker looks
+    /// off. Stores with push (PostgreSQL `NOTIFY`) and in-process writers, which wake the
+    /// relay at their commit, do not need it. Defaults to 50 ms.
+    pub active_scan_interval: Duration,
     /// Batches published concurrently (claiming the next while the previous is in flight).
     /// Defaults to 2.
     pub max_in_flight_batches: usize,
@@ -60,6 +70,7 @@ impl Default for RelayConfig {
             batch_size: 500,
             lease: Duration::from_secs(30),
             idle_interval: Duration::from_secs(1),
+            active_scan_interval: Duration::from_millis(50),
             max_in_flight_batches: 2,
             publish_timeout: Duration::from_secs(10),
             shutdown_timeout: Duration::from_secs(10),

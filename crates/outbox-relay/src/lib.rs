@@ -41,6 +41,7 @@ mod destination;
 mod dispatch;
 #[cfg(test)]
 mod fixtures;
+mod pace;
 mod poller;
 mod presence;
 mod relay;

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::batch::process;
+use crate::pace::ScanPace;
 use crate::relay::Relay;
 use crate::stats::RelayStats;
 
@@ -64,23 +65,40 @@ impl<S: RelayStore> Relay<S> {
         let claims_started = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
+        // Without push (MySQL/MariaDB), another process's commit is found by the idle relay's
+        // next look: quicker looks while messages keep coming (see `crate::pace`).
+        let pushes = listener.as_ref().is_some_and(|l| l.pushes());
+        // The claim about to run was started by the keeper's look (which said something may be due).
+        let mut from_look = false;
+        let mut pace =
+            ScanPace::new(cfg.idle_interval, cfg.active_scan_interval, idle_keeper.is_some() && !pushes);
 
         'claims: loop {
             if std::mem::take(&mut wait_idle) {
                 let woke = loop {
+                    let wait = if idle { pace.wait(Instant::now()) } else { cfg.idle_interval };
                     let woke = tokio::select! {
                         _ = shutdown.cancelled() => break 'claims,
                         _ = inner.signal.notified() => true,
-                        _ = tokio::time::sleep(cfg.idle_interval) => false,
+                        _ = tokio::time::sleep(wait) => false,
                     };
                     // Idle with a keeper: the scan is one statement on the listening
                     // connection that also keeps the idle row alive; claim only when it
-                    // says something may be due (or when it cannot say).
+                    // says something may be due (or when it cannot say). The quicker looks
+                    // of a store without push only read: the row, written at most once per
+                    // idle interval, lives three.
+                    let refresh = idle_refreshed.elapsed() >= cfg.idle_interval;
                     match (&idle_keeper, woke || !idle) {
-                        (Some(k), false) => match k.idle_tick(&cfg.owner, idle_ttl).await {
+                        (Some(k), false) => match if refresh {
+                            k.idle_tick(&cfg.owner, idle_ttl).await
+                        } else {
+                            k.peek().await
+                        } {
                             Ok(false) => {
                                 RelayStats::add(&inner.stats.idle_ticks, 1);
-                                idle_refreshed = Instant::now();
+                                if refresh {
+                                    idle_refreshed = Instant::now();
+                                }
                                 tick_failing = false;
                                 // An operator's pause shows while idle too (metrics, the
                                 // admin API), read on the keeper's connection, every beat
@@ -95,8 +113,16 @@ impl<S: RelayStore> Relay<S> {
                             }
                             Ok(true) => {
                                 RelayStats::add(&inner.stats.idle_ticks, 1);
-                                idle_refreshed = Instant::now();
                                 tick_failing = false;
+                                if refresh {
+                                    idle_refreshed = Instant::now();
+                                } else if permits.available_permits() < cfg.max_in_flight_batches {
+                                    // A quicker look sees this relay's own batch still in
+                                    // flight (its locked rows are still pending): the look
+                                    // after it settles finds what is new.
+                                    continue;
+                                }
+                                from_look = true;
                                 break false;
                             }
                             Err(e) => {
@@ -209,6 +235,7 @@ impl<S: RelayStore> Relay<S> {
             match claimed {
                 Err(e) => {
                     drop(permit);
+                    from_look = false;
                     inner.give_back(share).await;
                     RelayStats::add(&inner.stats.store_errors, 1);
                     tracing::warn!(error = %e, retry_in = ?store_backoff, "Claim failed; retrying");
@@ -221,6 +248,11 @@ impl<S: RelayStore> Relay<S> {
                 Ok((batch, _, _)) if batch.is_empty() => {
                     drop(permit);
                     store_backoff = Duration::from_millis(100);
+                    // What the look saw is not for this relay (held back, or another relay took
+                    // it): the quicker looks stop until a claim finds messages again.
+                    if std::mem::take(&mut from_look) {
+                        pace.quiet();
+                    }
                     // A batch still in flight wakes this loop when it settles, and the claim
                     // after it sees whatever was committed meanwhile: no need to declare idle.
                     // Declaring idle and busy again around every batch of a few hot keys (each
@@ -246,6 +278,8 @@ impl<S: RelayStore> Relay<S> {
                 }
                 Ok((batch, hold, left_behind)) => {
                     let partial = batch.len() < cfg.batch_size;
+                    pace.found(Instant::now());
+                    from_look = false;
                     store_backoff = Duration::from_millis(100);
                     // A quiet batch: an idle relay of a crowded budget (one of many stores)
                     // claimed everything claimable, a message or a few. It stays declared idle

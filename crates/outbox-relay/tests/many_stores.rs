@@ -310,6 +310,105 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     }
 }
 
+/// One MySQL store whose relay scans only once an hour when quiet (`idle_interval`), fed by a
+/// foreign writer (no in-process signal, and MySQL has no push): once a claim has found
+/// messages, the relay looks every `active_scan_interval`, so each message of the stream is
+/// delivered within the test's deadline, where the hourly scan alone would leave it waiting.
+/// A look that sees only the relay's own batch in flight claims nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_stream_of_foreign_messages_is_found_by_quicker_looks() {
+    const STREAM: usize = 5;
+    let ((_, url), db) = empty_store(Server::My).await;
+    // The first message is there before the relay starts: its first claim finds it.
+    Server::My.insert(&url, "m0", Duration::ZERO).await;
+    let outbox = AnyOutbox::connect(&url, 3).await.unwrap();
+    let transport = TestTransport::new();
+    let relay = Relay::builder(&outbox)
+        .config(RelayConfig {
+            owner: "stream".into(),
+            idle_interval: Duration::from_secs(3600),
+            active_scan_interval: Duration::from_millis(50),
+            ..RelayConfig::default()
+        })
+        .destination(Destination::new("d", Arc::new(transport.clone())))
+        .route(Route::new("#", ["d"]))
+        .build()
+        .unwrap();
+    let stats = relay.stats();
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(relay.run(stop.clone()));
+    eventually("the first message delivered", || async { transport.delivered().len() == 1 }).await;
+    let idle = || async { stats.idle.load(std::sync::atomic::Ordering::Relaxed) };
+    for m in 1..=STREAM {
+        eventually("the relay idle", idle).await;
+        let ticks0 = RelayStats::get(&stats.idle_ticks);
+        eventually("the idle relay looks again", || async {
+            RelayStats::get(&stats.idle_ticks) >= ticks0 + 2
+        })
+        .await;
+        Server::My.insert(&url, &format!("m{m}"), Duration::ZERO).await;
+        eventually("the foreign message delivered by a quicker look", || async {
+            transport.delivered().len() == m + 1
+        })
+        .await;
+    }
+    let claims = RelayStats::get(&stats.claims);
+    let payloads: Vec<String> = transport.delivered().iter().map(|e| e.payload.clone()).collect();
+    let expected: Vec<String> = (0..=STREAM).map(|m| format!("m{m}")).collect();
+    assert_eq!(payloads, expected, "each message once, in order");
+    // Per message: its claim, the claim its settlement wakes, and the one after declaring idle.
+    assert!(
+        claims <= 3 * (STREAM as u64 + 1) + 1,
+        "{claims} claims for {} messages: the quicker looks claim only when something new is due",
+        STREAM + 1
+    );
+
+    // A due row that no claim can take (here another transaction holds it locked; a row held
+    // back, or taken by another relay, looks the same): the look says "due", its claim finds
+    // nothing, and the quicker looks stop there instead of claiming every 50 ms. The row is
+    // locked before it falls due, and a message after it opens the quicker looks' window.
+    eventually("the relay idle", idle).await;
+    let inserted = tokio::time::Instant::now();
+    Server::My.insert(&url, "held", Duration::from_secs(4)).await;
+    let mut locker = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    // READ COMMITTED and by primary key: the row alone is locked, not the gap after it (which
+    // would block the next insert).
+    let held: i64 =
+        sqlx::query_scalar("SELECT MAX(id) FROM outbox_message").fetch_one(&mut locker).await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut locker).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    let not_due_yet: i64 = sqlx::query_scalar(
+        "SELECT CAST(next_attempt_at > UTC_TIMESTAMP(6) AS SIGNED) FROM outbox_message WHERE id = ? FOR UPDATE",
+    )
+    .bind(held)
+    .fetch_one(&mut locker)
+    .await
+    .unwrap();
+    assert_eq!(not_due_yet, 1, "the row was locked before it fell due");
+    Server::My.insert(&url, "after", Duration::ZERO).await;
+    eventually("the message after it delivered", || async { transport.delivered().len() == STREAM + 2 })
+        .await;
+    eventually("the relay idle", idle).await;
+    tokio::time::sleep_until(inserted + Duration::from_secs(2)).await;
+    let claims0 = RelayStats::get(&stats.claims);
+    eventually("a look sees the held row due and claims", || async {
+        RelayStats::get(&stats.claims) > claims0
+    })
+    .await;
+    let claims1 = RelayStats::get(&stats.claims);
+    // A second in which nothing should happen (a slower machine only looks less often).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let extra = RelayStats::get(&stats.claims) - claims1;
+    assert!(extra <= 1, "{extra} more claims in a second for a row no claim can take");
+    let last = transport.delivered().last().map(|e| e.payload.clone());
+    assert_eq!(last.as_deref(), Some("after"), "the held row {held} is not published");
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    locker.close().await.unwrap();
+    stop.cancel();
+    handle.await.unwrap();
+    db.drop_db().await;
+}
+
 /// A fresh, migrated database on `server` that no test connection stays open to: its name and
 /// URL, and the handle that drops it.
 async fn empty_store(server: Server) -> ((String, String), Either) {

@@ -278,6 +278,12 @@ pub(crate) struct RelaySection {
     /// Scan period when idle. Defaults to 1 s.
     #[serde(with = "outbox_core::duration")]
     pub(crate) idle_interval: Duration,
+    /// Where the store has no push wake-up (MySQL/MariaDB), the scan period of an idle relay
+    /// during the 10 s after a claim found messages, so that messages another process writes in
+    /// a stream are found this quickly; one read per look. At most `idle_interval` is used.
+    /// Defaults to 50 ms.
+    #[serde(with = "outbox_core::duration")]
+    pub(crate) active_scan_interval: Duration,
     /// Batches in flight. Defaults to 2.
     pub(crate) max_in_flight_batches: usize,
     /// Batches in flight across every store of the process together (a relay over many
@@ -310,6 +316,7 @@ impl Default for RelaySection {
             batch_size: d.batch_size,
             lease: d.lease,
             idle_interval: d.idle_interval,
+            active_scan_interval: d.active_scan_interval,
             max_in_flight_batches: d.max_in_flight_batches,
             total_in_flight_batches: DEFAULT_TOTAL_IN_FLIGHT_BATCHES,
             max_run: d.max_run,
@@ -488,6 +495,7 @@ impl Config {
             batch_size: self.relay.batch_size,
             lease: self.relay.lease,
             idle_interval: self.relay.idle_interval,
+            active_scan_interval: self.relay.active_scan_interval,
             max_in_flight_batches: self.relay.max_in_flight_batches,
             max_run: self.relay.max_run,
             publish_timeout: self.relay.publish_timeout,

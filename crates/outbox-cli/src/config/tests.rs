@@ -56,6 +56,8 @@ fn a_good_file_parses_with_defaults() {
     assert_eq!(c.relay.batch_size, 200);
     assert_eq!(c.relay.lease, Duration::from_secs(20));
     assert_eq!(c.relay.idle_interval, Duration::from_secs(1));
+    assert_eq!(c.relay.active_scan_interval, Duration::from_millis(50));
+    assert_eq!(c.relay_config("main").active_scan_interval, Duration::from_millis(50));
     assert_eq!(c.destinations["hook"].retry.max_attempts, 5);
     assert_eq!(c.destinations["hook"].retry.initial, Duration::from_millis(500));
     assert_eq!(c.retention.finished_after, Duration::from_secs(7 * 86_400));
@@ -122,6 +124,8 @@ fn values_the_relay_cannot_run_with_are_refused_by_key_and_line() {
     let cases: Vec<(String, &str)> = vec![
         (relay("idle_interval = \"0s\""), "outbox.toml:5: relay.idle_interval"),
         (relay("idle_interval = \"2h\""), "outbox.toml:5: relay.idle_interval"),
+        (relay("active_scan_interval = \"0s\""), "outbox.toml:5: relay.active_scan_interval"),
+        (relay("active_scan_interval = \"2h\""), "outbox.toml:5: relay.active_scan_interval"),
         (relay("max_in_flight_batches = 0"), "outbox.toml:5: relay.max_in_flight_batches"),
         (relay("max_run = 0"), "outbox.toml:5: relay.max_run"),
         (relay("max_run = 100000"), "outbox.toml:5: relay.max_run"),
@@ -218,6 +222,7 @@ fn override_errors_name_the_variable_and_hide_the_value() {
         ("OUTBOX__RELAY__BATCH_SIZE", "hunter2hunter2", "relay.batch_size"),
         ("OUTBOX__RELAY__BATCH_SIZE", "0", "relay.batch_size"),
         ("OUTBOX__RELAY__IDLE_INTERVAL", "0s", "relay.idle_interval"),
+        ("OUTBOX__RELAY__ACTIVE_SCAN_INTERVAL", "hunter2hunter2", "relay.active_scan_interval"),
         ("OUTBOX__RELAY__LEASE", "hunter2hunter2", "relay.lease"),
         ("OUTBOX__RELAY__MAX_IN_FLIGHT_BATCHES", "hunter2hunter2", "relay.max_in_flight_batches"),
         ("OUTBOX__RELAY__BATCHSIZE", "hunter2hunter2", "relay.batchsize"),

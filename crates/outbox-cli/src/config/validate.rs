@@ -437,6 +437,15 @@ impl Config {
                 format!("must be positive and at most {}", human(MAX_IDLE_INTERVAL)),
             ));
         }
+        if r.active_scan_interval.is_zero() || r.active_scan_interval > MAX_IDLE_INTERVAL {
+            return Err(err(
+                "relay.active_scan_interval",
+                format!(
+                    "must be positive and at most {} (at most relay.idle_interval is used)",
+                    human(MAX_IDLE_INTERVAL)
+                ),
+            ));
+        }
         if r.shutdown_timeout > MAX_SHUTDOWN_TIMEOUT {
             return Err(err(
                 "relay.shutdown_timeout",

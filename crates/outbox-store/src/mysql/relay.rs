@@ -554,6 +554,7 @@ impl Wakeups for Outbox<MySql> {
         let sql = KeeperSql {
             probe_writes_idle: false,
             probe: render(tables, IDLE_PROBE).into_owned(),
+            peek: render(tables, IDLE_PROBE).into_owned(),
             beat: render(tables, MySql::BEAT).into_owned(),
             sweep: render(
                 tables,

@@ -653,6 +653,11 @@ SELECT CASE WHEN EXISTS (
     SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
     THEN 1::int8 ELSE 0::int8 END";
 
+/// [`IDLE_TICK`]'s answer alone, writing nothing (see [`Keeper::peek`]).
+const PEEK: &str = "SELECT CASE WHEN EXISTS (
+    SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
+    THEN 1::int8 ELSE 0::int8 END";
+
 /// Forwards the channel's notifications to `signal` and, between them, runs the keeper's jobs
 /// on the same connection (notifications that arrive during a job are buffered by the
 /// listener and read on the next turn). Runs until aborted.
@@ -666,6 +671,7 @@ async fn listen_and_keep(
     let sql = KeeperSql {
         probe_writes_idle: true,
         probe: render(&tables, IDLE_TICK).into_owned(),
+        peek: render(&tables, PEEK).into_owned(),
         beat: render(&tables, Postgres::BEAT).into_owned(),
         sweep: render(&tables, "DELETE FROM outbox_relay WHERE seen_at < now() - interval '1 day'")
             .into_owned(),

@@ -61,6 +61,8 @@ pub(crate) enum Job {
     /// Refresh `owner`'s idle row (it expires after `ttl`) and answer whether any message may
     /// be due (a claim should run).
     IdleTick { owner: String, ttl: Duration, reply: oneshot::Sender<Result<bool>> },
+    /// Answer whether any message may be due, writing nothing.
+    Peek { reply: oneshot::Sender<Result<bool>> },
     /// Write the relay's presence row.
     Beat { beat: Box<RelayBeat>, reply: oneshot::Sender<Result<()>> },
     /// How long the oldest due pending message has waited (the relay's overdue watch).
@@ -81,7 +83,7 @@ impl Job {
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn fail(self, e: Error) {
         match self {
-            Job::IdleTick { reply, .. } => {
+            Job::IdleTick { reply, .. } | Job::Peek { reply } => {
                 let _ = reply.send(Err(e));
             }
             Job::Beat { reply, .. } => {
@@ -110,6 +112,8 @@ pub(crate) struct KeeperSql {
     /// Answers (an `int8`, 0 or 1) whether a claim could take something; it binds `owner` and
     /// the ttl in ms when `probe_writes_idle`.
     pub(crate) probe: String,
+    /// The same answer as `probe`, binding nothing and writing nothing.
+    pub(crate) peek: String,
     /// The dialect's `BEAT`.
     pub(crate) beat: String,
     /// Removes the rows of relays silent for a day (after each beat, as the pool's beat does).
@@ -153,6 +157,16 @@ where
                 probe.fetch_one(&mut *conn).await.map(|n| n != 0)
             };
             let due = due.await.map_err(db);
+            let ok = due.is_ok();
+            let _ = reply.send(due);
+            ok
+        }
+        Job::Peek { reply } => {
+            let due = sqlx::query_scalar::<DB, i64>(&sql.peek)
+                .fetch_one(&mut *conn)
+                .await
+                .map(|n| n != 0)
+                .map_err(db);
             let ok = due.is_ok();
             let _ = reply.send(due);
             ok
@@ -228,6 +242,14 @@ impl Keeper {
     pub async fn idle_tick(&self, owner: &str, ttl: Duration) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::IdleTick { owner: owner.to_owned(), ttl, reply }, answer).await
+    }
+
+    /// Answers whether a message may be due now, as [`Keeper::idle_tick`] does, without
+    /// refreshing the idle row: one read. For the quicker looks of a relay on a store without
+    /// push (its idle row still lives from the last tick).
+    pub async fn peek(&self) -> Result<bool> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Peek { reply }, answer).await
     }
 
     /// Writes the relay's presence row.
