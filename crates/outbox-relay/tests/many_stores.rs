@@ -375,13 +375,13 @@ async fn mysql_a_stream_of_foreign_messages_is_found_by_quicker_looks() {
     // would block the next insert).
     let held: i64 =
         sqlx::query_scalar("SELECT MAX(id) FROM outbox_message").fetch_one(&mut locker).await.unwrap();
-    sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut locker).await.unwrap();
-    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::raw_sql("SET TRANSACTION ISOLATION LEVEL READ COMMITTED").execute(&mut locker).await.unwrap();
+    let mut locker = locker.begin().await.unwrap();
     let not_due_yet: i64 = sqlx::query_scalar(
         "SELECT CAST(next_attempt_at > UTC_TIMESTAMP(6) AS SIGNED) FROM outbox_message WHERE id = ? FOR UPDATE",
     )
     .bind(held)
-    .fetch_one(&mut locker)
+    .fetch_one(&mut *locker)
     .await
     .unwrap();
     assert_eq!(not_due_yet, 1, "the row was locked before it fell due");
@@ -402,8 +402,7 @@ async fn mysql_a_stream_of_foreign_messages_is_found_by_quicker_looks() {
     assert!(extra <= 1, "{extra} more claims in a second for a row no claim can take");
     let last = transport.delivered().last().map(|e| e.payload.clone());
     assert_eq!(last.as_deref(), Some("after"), "the held row {held} is not published");
-    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
-    locker.close().await.unwrap();
+    locker.rollback().await.unwrap();
     stop.cancel();
     handle.await.unwrap();
     db.drop_db().await;
