@@ -361,8 +361,14 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         );
         let _ = writeln!(
             md,
-            "Budget during the drain: {} turns, {:.1} ms mean wait for one; the trickling stores made {:.2} claims per message, {:.1} ms per claim, {:.1} ms per settlement (means).\n",
-            s.drain_budget_turns, s.drain_budget_wait_ms, s.trickle_claims_per_message, s.trickle_claim_ms, s.trickle_settle_ms
+            "Budget during the drain: {} turns, {:.1} ms mean wait for one; the trickling stores made {:.2} claims per message, {:.1} ms per claim, {:.1} ms per settlement (means), and {:.1} / {:.1} looks per store and second while idle (PostgreSQL / MySQL-MariaDB stores).\n",
+            s.drain_budget_turns,
+            s.drain_budget_wait_ms,
+            s.trickle_claims_per_message,
+            s.trickle_claim_ms,
+            s.trickle_settle_ms,
+            s.trickle_looks_per_store_s.0,
+            s.trickle_looks_per_store_s.1
         );
         md.push_str(
             "| trickling stores meanwhile, commit → broker-confirmed | n | p50 ms | p90 ms | p99 ms | max ms | mean ms |\n\

@@ -106,6 +106,10 @@ pub struct StoresResult {
     pub drain_budget_wait_ms: f64,
     /// Claims by the trickling stores during the drain, per trickle message.
     pub trickle_claims_per_message: f64,
+    /// The idle relays' looks (keeper ticks: one statement each on its connection) per
+    /// trickling store and second during the drain, PostgreSQL stores and MySQL/MariaDB
+    /// stores (the latter look every `active_scan_interval` while messages keep coming).
+    pub trickle_looks_per_store_s: (f64, f64),
     /// The trickling stores' mean claim during the drain, ms (a connection opened for it
     /// included), and their mean settlement, ms.
     pub trickle_claim_ms: f64,
@@ -418,6 +422,21 @@ async fn measure(
             .sum::<u64>()
     };
     let trickle_claims0 = trickle_claims();
+    // Keeper ticks of the trickling stores, PostgreSQL and MySQL/MariaDB apart, and how many
+    // stores of each trickle.
+    let trickle_looks = || {
+        let mut t = (0_u64, 0_u64, 0_u64, 0_u64);
+        for (_, s) in stores.iter().enumerate().filter(|(i, _)| !big.contains(i)) {
+            let n = RelayStats::get(&s.stats.idle_ticks);
+            if s.db.dialect == Dialect::Postgres {
+                (t.0, t.2) = (t.0 + n, t.2 + 1);
+            } else {
+                (t.1, t.3) = (t.1 + n, t.3 + 1);
+            }
+        }
+        t
+    };
+    let looks0 = trickle_looks();
     // (count, seconds) of the trickling stores' claims and settlements.
     let trickle_times = || {
         let mut t = ((0_u64, 0.0_f64), (0_u64, 0.0_f64));
@@ -482,6 +501,13 @@ async fn measure(
             }
         }
     }
+    let looks1 = trickle_looks();
+    let looked_s = t_start.elapsed().as_secs_f64().max(1e-9);
+    let looks_per_store_s = |d: u64, stores: u64| d as f64 / stores.max(1) as f64 / looked_s;
+    let trickle_looks_per_store_s = (
+        looks_per_store_s(looks1.0.saturating_sub(looks0.0), looks1.2),
+        looks_per_store_s(looks1.1.saturating_sub(looks0.1), looks1.3),
+    );
     writing.cancel();
     for w in writers {
         let _ = w.await;
@@ -543,6 +569,7 @@ async fn measure(
         drain_budget_turns,
         drain_budget_wait_ms: drain_budget_wait.as_secs_f64() * 1000.0 / drain_budget_turns.max(1) as f64,
         trickle_claims_per_message: drain_trickle_claims as f64 / (written.len() as f64).max(1.0),
+        trickle_looks_per_store_s,
         trickle_claim_ms,
         trickle_settle_ms,
         trickle_latency: rec.summary(),
