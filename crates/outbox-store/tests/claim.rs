@@ -617,3 +617,58 @@ async fn postgres_a_row_refused_on_a_table_taken_for_plain_fails_alone() {
     drop(outbox);
     db.drop_db().await;
 }
+
+/// The keeper's look (`Keeper::peek`, the quicker looks of a store without push) answers what
+/// its idle tick answers, whether a claim could take something, and writes nothing; the tick
+/// also refreshes the relay's idle row. `idle_rows` counts the rows of `outbox_relay_idle`.
+async fn the_keepers_look_reads_and_its_tick_writes<DB, F, Fut>(outbox: &Outbox<DB>, idle_rows: F)
+where
+    DB: OutboxDatabase,
+    Outbox<DB>: outbox_store::Wakeups,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = i64>,
+{
+    use outbox_store::Wakeups as _;
+    let listening =
+        outbox.listen(outbox.signal().clone()).await.unwrap().expect("a push channel or a keeper");
+    let keeper = listening.keeper().expect("a keeper").clone();
+    assert!(!keeper.peek().await.unwrap(), "nothing is due in an empty table");
+    assert_eq!(idle_rows().await, 0, "a look writes no idle row");
+    assert!(!keeper.idle_tick("r1", Duration::from_secs(3)).await.unwrap());
+    assert_eq!(idle_rows().await, 1, "the tick writes the relay's idle row");
+    outbox.enqueue(&NewMessage::new("t", "later").delay(Duration::from_secs(3600))).await.unwrap();
+    assert!(!keeper.peek().await.unwrap(), "a message due in an hour is not due");
+    outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap();
+    assert!(keeper.peek().await.unwrap(), "a due message is seen");
+    assert!(keeper.idle_tick("r1", Duration::from_secs(3)).await.unwrap());
+    assert_eq!(idle_rows().await, 1, "looks never wrote a row of their own");
+    listening.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_the_keepers_look_reads_and_its_tick_writes() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    let pool = db.pool.clone();
+    the_keepers_look_reads_and_its_tick_writes(&outbox, || async {
+        sqlx::query_scalar("SELECT COUNT(*) FROM outbox_relay_idle").fetch_one(&pool).await.unwrap()
+    })
+    .await;
+    drop(outbox);
+    db.drop_db().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_the_keepers_look_reads_and_its_tick_writes() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    let pool = db.pool.clone();
+    the_keepers_look_reads_and_its_tick_writes(&outbox, || async {
+        sqlx::query_scalar("SELECT COUNT(*) FROM outbox_relay_idle").fetch_one(&pool).await.unwrap()
+    })
+    .await;
+    drop(outbox);
+    db.drop_db().await;
+}

@@ -642,21 +642,29 @@ ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until";
 /// Removes a relay's idle row (`$1` owner).
 const IDLE_OFF: &str = "DELETE FROM outbox_relay_idle WHERE owner = $1";
 
+/// Whether a claim could take something, through the partial index of open messages
+/// (`sending` rows carry their lease expiry in `next_attempt_at`): the answer of both statements
+/// below.
+macro_rules! due_answer {
+    () => {
+        "SELECT CASE WHEN EXISTS (
+    SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
+    THEN 1::int8 ELSE 0::int8 END"
+    };
+}
+
 /// The idle tick on the listening connection (see [`Keeper::idle_tick`]): refreshes the idle
-/// row and answers whether a claim could take something, through the partial index of open
-/// messages (`sending` rows carry their lease expiry in `next_attempt_at`). One statement.
-const IDLE_TICK: &str = "\
-WITH idle AS (
+/// row and answers whether a claim could take something. One statement.
+const IDLE_TICK: &str = concat!(
+    "WITH idle AS (
     INSERT INTO outbox_relay_idle (owner, until) VALUES ($1, now() + $2 * interval '1 millisecond')
     ON CONFLICT (owner) DO UPDATE SET until = EXCLUDED.until)
-SELECT CASE WHEN EXISTS (
-    SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
-    THEN 1::int8 ELSE 0::int8 END";
+",
+    due_answer!()
+);
 
 /// [`IDLE_TICK`]'s answer alone, writing nothing (see [`Keeper::peek`]).
-const PEEK: &str = "SELECT CASE WHEN EXISTS (
-    SELECT 1 FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now())
-    THEN 1::int8 ELSE 0::int8 END";
+const PEEK: &str = due_answer!();
 
 /// Forwards the channel's notifications to `signal` and, between them, runs the keeper's jobs
 /// on the same connection (notifications that arrive during a job are buffered by the
