@@ -81,7 +81,8 @@ pub struct RelayStats {
     /// Claim queries issued.
     pub claims: AtomicU64,
     /// Idle scans run on the store's listening connection instead of a claim
-    /// ([`outbox_store::Keeper::idle_tick`]), counted when they answered.
+    /// ([`outbox_store::Keeper::idle_tick`], and the quicker looks of a store without push,
+    /// [`outbox_store::Keeper::peek`]), counted when they answered.
     pub idle_ticks: AtomicU64,
     /// Messages claimed.
     pub claimed: AtomicU64,
