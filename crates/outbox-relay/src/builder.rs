@@ -75,7 +75,7 @@ impl<S: RelayStore> RelayBuilder<S> {
         self
     }
 
-    /// Sets the alert hook. Defaults to [`LogAlert`].
+    /// Sets the alert hook. Defaults to [`LogAlert`](crate::LogAlert).
     #[must_use]
     pub fn alert(mut self, hook: Arc<dyn AlertHook>) -> Self {
         self.alert = hook;
