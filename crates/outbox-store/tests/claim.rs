@@ -645,30 +645,23 @@ where
     listening.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_the_keepers_look_reads_and_its_tick_writes() {
-    let db = outbox_testkit::fresh_pg().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    let pool = db.pool.clone();
-    the_keepers_look_reads_and_its_tick_writes(&outbox, || async {
-        sqlx::query_scalar("SELECT COUNT(*) FROM outbox_relay_idle").fetch_one(&pool).await.unwrap()
-    })
-    .await;
-    drop(outbox);
-    db.drop_db().await;
+/// [`the_keepers_look_reads_and_its_tick_writes`] on a fresh database of `$fresh`.
+macro_rules! keepers_look {
+    ($name:ident, $fresh:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let db = $fresh().await;
+            let outbox = Outbox::new(db.pool.clone());
+            outbox.migrate().await.unwrap();
+            let pool = db.pool.clone();
+            the_keepers_look_reads_and_its_tick_writes(&outbox, || async {
+                sqlx::query_scalar("SELECT COUNT(*) FROM outbox_relay_idle").fetch_one(&pool).await.unwrap()
+            })
+            .await;
+            drop(outbox);
+            db.drop_db().await;
+        }
+    };
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mysql_the_keepers_look_reads_and_its_tick_writes() {
-    let db = outbox_testkit::fresh_mysql().await;
-    let outbox = Outbox::new(db.pool.clone());
-    outbox.migrate().await.unwrap();
-    let pool = db.pool.clone();
-    the_keepers_look_reads_and_its_tick_writes(&outbox, || async {
-        sqlx::query_scalar("SELECT COUNT(*) FROM outbox_relay_idle").fetch_one(&pool).await.unwrap()
-    })
-    .await;
-    drop(outbox);
-    db.drop_db().await;
-}
+keepers_look!(postgres_the_keepers_look_reads_and_its_tick_writes, outbox_testkit::fresh_pg);
+keepers_look!(mysql_the_keepers_look_reads_and_its_tick_writes, outbox_testkit::fresh_mysql);
