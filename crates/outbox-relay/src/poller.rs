@@ -89,11 +89,7 @@ impl<S: RelayStore> Relay<S> {
                     // idle interval, lives three.
                     let refresh = idle_refreshed.elapsed() >= cfg.idle_interval;
                     match (&idle_keeper, woke || !idle) {
-                        (Some(k), false) => match if refresh {
-                            k.idle_tick(&cfg.owner, idle_ttl).await
-                        } else {
-                            k.peek().await
-                        } {
+                        (Some(k), false) => match look(k, refresh, &cfg.owner, idle_ttl).await {
                             Ok(false) => {
                                 RelayStats::add(&inner.stats.idle_ticks, 1);
                                 if refresh {
@@ -370,5 +366,20 @@ impl<S: RelayStore> Relay<S> {
         let _ = presence.await;
         let _ = watch.await;
         crate::presence::leave(&inner).await;
+    }
+}
+
+/// The idle relay's look on its keeper's connection: the tick, which also refreshes the idle
+/// row, when `refresh`; otherwise a read alone. Answers whether something may be due.
+async fn look(
+    keeper: &outbox_store::Keeper,
+    refresh: bool,
+    owner: &str,
+    ttl: Duration,
+) -> outbox_store::Result<bool> {
+    if refresh {
+        keeper.idle_tick(owner, ttl).await
+    } else {
+        keeper.peek().await
     }
 }

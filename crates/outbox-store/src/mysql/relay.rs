@@ -552,9 +552,8 @@ impl Wakeups for Outbox<MySql> {
         use crate::admin::AdminSql;
         let tables = self.tables();
         let sql = KeeperSql {
-            probe_writes_idle: false,
-            probe: render(tables, IDLE_PROBE).into_owned(),
             peek: render(tables, IDLE_PROBE).into_owned(),
+            tick: None,
             beat: render(tables, MySql::BEAT).into_owned(),
             sweep: render(
                 tables,

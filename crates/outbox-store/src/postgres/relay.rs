@@ -677,9 +677,8 @@ async fn listen_and_keep(
 ) {
     use crate::admin::AdminSql;
     let sql = KeeperSql {
-        probe_writes_idle: true,
-        probe: render(&tables, IDLE_TICK).into_owned(),
         peek: render(&tables, PEEK).into_owned(),
+        tick: Some(render(&tables, IDLE_TICK).into_owned()),
         beat: render(&tables, Postgres::BEAT).into_owned(),
         sweep: render(&tables, "DELETE FROM outbox_relay WHERE seen_at < now() - interval '1 day'")
             .into_owned(),

@@ -106,14 +106,13 @@ impl Job {
 #[derive(Debug)]
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) struct KeeperSql {
-    /// Whether the probe writes the idle row itself (binding `owner` and the ttl in ms);
-    /// otherwise the tick runs `idle_on` first.
-    pub(crate) probe_writes_idle: bool,
-    /// Answers (an `int8`, 0 or 1) whether a claim could take something; it binds `owner` and
-    /// the ttl in ms when `probe_writes_idle`.
-    pub(crate) probe: String,
-    /// The same answer as `probe`, binding nothing and writing nothing.
+    /// Answers (an `int8`, 0 or 1) whether a claim could take something, binding nothing and
+    /// writing nothing (a look).
     pub(crate) peek: String,
+    /// Where the dialect has one: a single statement that writes the idle row (binding `owner`
+    /// and the ttl in ms) and answers as `peek` does. Without it the tick runs `idle_on`, then
+    /// `peek`.
+    pub(crate) tick: Option<String>,
     /// The dialect's `BEAT`.
     pub(crate) beat: String,
     /// Removes the rows of relays silent for a day (after each beat, as the pool's beat does).
@@ -147,14 +146,14 @@ where
     match job {
         Job::IdleTick { owner, ttl, reply } => {
             let due = async {
-                let probe = sqlx::query_scalar::<DB, i64>(&sql.probe);
-                let probe = if sql.probe_writes_idle {
-                    probe.bind(owner).bind(ms(ttl))
-                } else {
-                    sqlx::query::<DB>(&sql.idle_on).bind(owner).bind(ms(ttl)).execute(&mut *conn).await?;
-                    probe
+                let answer = match &sql.tick {
+                    Some(tick) => sqlx::query_scalar::<DB, i64>(tick).bind(owner).bind(ms(ttl)),
+                    None => {
+                        sqlx::query::<DB>(&sql.idle_on).bind(owner).bind(ms(ttl)).execute(&mut *conn).await?;
+                        sqlx::query_scalar::<DB, i64>(&sql.peek)
+                    }
                 };
-                probe.fetch_one(&mut *conn).await.map(|n| n != 0)
+                answer.fetch_one(&mut *conn).await.map(|n| n != 0)
             };
             let due = due.await.map_err(db);
             let ok = due.is_ok();
