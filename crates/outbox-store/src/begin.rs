@@ -62,3 +62,37 @@ pub(crate) async fn begin_with<DB: sqlx::Database>(
     let (pool, statement) = (pool.clone(), statement.into());
     to_the_end(async move { pool.begin_with(statement).await }).await
 }
+
+/// Begins a transaction for a relay's claim on an idle connection taken without the pool's ping,
+/// safe to drop half-way (see the module's documentation).
+///
+/// `pool.acquire()` pings an idle connection before handing it out (sqlx's
+/// `test_before_acquire`), one round trip on the way from a commit to its publication; and sqlx
+/// 0.8 has already pinged it when it came back to the pool (`return_to_pool`). So this takes an
+/// idle connection as it is (`Pool::try_acquire`, which also leaves it to tasks already waiting
+/// for one) and begins on it; should that fail (the server restarted or ended the session since
+/// it was released: the `BEGIN` has done nothing), the connection is dropped (its release ping
+/// then fails, and sqlx closes it) and the transaction is begun as `pool.begin()` would, on a
+/// connection the pool has tested or opened. Without an idle connection it is `pool.begin()`.
+/// The application's own transactions keep the pool's ping: this is for the relay's claims,
+/// which an error would only delay.
+///
+/// `statement` is the begin statement (`None`: the dialect's own `BEGIN`).
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn begin_untested_first<DB: sqlx::Database>(
+    pool: &sqlx::Pool<DB>,
+    statement: Option<std::borrow::Cow<'static, str>>,
+) -> sqlx::Result<sqlx::Transaction<'static, DB>> {
+    let pool = pool.clone();
+    to_the_end(async move {
+        if let Some(conn) = pool.try_acquire() {
+            match sqlx::Transaction::begin(conn, statement.clone()).await {
+                Ok(tx) => return Ok(tx),
+                Err(e) => tracing::debug!(error = %e, "an idle connection could not begin: beginning on a tested one"),
+            }
+        }
+        let conn = pool.acquire().await?;
+        sqlx::Transaction::begin(conn, statement).await
+    })
+    .await
+}

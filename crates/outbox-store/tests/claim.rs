@@ -665,3 +665,56 @@ macro_rules! keepers_look {
 }
 keepers_look!(postgres_the_keepers_look_reads_and_its_tick_writes, outbox_testkit::fresh_pg);
 keepers_look!(mysql_the_keepers_look_reads_and_its_tick_writes, outbox_testkit::fresh_mysql);
+
+/// A claim begins on an idle pooled connection without the pool's ping; when the server has
+/// ended that connection since it was released (a restart, an administrator), the claim begins
+/// on a tested one instead of failing. A pool of one connection, whose session `end` ends from
+/// outside (`$pid`: the statement that names the session, `$end`/`$gone`: ending it, counting
+/// it among the server's sessions).
+macro_rules! ended_connection {
+    ($name:ident, $fresh:path, $pid:literal, $end:literal, $gone:literal) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let db = $fresh().await;
+            let pool = db.pool.options().clone().max_connections(1).connect(&db.url).await.unwrap();
+            let outbox = Outbox::new(pool.clone());
+            outbox.migrate().await.unwrap();
+            for round in 0..2 {
+                let id = outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap().id;
+                let session: i64 = sqlx::query_scalar($pid).fetch_one(&pool).await.unwrap();
+                sqlx::query(&format!($end, session)).execute(&db.pool).await.unwrap();
+                let deadline = std::time::Instant::now() + Duration::from_secs(30);
+                loop {
+                    let left: i64 =
+                        sqlx::query_scalar($gone).bind(session).fetch_one(&db.pool).await.unwrap();
+                    if left == 0 {
+                        break;
+                    }
+                    assert!(std::time::Instant::now() < deadline, "round {round}: the session outlived 30 s");
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                let (got, hold) =
+                    lock(&outbox, "relay", 10).await.expect("the claim begins on a new connection");
+                assert_eq!(got.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id], "round {round}");
+                let settlement = Settlement { sent: vec![id], messages: Vec::new(), deliveries: Vec::new() };
+                outbox.settle_held(hold, "relay", &settlement).await.unwrap();
+            }
+            drop((outbox, pool));
+            db.drop_db().await;
+        }
+    };
+}
+ended_connection!(
+    postgres_a_claim_on_a_connection_the_server_ended_begins_on_another,
+    outbox_testkit::fresh_pg,
+    "SELECT pg_backend_pid()::int8",
+    "SELECT pg_terminate_backend({})",
+    "SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int8"
+);
+ended_connection!(
+    mysql_a_claim_on_a_connection_the_server_ended_begins_on_another,
+    outbox_testkit::fresh_mysql,
+    "SELECT CAST(CONNECTION_ID() AS SIGNED)",
+    "KILL CONNECTION {}",
+    "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?"
+);

@@ -208,18 +208,20 @@ pub(crate) fn in_list(qb: &mut QueryBuilder<'_, MySql>, ids: impl IntoIterator<I
 /// Begins a READ COMMITTED transaction: a locking read then locks only the rows it returns
 /// (REPEATABLE READ would take gap locks and block the application's INSERTs).
 pub(crate) async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<Transaction<'static, MySql>> {
-    let pool = outbox.pool().clone();
     // Begun to the end even if the caller is dropped (see `crate::begin`): a `SET TRANSACTION`
-    // left behind would apply to the next user's transaction on this connection.
-    crate::begin::to_the_end(async move {
-        let conn = pool.acquire().await?;
-        // `SET TRANSACTION` applies to the next transaction on this connection only. Both
-        // statements go in one round trip (a text-protocol query; sqlx asks the server for
-        // multi-statement support), which then checks that a transaction is open: one round
-        // trip fewer on every claim, settlement and admin transaction (a claim of a trickle on
-        // MariaDB made six).
-        Transaction::begin(conn, Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN".into())).await
-    })
+    // left behind would apply to the next user's transaction on this connection. On an idle
+    // connection without the pool's ping first (see `begin_untested_first`): these are the
+    // store's own transactions (claims, settlements, admin reads), not the application's.
+    //
+    // `SET TRANSACTION` applies to the next transaction on this connection only. Both
+    // statements go in one round trip (a text-protocol query; sqlx asks the server for
+    // multi-statement support), which then checks that a transaction is open: one round trip
+    // fewer on every claim, settlement and admin transaction (a claim of a trickle on MariaDB
+    // made six).
+    crate::begin::begin_untested_first(
+        outbox.pool(),
+        Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN".into()),
+    )
     .await
     .map_err(db)
 }

@@ -806,7 +806,7 @@ impl Outbox<Postgres> {
             "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL plan_cache_mode = force_generic_plan",
             ms(lease).max(1)
         );
-        let mut tx = crate::begin::begin_with(self.pool(), begin).await.map_err(db)?;
+        let mut tx = crate::begin::begin_untested_first(self.pool(), Some(begin.into())).await.map_err(db)?;
         let mut out: Vec<OutboxMessage> = Vec::new();
         let mut poison: Vec<Poison> = Vec::new();
         // Whether a run could follow a head: not when the first pass's window held every due
