@@ -54,7 +54,7 @@ pub(crate) async fn begin<DB: sqlx::Database>(
 }
 
 /// `pool.begin_with(statement)`, safe to drop half-way.
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(feature = "sqlite")]
 pub(crate) async fn begin_with<DB: sqlx::Database>(
     pool: &sqlx::Pool<DB>,
     statement: impl Into<std::borrow::Cow<'static, str>>,
