@@ -70,6 +70,8 @@ impl<S: RelayStore> Relay<S> {
         let pushes = listener.as_ref().is_some_and(|l| l.pushes());
         // The claim about to run was started by the keeper's look (which said something may be due).
         let mut from_look = false;
+        // The last claim may have been by id: the next one looks for due messages.
+        let mut window_next = false;
         let mut pace =
             ScanPace::new(cfg.idle_interval, cfg.active_scan_interval, idle_keeper.is_some() && !pushes);
 
@@ -197,8 +199,17 @@ impl<S: RelayStore> Relay<S> {
             // to the pool (PostgreSQL, MySQL), and the release below needs the pool. Claims are
             // short; one the database does not answer is given up `shutdown_timeout` after the
             // shutdown. What it claimed is not published: handed back below.
+            // The messages committed in this process since the last claim: the store claims
+            // them by id (PostgreSQL, MySQL/MariaDB), cheaper than looking for due messages, and
+            // looks at nothing else. So at most every other claim goes by id: the claim after
+            // one that took something by id looks for due messages in due order, which finds
+            // what the ids do not name (a retry come due, another process's rows) however
+            // steadily this process commits.
+            let ids = inner.signal.take_ids();
+            let committed = if std::mem::take(&mut window_next) { Vec::new() } else { ids };
+            let by_id = !committed.is_empty();
             let claimed = tokio::select! {
-                r = inner.store.claim_runs(mode, &cfg.owner, cfg.batch_size, cfg.max_run.min(cfg.batch_size), cfg.lease).instrument(span.clone()) => r,
+                r = inner.store.claim_committed(mode, &cfg.owner, &committed, cfg.batch_size, cfg.max_run.min(cfg.batch_size), cfg.lease).instrument(span.clone()) => r,
                 () = async {
                     shutdown.cancelled().await;
                     tokio::time::sleep(cfg.shutdown_timeout).await;
@@ -273,6 +284,7 @@ impl<S: RelayStore> Relay<S> {
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind)) => {
+                    window_next = by_id;
                     let partial = batch.len() < cfg.batch_size;
                     pace.found(Instant::now());
                     from_look = false;

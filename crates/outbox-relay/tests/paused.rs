@@ -473,3 +473,77 @@ async fn messages_overdue_too_long_alert_once_until_the_backlog_recovers() {
     assert_eq!(alerts.events().len(), 1);
     running.stop().await;
 }
+
+/// A transport whose every publish makes this process commit one more message (a service whose
+/// consumer answers each message with another), while `left` lasts: every claim of the relay
+/// then has committed ids from the commit signal to claim by id. At its tenth publish another
+/// process writes a message (no in-process signal): `foreign`, with the publishes before it.
+#[derive(Debug)]
+struct Echo {
+    store: MemoryStore,
+    published: Mutex<Vec<MessageId>>,
+    left: Mutex<usize>,
+    foreign: Mutex<Option<(MessageId, usize)>>,
+}
+
+#[async_trait::async_trait]
+impl outbox_core::Transport for Echo {
+    fn kind(&self) -> &'static str {
+        "echo"
+    }
+
+    async fn publish(&self, batch: &[outbox_core::Envelope]) -> Vec<Outcome> {
+        for e in batch {
+            let mut published = self.published.lock().unwrap();
+            published.push(e.id);
+            if published.len() == 10 {
+                let id = self.store.enqueue_unsignalled(&NewMessage::new("orders", "foreign")).unwrap();
+                *self.foreign.lock().unwrap() = Some((id, published.len()));
+            }
+            let mut left = self.left.lock().unwrap();
+            if *left > 0 {
+                *left -= 1;
+                self.store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+            }
+        }
+        batch.iter().map(|_| Outcome::Delivered).collect()
+    }
+}
+
+/// Claims by id (the ids this process just committed) look at nothing else, so the claim after
+/// one looks for due messages: a message another process wrote (no in-process signal) is
+/// published within two claims, however steadily this process commits. Without that, every
+/// claim here would go by id and the foreign message would wait for the commits to stop.
+#[tokio::test(start_paused = true)]
+async fn claims_by_id_never_starve_a_message_the_ids_do_not_name() {
+    let store = MemoryStore::new();
+    let echo = Arc::new(Echo {
+        store: store.clone(),
+        published: Mutex::default(),
+        left: Mutex::new(1_000),
+        foreign: Mutex::default(),
+    });
+    let relay = Relay::builder(&store)
+        .config(RelayConfig {
+            max_in_flight_batches: 1,
+            idle_interval: Duration::from_secs(60),
+            ..config("r1")
+        })
+        .destination(Destination::new("broker", echo.clone()))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let running = Running::spawn(relay);
+    store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    let foreign = || *echo.foreign.lock().unwrap();
+    until("the foreign message is published", || {
+        foreign().is_some_and(|(id, _)| echo.published.lock().unwrap().contains(&id))
+    })
+    .await;
+    let (id, before) = foreign().unwrap();
+    let at = echo.published.lock().unwrap().iter().position(|p| *p == id).unwrap();
+    // Each publish before it committed one more message (1,000 of them in all): the foreign
+    // one went out while they kept coming, not after.
+    assert!(at <= before + 2, "{} publishes between the foreign message's commit and its own", at - before);
+    running.stop().await;
+}

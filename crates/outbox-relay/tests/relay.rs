@@ -254,17 +254,23 @@ where
 {
     let t = TestTransport::new();
     let mut ids = Vec::new();
+    let mut relays: Vec<Running> = Vec::new();
     for i in 0..300 {
+        // The first half is a backlog when the relays start; the second half is committed one
+        // by one while they run, so their claims take it by id (the commit signal's ids).
+        if i == 150 {
+            relays = (0..3).map(|n| start(relay(&outbox, &format!("r{n}"), &t, fast_retry(20)))).collect();
+        }
         let msg = NewMessage::new("order.updated", format!("{i}")).key(format!("k{}", i % 10));
-        ids.push(outbox.enqueue(&msg).await.unwrap().id);
+        let mut tx = outbox.begin().await.unwrap();
+        ids.push(tx.enqueue(&msg).await.unwrap().id);
         if i % 7 == 3 {
             t.fail_message(ids[i], 2, Outcome::retryable("transient"));
         }
+        tx.commit().await.unwrap();
     }
     // A few keyless messages must not be held back by anything.
     let free = outbox.enqueue(&NewMessage::new("order.updated", "free")).await.unwrap();
-    let relays: Vec<Running> =
-        (0..3).map(|n| start(relay(&outbox, &format!("r{n}"), &t, fast_retry(20)))).collect();
     let deadline = Instant::now() + WAIT;
     while !all_in(&outbox, &ids, Status::Sent).await {
         if Instant::now() > deadline {

@@ -263,16 +263,30 @@ impl Claims for AnyOutbox {
         run: usize,
         lease: Duration,
     ) -> Result<Claimed<AnyLock>> {
+        self.claim_committed(mode, owner, &[], limit, run, lease).await
+    }
+
+    async fn claim_committed(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        committed: &[MessageId],
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> Result<Claimed<AnyLock>> {
         Ok(match self {
             #[cfg(feature = "postgres")]
             AnyOutbox::Postgres(o) => {
-                lift(o.claim_runs(mode, owner, limit, run, lease).await?, AnyLock::Postgres)
+                lift(o.claim_committed(mode, owner, committed, limit, run, lease).await?, AnyLock::Postgres)
             }
             #[cfg(feature = "mysql")]
-            AnyOutbox::MySql(o) => lift(o.claim_runs(mode, owner, limit, run, lease).await?, AnyLock::MySql),
+            AnyOutbox::MySql(o) => {
+                lift(o.claim_committed(mode, owner, committed, limit, run, lease).await?, AnyLock::MySql)
+            }
             #[cfg(feature = "sqlite")]
             AnyOutbox::Sqlite(o) => {
-                Claimed::leased(o.claim_runs(mode, owner, limit, run, lease).await?.messages)
+                Claimed::leased(o.claim_committed(mode, owner, committed, limit, run, lease).await?.messages)
             }
         })
     }

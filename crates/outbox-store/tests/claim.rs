@@ -390,6 +390,59 @@ where
     drop((hold_a, hold_b, hold_c));
 }
 
+/// A claim told which messages were just committed (the commit signal's ids, a hint) claims
+/// them by id and looks at nothing else (so it says messages may be left behind): never one out
+/// of its key's order, one not due, or one another claim holds. When none of them can go, it
+/// claims the window; with more of them than the batch holds (a backlog), too.
+async fn a_claim_of_committed_ids_keeps_key_order_and_looks_no_further<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+) where
+    Outbox<DB>: Claims,
+{
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let older = enqueue(NewMessage::new("t", "{}").key("other")).await;
+    let k1 = enqueue(NewMessage::new("t", "{}").key("k")).await;
+    let k2 = enqueue(NewMessage::new("t", "{}").key("k")).await;
+    let later = enqueue(NewMessage::new("t", "{}").key("later").delay(Duration::from_secs(60))).await;
+    let j1 = enqueue(NewMessage::new("t", "{}").key("j")).await;
+    let free = enqueue(NewMessage::new("t", "{}")).await;
+    let got = |c: &outbox_store::Claimed<<Outbox<DB> as Claims>::Lock>| {
+        c.messages.iter().map(|m| m.id).collect::<Vec<_>>()
+    };
+
+    let committed = [k2, later, j1, free, MessageId(i64::MAX)];
+    let a = outbox.claim_committed(ClaimMode::Lock, "relay-a", &committed, 10, 1, LEASE).await.unwrap();
+    let a_ids = got(&a);
+    assert!(!a_ids.contains(&k2), "k2 waits behind k1: {a_ids:?}");
+    assert!(!a_ids.contains(&later), "not due: {a_ids:?}");
+    assert!(a.left_behind, "a claim by id looked at nothing else");
+    assert!(matches!(a.hold, Hold::Lock(_)));
+    assert_eq!(a_ids, vec![j1, free], "the committed ids that may go, nothing else");
+
+    // Held by the first claim, the same ids give nothing: the second claim takes the window's
+    // heads instead.
+    let b = outbox.claim_committed(ClaimMode::Lock, "relay-b", &[j1, free], 10, 1, LEASE).await.unwrap();
+    assert_eq!(got(&b), vec![older, k1]);
+    drop((a, b));
+
+    // More ids than the batch holds: a backlog, claimed by the window in due order.
+    // A dropped claim's rollback reaches the server when its connection is next used: wait for
+    // the rows to be free, under a generous deadline.
+    let c = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let c =
+                outbox.claim_committed(ClaimMode::Lock, "relay-c", &[j1, free], 1, 1, LEASE).await.unwrap();
+            if !c.messages.is_empty() {
+                break c;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the dropped claims' rows are free again");
+    assert_eq!(got(&c), vec![older]);
+}
+
 suite!(
     [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
     [
@@ -399,6 +452,7 @@ suite!(
         a_keys_run_comes_with_its_head,
         a_locked_claim_tells_whether_it_left_messages_behind,
         a_locked_claim_beside_a_batch_in_flight_takes_the_next_heads,
+        a_claim_of_committed_ids_keeps_key_order_and_looks_no_further,
     ]
 );
 suite!(

@@ -68,6 +68,47 @@ fn is_open(s: Status) -> bool {
     matches!(s, Status::Pending | Status::Sending | Status::Failed)
 }
 
+fn is_due(row: &Row, now: Instant) -> bool {
+    match row.msg.status {
+        Status::Pending => row.due <= now,
+        Status::Sending => row.lease_until.is_some_and(|t| t <= now),
+        _ => false,
+    }
+}
+
+fn lease_row(row: &mut Row, owner: &str, lease: Duration, now: Instant) -> OutboxMessage {
+    row.msg.status = Status::Sending;
+    row.msg.lease_owner = Some(owner.to_owned());
+    row.lease_until = Some(now + lease);
+    row.msg.updated_by = Some(owner.to_owned());
+    row.msg.clone()
+}
+
+/// The rows of `committed` that are due and head their key, leased to `owner`.
+fn claim_by_id(
+    mem: &mut Mem,
+    committed: &[MessageId],
+    owner: &str,
+    lease: Duration,
+    now: Instant,
+) -> Vec<OutboxMessage> {
+    let wanted: HashSet<i64> = committed.iter().map(|i| i.0).collect();
+    let mut heads: HashMap<String, i64> = HashMap::new();
+    for row in mem.rows.values().filter(|r| is_open(r.msg.status)) {
+        if let Some(k) = &row.msg.key {
+            heads.entry(k.clone()).or_insert(row.msg.id.0);
+        }
+    }
+    let mut out = Vec::new();
+    for (id, row) in mem.rows.iter_mut().filter(|(id, _)| wanted.contains(id)) {
+        let head = row.msg.key.as_ref().is_none_or(|k| heads.get(k) == Some(id));
+        if head && is_due(row, now) {
+            out.push(lease_row(row, owner, lease, now));
+        }
+    }
+    out
+}
+
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
@@ -91,6 +132,14 @@ impl MemoryStore {
     /// Enqueues a message (validated as the SQL stores do) and wakes the relay, as a commit
     /// would.
     pub fn enqueue(&self, m: &NewMessage) -> Result<MessageId> {
+        let id = self.enqueue_unsignalled(m)?;
+        self.signal.committed(&[id]);
+        Ok(id)
+    }
+
+    /// Enqueues a message as another process's writer would: no in-process signal, so the relay
+    /// finds it by looking for due messages.
+    pub fn enqueue_unsignalled(&self, m: &NewMessage) -> Result<MessageId> {
         m.validate()?;
         let now = Utc::now();
         let delay = match m.deliver_at {
@@ -126,7 +175,6 @@ impl MemoryStore {
             mem.rows.insert(id, Row { msg, due: Instant::now() + delay, lease_until: None });
             MessageId(id)
         };
-        self.signal.committed(&[id]);
         Ok(id)
     }
 
@@ -181,8 +229,23 @@ impl Claims for MemoryStore {
     /// that every key may bring its whole run while places are left).
     async fn claim_runs(
         &self,
+        mode: ClaimMode,
+        owner: &str,
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> Result<Claimed<NoLocks>> {
+        self.claim_committed(mode, owner, &[], limit, run, lease).await
+    }
+
+    /// The committed ids that are due and head their key (no older open message with that
+    /// key), leased, as the SQL stores' claims by id take them; nothing else is looked at. When
+    /// none can go, or there are more ids than `limit`, the claim of [`Claims::claim_runs`].
+    async fn claim_committed(
+        &self,
         _mode: ClaimMode,
         owner: &str,
+        committed: &[MessageId],
         limit: usize,
         run: usize,
         lease: Duration,
@@ -191,6 +254,12 @@ impl Claims for MemoryStore {
         mem.claims += 1;
         scripted_refusal(&mut mem.refuse_claims, "claim")?;
         let now = Instant::now();
+        if !committed.is_empty() && committed.len() <= limit {
+            let by_id = claim_by_id(&mut mem, committed, owner, lease, now);
+            if !by_id.is_empty() {
+                return Ok(Claimed::leased(by_id));
+            }
+        }
         // Per key: messages taken so far, or None once the key's line is broken.
         let mut keys: HashMap<String, Option<usize>> = HashMap::new();
         let mut out = Vec::new();
@@ -201,11 +270,7 @@ impl Claims for MemoryStore {
             if !is_open(row.msg.status) {
                 continue;
             }
-            let due = match row.msg.status {
-                Status::Pending => row.due <= now,
-                Status::Sending => row.lease_until.is_some_and(|t| t <= now),
-                _ => false,
-            };
+            let due = is_due(row, now);
             let head = match &row.msg.key {
                 Some(k) => {
                     let line = keys.entry(k.clone()).or_insert(Some(0));
@@ -223,11 +288,7 @@ impl Claims for MemoryStore {
                 None => true,
             };
             if head && due {
-                row.msg.status = Status::Sending;
-                row.msg.lease_owner = Some(owner.to_owned());
-                row.lease_until = Some(now + lease);
-                row.msg.updated_by = Some(owner.to_owned());
-                out.push(row.msg.clone());
+                out.push(lease_row(row, owner, lease, now));
             }
         }
         Ok(Claimed::leased(out))

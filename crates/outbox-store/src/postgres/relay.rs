@@ -269,6 +269,30 @@ SELECT w.n AS win_rows,
 FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
 );
 
+/// The locked claim's fast path: the messages this process has just committed (`$1`, the ids
+/// its [`CommitSignal`] handed over), each locked and kept, at most `$2`, if it is still due and
+/// heads its key, exactly as `CLAIM_LOCKED`'s `taken` keeps the window's rows (lock first, then
+/// the probe of the open-key index; a row locked that does not head its key stays locked,
+/// untouched, until the transaction ends). One probe of the primary key per id instead of the
+/// window's CTEs: the claim between a commit and its publication when messages come one by
+/// one. It looks at nothing else, so a claim that took something here says that due messages
+/// may be left behind (the relay claims again once the batch is settled).
+const CLAIM_COMMITTED: &str = concat!(
+    "\
+SELECT l.* FROM unnest($1::int8[]) AS k(id)
+CROSS JOIN LATERAL (
+    SELECT ",
+    message_columns!("x"),
+    " FROM outbox_message x
+    WHERE x.id = k.id AND (x.status IN ('pending', 'sending') AND x.next_attempt_at <= now()) IS TRUE
+    FOR UPDATE SKIP LOCKED) l
+WHERE l.msg_key IS NULL OR l.id = (
+    SELECT o.id FROM outbox_message o
+    WHERE o.msg_key >= l.msg_key AND o.status IN ('pending', 'sending', 'failed')
+    ORDER BY o.msg_key, o.id LIMIT 1)
+LIMIT $2"
+);
+
 /// The open messages that follow each head (`$1` keys, `$2` head ids) in its key, at most `$3`
 /// per key, in id order, each with whether it is due. One probe of the open-key index per key,
 /// in `(msg_key, id)` order from the head (as the head probes, so only that index can serve
@@ -789,6 +813,7 @@ impl Outbox<Postgres> {
     async fn claim_locked(
         &self,
         owner: &str,
+        committed: &[MessageId],
         limit: usize,
         run: usize,
         lease: Duration,
@@ -812,7 +837,25 @@ impl Outbox<Postgres> {
         // Whether a run could follow a head: not when the first pass's window held every due
         // row and each key once (a due follower is a second due row of its key).
         let mut followers_possible = true;
-        for pass in 0..LOCKED_PASSES {
+        // The fast path: the ids just committed in this process, when they fit in the batch
+        // (more means a backlog, which the window claims in due order). What it takes is the
+        // batch; when it takes nothing (they were claimed already, or wait behind their keys'
+        // heads), the window is claimed in the same transaction.
+        let mut by_id = false;
+        if !committed.is_empty() && committed.len() <= max {
+            let rows = sqlx::query(&render(tables, CLAIM_COMMITTED))
+                .bind(raw_ids(committed))
+                .bind(limit)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db)?;
+            let (good, bad) =
+                decode_rows(&rows, |r| r.try_get::<Option<i64>, _>("id").ok().flatten(), decode_message);
+            by_id = !good.is_empty() || !bad.is_empty();
+            out.extend(good);
+            poison.extend(bad);
+        }
+        for pass in (0..LOCKED_PASSES).filter(|_| !by_id) {
             let offset = pass * window;
             let taken: Vec<i64> = out.iter().map(|m| m.id.0).chain(poison.iter().map(|p| p.id)).collect();
             let want = limit - i64::try_from(out.len()).unwrap_or(limit);
@@ -860,7 +903,7 @@ impl Outbox<Postgres> {
             tx.rollback().await.map_err(db)?;
             return Ok(None);
         }
-        if let Some(plan) = runs::plan(&out, max, run).filter(|_| followers_possible) {
+        if let Some(plan) = runs::plan(&out, max, run).filter(|_| followers_possible && !by_id) {
             let more = lock_runs(&mut tx, tables, &plan).await?;
             out.extend(more);
         }
@@ -868,7 +911,8 @@ impl Outbox<Postgres> {
         // batch was not filled: a row of it not taken is held by another batch, or waits behind
         // an open message of its key that is not due (failed, retried later, another relay's
         // lease), which this batch's settlement does not make claimable.
-        let left_behind = followers_possible || out.len() + poison.len() >= max;
+        // A claim by id looked at nothing else.
+        let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
         out.sort_by_key(|m| m.id);
         let ids = out.iter().map(|m| m.id).collect();
         let lock = crate::relay::RowLock { tx, ids, tables: self.tables().clone(), left_behind };

@@ -166,10 +166,22 @@ macro_rules! row_lock_claims {
                 run: usize,
                 lease: Duration,
             ) -> Result<Claimed<Self::Lock>> {
+                self.claim_committed(mode, owner, &[], limit, run, lease).await
+            }
+
+            async fn claim_committed(
+                &self,
+                mode: ClaimMode,
+                owner: &str,
+                committed: &[MessageId],
+                limit: usize,
+                run: usize,
+                lease: Duration,
+            ) -> Result<Claimed<Self::Lock>> {
                 Ok(match mode {
                     ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, run, lease).await?),
                     ClaimMode::Lock => {
-                        let claim = self.claim_locked(owner, limit, run, lease).await?;
+                        let claim = self.claim_locked(owner, committed, limit, run, lease).await?;
                         let left_behind = claim.as_ref().is_none_or(|(_, lock)| lock.left_behind);
                         Claimed { left_behind, ..Claimed::locked(claim) }
                     }
@@ -257,6 +269,25 @@ pub trait Claims: Clone + Send + Sync + 'static {
         run: usize,
         lease: Duration,
     ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+
+    /// [`Claims::claim_runs`], told which messages this process has just committed
+    /// (`committed`, from its [`CommitSignal`](crate::CommitSignal)): a store may claim those by
+    /// id, without looking for due messages, when they are claimable (due, each the head of its
+    /// key); it then reports [`Claimed::left_behind`]. The ids are a hint: any of them may have
+    /// been claimed meanwhile, belong to no message, or wait behind their key. By default, and
+    /// when none of them can be taken, the claim is [`Claims::claim_runs`].
+    fn claim_committed(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        committed: &[MessageId],
+        limit: usize,
+        run: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
+        let _ = committed;
+        self.claim_runs(mode, owner, limit, run, lease)
+    }
 
     /// The per-destination rows of these messages, read through the claim's own transaction
     /// when it holds one (a batch never waits for a second pooled connection while it holds
