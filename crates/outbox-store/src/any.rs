@@ -255,17 +255,6 @@ macro_rules! unwrap_hold {
 impl Claims for AnyOutbox {
     type Lock = AnyLock;
 
-    async fn claim_runs(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        run: usize,
-        lease: Duration,
-    ) -> Result<Claimed<AnyLock>> {
-        self.claim_committed(mode, owner, &[], limit, run, lease).await
-    }
-
     async fn claim_committed(
         &self,
         mode: ClaimMode,

@@ -223,24 +223,13 @@ impl Signalled for MemoryStore {
 impl Claims for MemoryStore {
     type Lock = NoLocks;
 
-    /// Due `pending` rows and `sending` rows whose lease expired, in id order: a key's head (no
-    /// older open message with that key), then the due messages that follow it without a gap,
-    /// up to `run` per key, as the SQL stores' locked claims build them (with the difference
-    /// that every key may bring its whole run while places are left).
-    async fn claim_runs(
-        &self,
-        mode: ClaimMode,
-        owner: &str,
-        limit: usize,
-        run: usize,
-        lease: Duration,
-    ) -> Result<Claimed<NoLocks>> {
-        self.claim_committed(mode, owner, &[], limit, run, lease).await
-    }
-
     /// The committed ids that are due and head their key (no older open message with that
     /// key), leased, as the SQL stores' claims by id take them; nothing else is looked at. When
-    /// none can go, or there are more ids than `limit`, the claim of [`Claims::claim_runs`].
+    /// none can go, or there are more ids than `limit`: due `pending` rows and `sending` rows
+    /// whose lease expired, in id order, a key's head (no older open message with that key),
+    /// then the due messages that follow it without a gap, up to `run` per key, as the SQL
+    /// stores' locked claims build them (with the difference that every key may bring its whole
+    /// run while places are left).
     async fn claim_committed(
         &self,
         _mode: ClaimMode,

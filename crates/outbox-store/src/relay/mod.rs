@@ -158,17 +158,6 @@ macro_rules! row_lock_claims {
         impl $crate::relay::Claims for Outbox<$db> {
             type Lock = $crate::relay::RowLock<$db>;
 
-            async fn claim_runs(
-                &self,
-                mode: ClaimMode,
-                owner: &str,
-                limit: usize,
-                run: usize,
-                lease: Duration,
-            ) -> Result<Claimed<Self::Lock>> {
-                self.claim_committed(mode, owner, &[], limit, run, lease).await
-            }
-
             async fn claim_committed(
                 &self,
                 mode: ClaimMode,
@@ -268,14 +257,17 @@ pub trait Claims: Clone + Send + Sync + 'static {
         limit: usize,
         run: usize,
         lease: Duration,
-    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
+        self.claim_committed(mode, owner, &[], limit, run, lease)
+    }
 
     /// [`Claims::claim_runs`], told which messages this process has just committed
     /// (`committed`, from its [`CommitSignal`](crate::CommitSignal)): a store may claim those by
     /// id, without looking for due messages, when they are claimable (due, each the head of its
     /// key); it then reports [`Claimed::left_behind`]. The ids are a hint: any of them may have
-    /// been claimed meanwhile, belong to no message, or wait behind their key. By default, and
-    /// when none of them can be taken, the claim is [`Claims::claim_runs`].
+    /// been claimed meanwhile, belong to no message, or wait behind their key. When none of them
+    /// can be taken, when they outnumber `limit`, or when the store does not claim by id, the
+    /// claim is [`Claims::claim_runs`]'s. The one claim a store implements.
     fn claim_committed(
         &self,
         mode: ClaimMode,
@@ -284,10 +276,7 @@ pub trait Claims: Clone + Send + Sync + 'static {
         limit: usize,
         run: usize,
         lease: Duration,
-    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
-        let _ = committed;
-        self.claim_runs(mode, owner, limit, run, lease)
-    }
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
 
     /// The per-destination rows of these messages, read through the claim's own transaction
     /// when it holds one (a batch never waits for a second pooled connection while it holds

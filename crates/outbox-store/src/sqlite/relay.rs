@@ -345,11 +345,14 @@ impl Claims for Outbox<Sqlite> {
 
     /// The heads, leased by one atomic `UPDATE`; with `run` > 1, in one `BEGIN IMMEDIATE`
     /// transaction with the runs behind them (see `relay::runs`): SQLite's one writer makes the
-    /// two statements atomic, so no other claim can take a follower between them.
-    async fn claim_runs(
+    /// two statements atomic, so no other claim can take a follower between them. Not by id
+    /// (`_committed` is not used): the relay and its writers share the one writer lock, and the
+    /// claim is one statement already.
+    async fn claim_committed(
         &self,
         _mode: ClaimMode,
         owner: &str,
+        _committed: &[MessageId],
         limit: usize,
         run: usize,
         lease: Duration,

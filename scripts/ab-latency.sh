@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# A/B of two release builds of `outbox` (/tmp/outbox-before, /tmp/outbox-after): the latency
-# scenario at 500 msg/s on PostgreSQL + NATS and MariaDB + NATS, alternating the order each
-# round, with sqlxmq's harness (bench/peers/sqlxmq) after each round. Raw reports go to /tmp/ab.
+# A/B of two release builds of `outbox` (/tmp/outbox-before, /tmp/outbox-after), beside sqlxmq:
+#
+#   scripts/ab-latency.sh [ROUNDS]
+#
+# The latency scenario at 500 msg/s on PostgreSQL + NATS and MariaDB + NATS, the order of the two
+# builds alternating each round, sqlxmq's harness (bench/peers/sqlxmq, built by scripts/peers.sh)
+# after each round; raw reports in /tmp/ab, one line per run printed at the end. Not part of CI:
+# a measurement (docs/benchmarks.md, "A claim without the pool's ping", "Claims by id").
 set -u
 out=/tmp/ab; mkdir -p $out
 rounds="${1:-3}"
