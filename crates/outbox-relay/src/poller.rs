@@ -194,11 +194,6 @@ impl<S: RelayStore> Relay<S> {
             claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
-            // A claim under way is not dropped when the shutdown comes: sqlx 0.8 can leave a
-            // connection whose statement was dropped mid-flight waiting forever on its way back
-            // to the pool (PostgreSQL, MySQL), and the release below needs the pool. Claims are
-            // short; one the database does not answer is given up `shutdown_timeout` after the
-            // shutdown. What it claimed is not published: handed back below.
             // The messages committed in this process since the last claim: the store claims
             // them by id (PostgreSQL, MySQL/MariaDB), cheaper than looking for due messages, and
             // looks at nothing else. So at most every other claim goes by id: the claim after
@@ -208,6 +203,11 @@ impl<S: RelayStore> Relay<S> {
             let ids = inner.signal.take_ids();
             let committed = if std::mem::take(&mut window_next) { Vec::new() } else { ids };
             let by_id = !committed.is_empty();
+            // A claim under way is not dropped when the shutdown comes: sqlx 0.8 can leave a
+            // connection whose statement was dropped mid-flight waiting forever on its way back
+            // to the pool (PostgreSQL, MySQL), and the release below needs the pool. Claims are
+            // short; one the database does not answer is given up `shutdown_timeout` after the
+            // shutdown. What it claimed is not published: handed back below.
             let claimed = tokio::select! {
                 r = inner.store.claim_committed(mode, &cfg.owner, &committed, cfg.batch_size, cfg.max_run.min(cfg.batch_size), cfg.lease).instrument(span.clone()) => r,
                 () = async {
