@@ -74,11 +74,13 @@ pub(crate) async fn begin_with<DB: sqlx::Database>(
 /// it was released: the `BEGIN` has done nothing), the connection is dropped (its release ping
 /// then fails, and sqlx closes it) and the transaction is begun as `pool.begin()` would, on a
 /// connection the pool has tested or opened. Without an idle connection it is `pool.begin()`.
-/// The application's own transactions keep the pool's ping: this is for the relay's claims,
-/// which an error would only delay.
+/// The application's own transactions keep the pool's ping: this is for the store's own
+/// transactions (MySQL/MariaDB's claims, settlements and admin reads), which an error would only
+/// delay. PostgreSQL's claim does the same in `postgres::ClaimTx::begin`, its `BEGIN` travelling
+/// with the claim.
 ///
 /// `statement` is the begin statement (`None`: the dialect's own `BEGIN`).
-#[cfg(any(feature = "postgres", feature = "mysql"))]
+#[cfg(feature = "mysql")]
 pub(crate) async fn begin_untested_first<DB: sqlx::Database>(
     pool: &sqlx::Pool<DB>,
     statement: Option<std::borrow::Cow<'static, str>>,

@@ -604,6 +604,91 @@ async fn postgres_a_settled_locked_claim_leaves_no_multixact() {
     db.drop_db().await;
 }
 
+/// PostgreSQL: the claim by id travels with its `BEGIN` as one simple query, its statement
+/// prepared once per connection by name and its rows read in text format. A message claimed that
+/// way reads exactly as the table holds it (every column, the times to the microsecond), with
+/// the canonical names and with a schema and prefix; a connection that lost the statement
+/// (`DEALLOCATE`, as `DISCARD ALL` does) prepares it again within the same claim; and a claim
+/// dropped unsettled closes its connection rather than handing it back to the pool inside the
+/// transaction, so its rows are free at once and the pool's next connection is a new session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_by_id_reads_every_column_and_prepares_again_when_its_statement_is_lost() {
+    let db = outbox_testkit::fresh_pg().await;
+    // One connection: every statement below runs in the session the claims use.
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&db.url).await.unwrap();
+    for tables in
+        [outbox_store::Tables::default(), outbox_store::Tables::new(Some("byid_s"), "byid_").unwrap()]
+    {
+        let outbox = Outbox::new(pool.clone()).with_tables(tables.clone()).unwrap();
+        outbox.migrate().await.unwrap();
+        let msg =
+            NewMessage::new("orders.created", "{\"total\": 12.5, \"note\": \"caf\u{e9} \u{2603} 'quoted'\"}")
+                .key("customer-7")
+                .tag("eu")
+                .biz("order", "o-1001")
+                .header("trace-id", "a b c")
+                .max_attempts(9)
+                .created_by("svc-a");
+        let id = outbox.enqueue(&msg).await.unwrap().id;
+        let stored = outbox.get(id).await.unwrap().unwrap();
+        let statements = || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, String>(
+                    "SELECT name FROM pg_prepared_statements WHERE name LIKE 'outbox\\_claim\\_committed\\_%'",
+                )
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        let before = statements().await;
+        let pid = || {
+            let pool = pool.clone();
+            async move { sqlx::query_scalar::<_, i32>("SELECT pg_backend_pid()").fetch_one(&pool).await.unwrap() }
+        };
+        let session = pid().await;
+
+        for round in ["prepared on the first claim", "prepared again after DEALLOCATE"] {
+            let c = outbox.claim_committed(ClaimMode::Lock, "relay-a", &[id], 10, 1, LEASE).await.unwrap();
+            assert_eq!(c.messages, vec![stored.clone()], "{round}: the claim by id reads the row as stored");
+            assert!(c.left_behind, "{round}: a claim by id looked at nothing else");
+            outbox.settle_held(c.hold, "relay-a", &Settlement::default()).await.unwrap();
+            let now = statements().await;
+            assert_eq!(now.len(), before.len() + 1, "{round}: one statement of this outbox's: {now:?}");
+            assert_eq!(pid().await, session, "{round}: a settled claim hands its connection back");
+            let ours: Vec<&String> = now.iter().filter(|n| !before.contains(n)).collect();
+            sqlx::query(&format!("DEALLOCATE {}", ours[0])).execute(&pool).await.unwrap();
+        }
+
+        // Dropped unsettled: the connection is closed, which ends the transaction; the next
+        // claim (on the pool's one connection) takes the message at once, in a new session.
+        let c = outbox.claim_committed(ClaimMode::Lock, "relay-a", &[id], 10, 1, LEASE).await.unwrap();
+        assert_eq!(c.messages.len(), 1);
+        drop(c);
+        let again = outbox.claim_committed(ClaimMode::Lock, "relay-b", &[id], 10, 1, LEASE).await.unwrap();
+        assert_eq!(
+            again.messages,
+            vec![stored.clone()],
+            "free again once the dropped claim's connection closed"
+        );
+        outbox
+            .settle_held(again.hold, "relay-b", &Settlement { sent: vec![id], ..Settlement::default() })
+            .await
+            .unwrap();
+        assert_eq!(outbox.get(id).await.unwrap().unwrap().status, Status::Sent);
+        // Two statements in one transaction would see one transaction id.
+        let xid = || {
+            let pool = pool.clone();
+            async move { sqlx::query_scalar::<_, i64>("SELECT txid_current()").fetch_one(&pool).await.unwrap() }
+        };
+        assert_ne!(xid().await, xid().await, "the pool's connection is not left inside a transaction");
+        assert_ne!(pid().await, session, "the dropped claim's session was closed, not reused");
+    }
+    drop(pool);
+    db.drop_db().await;
+}
+
 /// PostgreSQL: a trigger that refuses one row's update, added while the relay still takes the
 /// table for plain (it checks every 30 s), fails that row alone: the batch's write fails, its
 /// rows are locked again and written one by one, the refused one `failed` with the reason. The

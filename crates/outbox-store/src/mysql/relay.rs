@@ -517,9 +517,9 @@ fn push_lease(qb: &mut QueryBuilder<'_, MySql>, lease: Duration) {
 }
 
 /// The row locks of a locked claim on this database.
-pub type MySqlLock = crate::relay::RowLock<MySql>;
+pub type MySqlLock = crate::relay::RowLock<sqlx::Transaction<'static, MySql>>;
 
-crate::relay::row_lock_claims!(MySql);
+crate::relay::row_lock_claims!(MySql, MySqlLock);
 
 impl Outbox<MySql> {
     async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {

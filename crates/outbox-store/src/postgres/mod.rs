@@ -130,7 +130,9 @@ pub(crate) const MESSAGE_COLUMNS: &str = message_columns!("outbox_message");
 
 mod ack;
 mod admin;
+mod claim_tx;
 mod relay;
+pub use claim_tx::ClaimTx;
 pub(crate) use relay::deliveries_locked;
 pub use relay::PgLock;
 

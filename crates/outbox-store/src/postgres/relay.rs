@@ -19,7 +19,8 @@ use sqlx::postgres::{PgListener, Postgres};
 use sqlx::Row;
 
 use super::decode_message;
-use crate::common::{decode_rows, release_leases, FailSql, Poison};
+use super::ClaimTx;
+use crate::common::{decode_rows, release_leases, FailSql};
 use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
@@ -293,6 +294,28 @@ WHERE l.msg_key IS NULL OR l.id = (
 LIMIT $2"
 );
 
+/// [`CLAIM_COMMITTED`] for these tables as `PREPARE` and `EXECUTE` statements for
+/// [`ClaimTx::begin`]: the ids (`$1`) and the limit (`$2`) written in as integers. The
+/// statement's name is made from a hash of its text, so that two outboxes over different tables
+/// sharing a pool, or two versions of the statement, never run each other's.
+fn by_id_claim(tables: &Tables, committed: &[MessageId], limit: i64) -> (String, String) {
+    use std::fmt::Write as _;
+    use std::hash::{Hash as _, Hasher as _};
+    let sql = render(tables, CLAIM_COMMITTED);
+    // SipHash with fixed keys: the same name for the same text.
+    let mut h = std::hash::DefaultHasher::new();
+    sql.hash(&mut h);
+    let name = format!("outbox_claim_committed_{:016x}", h.finish());
+    let prepare = format!("PREPARE {name}(int8[], int8) AS {sql}");
+    let mut execute = format!("EXECUTE {name}('{{");
+    for (i, id) in committed.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(execute, "{sep}{}", id.0);
+    }
+    let _ = write!(execute, "}}', {limit})");
+    (prepare, execute)
+}
+
 /// The open messages that follow each head (`$1` keys, `$2` head ids) in its key, at most `$3`
 /// per key, in id order, each with whether it is due. One probe of the open-key index per key,
 /// in `(msg_key, id)` order from the head (as the head probes, so only that index can serve
@@ -359,23 +382,23 @@ const OWN_CONSTRAINTS: [&str; 15] = [
 /// Asks [`PLAIN_TABLE`] in the claim's transaction, in a savepoint of its own (a read: the
 /// subtransaction takes no transaction id), so that a refused catalog read cannot cost the
 /// claim: it counts as not plain.
-async fn plain_table(tx: &mut sqlx::Transaction<'static, Postgres>, tables: &Tables) -> Result<bool> {
-    use sqlx::Connection as _;
-    let mut sp = (**tx).begin().await.map_err(db)?;
+async fn plain_table(tx: &mut ClaimTx, tables: &Tables) -> Result<bool> {
+    use sqlx::Executor as _;
+    tx.execute("SAVEPOINT outbox_plain").await.map_err(db)?;
     let asked: std::result::Result<Option<bool>, sqlx::Error> = sqlx::query_scalar(PLAIN_TABLE)
         .bind(tables.table(crate::names::Dialect::Postgres, "outbox_message"))
         .bind(tables.name("outbox_message_notify").into_owned())
         .bind(OWN_CONSTRAINTS.iter().map(|c| tables.name(c).into_owned()).collect::<Vec<_>>())
-        .fetch_optional(&mut *sp)
+        .fetch_optional(&mut **tx)
         .await
         .map(Option::flatten);
     match asked {
         Ok(plain) => {
-            sp.commit().await.map_err(db)?;
+            tx.execute("RELEASE SAVEPOINT outbox_plain").await.map_err(db)?;
             Ok(plain.unwrap_or(false))
         }
         Err(e) => {
-            sp.rollback().await.map_err(db)?;
+            tx.execute("ROLLBACK TO SAVEPOINT outbox_plain").await.map_err(db)?;
             let e = outbox_core::text::bounded_error(&e.to_string());
             tracing::warn!(error = %e, "Reading the message table's triggers and constraints failed; settling in savepoints");
             Ok(false)
@@ -569,7 +592,7 @@ async fn read_deliveries<'e, E: sqlx::Executor<'e, Database = Postgres>>(
 
 /// The runs behind the heads of `plan`, locked in the claim's transaction.
 async fn lock_runs(
-    tx: &mut sqlx::Transaction<'static, Postgres>,
+    tx: &mut PgConnection,
     tables: &Tables,
     plan: &runs::RunPlan,
 ) -> Result<Vec<OutboxMessage>> {
@@ -578,7 +601,7 @@ async fn lock_runs(
         .bind(plan.heads.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>())
         .bind(plan.heads.iter().map(|(_, id)| *id).collect::<Vec<_>>())
         .bind(per_key)
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *tx)
         .await
         .map_err(db)?;
     let mut followers = rows
@@ -593,16 +616,16 @@ async fn lock_runs(
         .collect::<Result<Vec<_>>>()?;
     runs::take(&mut followers, plan.per_key, |wanted| async move {
         let rows =
-            sqlx::query(&render(tables, RUN_LOCK)).bind(&wanted).fetch_all(&mut **tx).await.map_err(db)?;
+            sqlx::query(&render(tables, RUN_LOCK)).bind(&wanted).fetch_all(&mut *tx).await.map_err(db)?;
         Ok(decode_rows(&rows, |r| r.try_get::<i64, _>("id").ok(), decode_message).0)
     })
     .await
 }
 
 /// The row locks of a locked claim on this database.
-pub type PgLock = crate::relay::RowLock<Postgres>;
+pub type PgLock = crate::relay::RowLock<ClaimTx>;
 
-crate::relay::row_lock_claims!(Postgres);
+crate::relay::row_lock_claims!(Postgres, PgLock);
 
 impl Outbox<Postgres> {
     async fn extend_leases(&self, owner: &str, ids: &[MessageId], lease: Duration) -> Result<u64> {
@@ -831,30 +854,20 @@ impl Outbox<Postgres> {
             "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL plan_cache_mode = force_generic_plan",
             ms(lease).max(1)
         );
-        let mut tx = crate::begin::begin_untested_first(self.pool(), Some(begin.into())).await.map_err(db)?;
-        let mut out: Vec<OutboxMessage> = Vec::new();
-        let mut poison: Vec<Poison> = Vec::new();
+        // The fast path: the ids just committed in this process, when they fit in the batch
+        // (more means a backlog, which the window claims in due order), claimed in the round
+        // trip of the `BEGIN` (see `ClaimTx`). What it takes is the batch; when it takes nothing
+        // (they were claimed already, or wait behind their keys' heads), the window is claimed
+        // in the same transaction.
+        let by_id =
+            (!committed.is_empty() && committed.len() <= max).then(|| by_id_claim(tables, committed, limit));
+        let (mut tx, rows) = ClaimTx::begin(self.pool(), begin, by_id).await.map_err(db)?;
+        let (mut out, mut poison) =
+            decode_rows(&rows, |r| r.try_get::<Option<i64>, _>("id").ok().flatten(), decode_message);
+        let by_id = !out.is_empty() || !poison.is_empty();
         // Whether a run could follow a head: not when the first pass's window held every due
         // row and each key once (a due follower is a second due row of its key).
         let mut followers_possible = true;
-        // The fast path: the ids just committed in this process, when they fit in the batch
-        // (more means a backlog, which the window claims in due order). What it takes is the
-        // batch; when it takes nothing (they were claimed already, or wait behind their keys'
-        // heads), the window is claimed in the same transaction.
-        let mut by_id = false;
-        if !committed.is_empty() && committed.len() <= max {
-            let rows = sqlx::query(&render(tables, CLAIM_COMMITTED))
-                .bind(raw_ids(committed))
-                .bind(limit)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
-            let (good, bad) =
-                decode_rows(&rows, |r| r.try_get::<Option<i64>, _>("id").ok().flatten(), decode_message);
-            by_id = !good.is_empty() || !bad.is_empty();
-            out.extend(good);
-            poison.extend(bad);
-        }
         for pass in (0..LOCKED_PASSES).filter(|_| !by_id) {
             let offset = pass * window;
             let taken: Vec<i64> = out.iter().map(|m| m.id.0).chain(poison.iter().map(|p| p.id)).collect();
@@ -952,30 +965,31 @@ impl Outbox<Postgres> {
                 plain
             }
         };
-        let (mut tx, owned) = if plain {
-            let bounded = s.bounded();
-            let batch_error =
-                match write_settlement(&mut tx, tables, owner, &bounded, &held, MARK_SENT_LOCKED).await {
-                    Ok(report) => {
-                        tx.commit().await.map_err(db)?;
-                        return Ok(report);
-                    }
-                    Err(e) => e,
-                };
-            self.plain.forget();
-            tx.rollback().await.map_err(db)?;
-            let batch_error = outbox_core::text::bounded_error(&batch_error.to_string());
-            tracing::warn!(error = %batch_error, messages = held.len(), "Writing a batch's outcomes failed; locking its messages again to write them one by one");
-            let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
-            let relocked: Vec<i64> = sqlx::query_scalar(&render(tables, RELOCK))
-                .bind(&held)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db)?;
-            (tx, relocked)
-        } else {
-            (tx, held)
-        };
+        if !plain {
+            // Savepoints need the transaction counted by sqlx (see `ClaimTx::counted`).
+            let w = PgWrites { tables, owner, owned: &held, mark_sent: MARK_SENT_LOCKED };
+            let mut counted = tx.counted().await.map_err(db)?;
+            let report = settle_isolated(&mut *counted, &w, s).await?;
+            counted.commit().await.map_err(db)?;
+            tx.ended();
+            return Ok(report);
+        }
+        let bounded = s.bounded();
+        let batch_error =
+            match write_settlement(&mut tx, tables, owner, &bounded, &held, MARK_SENT_LOCKED).await {
+                Ok(report) => {
+                    tx.commit().await.map_err(db)?;
+                    return Ok(report);
+                }
+                Err(e) => e,
+            };
+        self.plain.forget();
+        tx.rollback().await.map_err(db)?;
+        let batch_error = outbox_core::text::bounded_error(&batch_error.to_string());
+        tracing::warn!(error = %batch_error, messages = held.len(), "Writing a batch's outcomes failed; locking its messages again to write them one by one");
+        let mut tx = crate::begin::begin(self.pool()).await.map_err(db)?;
+        let owned: Vec<i64> =
+            sqlx::query_scalar(&render(tables, RELOCK)).bind(&held).fetch_all(&mut *tx).await.map_err(db)?;
         let w = PgWrites { tables, owner, owned: &owned, mark_sent: MARK_SENT_LOCKED };
         let report = settle_isolated(&mut *tx, &w, s).await?;
         tx.commit().await.map_err(db)?;

@@ -123,10 +123,12 @@ pub enum NoLocks {}
 
 /// The row locks of a locked claim on a database that can lock rows (PostgreSQL,
 /// MySQL/MariaDB): the claim's open transaction and the messages it holds. Dropping it rolls
-/// the transaction back, which frees the rows at once.
+/// the transaction back, which frees the rows at once. `T` is the transaction: sqlx's own, or
+/// on PostgreSQL [`crate::postgres::ClaimTx`], begun by hand so that `BEGIN` and a claim by id
+/// travel in one round trip.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-pub struct RowLock<DB: sqlx::Database> {
-    pub(crate) tx: sqlx::Transaction<'static, DB>,
+pub struct RowLock<T> {
+    pub(crate) tx: T,
     pub(crate) ids: Vec<MessageId>,
     /// The names of the claiming outbox's tables.
     pub(crate) tables: crate::Tables,
@@ -134,29 +136,29 @@ pub struct RowLock<DB: sqlx::Database> {
     pub(crate) left_behind: bool,
 }
 
-impl<DB: sqlx::Database> std::fmt::Debug for RowLock<DB> {
+impl<T> std::fmt::Debug for RowLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RowLock").field("database", &DB::NAME).field("messages", &self.ids.len()).finish()
+        f.debug_struct("RowLock").field("messages", &self.ids.len()).finish()
     }
 }
 
-/// Implements [`Claims`] for `Outbox<$db>` on a database that locks rows ([`RowLock`]), by
+/// Implements [`Claims`] for `Outbox<$db>` on a database that locks rows (`$lock`, a [`RowLock`]), by
 /// dispatching on the claim mode to the dialect module's own steps: the inherent
 /// `claim_leased`, `claim_locked`, `settle_leased`, `settle_locked`, `extend_leases` and
 /// `release_leases`, and the module's `read_deliveries`.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_macros))]
 macro_rules! row_lock_claims {
-    ($db:ty) => {
+    ($db:ty, $lock:ty) => {
         /// The per-destination rows of these messages, read through the claim's own transaction.
         pub(crate) async fn deliveries_locked(
-            lock: &mut $crate::relay::RowLock<$db>,
+            lock: &mut $lock,
             ids: &[MessageId],
         ) -> Result<Vec<DeliveryState>> {
             read_deliveries(&mut *lock.tx, &lock.tables, ids).await
         }
 
         impl $crate::relay::Claims for Outbox<$db> {
-            type Lock = $crate::relay::RowLock<$db>;
+            type Lock = $lock;
 
             async fn claim_committed(
                 &self,
