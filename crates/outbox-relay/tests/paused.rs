@@ -547,3 +547,48 @@ async fn claims_by_id_never_starve_a_message_the_ids_do_not_name() {
     assert!(at <= before + 2, "{} publishes between the foreign message's commit and its own", at - before);
     running.stop().await;
 }
+
+/// Messages committed one at a time in this process, each once the one before it is out: the
+/// relay claims each by id and does not claim again at once after each one (the window's claim
+/// that follows a claim by id comes with the next commit, or within `active_scan_interval`), so
+/// it is not claiming most of the time between two messages. A message another process writes
+/// just after a claim by id (no in-process signal, and this store has no push) is still
+/// published within `active_scan_interval`.
+#[tokio::test(start_paused = true)]
+async fn a_claim_by_id_is_not_followed_by_another_at_once_nor_starves_another_processs_message() {
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let active = Duration::from_millis(50);
+    let relay = Relay::builder(&store)
+        .config(RelayConfig {
+            max_in_flight_batches: 1,
+            idle_interval: Duration::from_secs(60),
+            active_scan_interval: active,
+            ..config("r1")
+        })
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let stats = relay.stats();
+    let running = Running::spawn(relay);
+    let n = 50_u64;
+    for _ in 0..n {
+        let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+        until("published", || store.get(id).unwrap().status == Status::Sent).await;
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let claims = stats.claims.load(std::sync::atomic::Ordering::Relaxed);
+    // About one claim per message (two more at most); three per message before (the claim by
+    // id, the claim at once after it, the claim once more after declaring idle), or two with
+    // every claim by id (the window's claim after each).
+    assert!(claims <= n + 2, "{claims} claims for {n} messages");
+
+    let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+    until("published", || store.get(id).unwrap().status == Status::Sent).await;
+    let foreign = store.enqueue_unsignalled(&NewMessage::new("orders", "foreign")).unwrap();
+    let written = Instant::now();
+    until("the foreign message is published", || store.get(foreign).unwrap().status == Status::Sent).await;
+    assert!(written.elapsed() <= active, "published {:?} after it was written", written.elapsed());
+    running.stop().await;
+}
