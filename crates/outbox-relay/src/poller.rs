@@ -230,9 +230,6 @@ impl<S: RelayStore> Relay<S> {
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a
             // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
-            // A claim by id that took every id it was given: nothing of this process's commits
-            // waits behind what it took (see `every_id_taken` below).
-            let every_id_taken = by_id && claimed.as_ref().is_ok_and(|c| c.messages.len() == committed.len());
             let claimed = claimed.map(|c| {
                 let n = c.messages.len();
                 let batch = inner.without_held_back(c.messages);
@@ -311,19 +308,6 @@ impl<S: RelayStore> Relay<S> {
                     if scanned {
                         RelayStats::add(&inner.stats.claimed_on_scan, batch.len());
                     }
-                    // Whether this batch's settlement wakes the loop for another claim: when
-                    // the claim left due messages behind (younger messages of its keys may
-                    // head them once it settles; a full batch). Not when it saw every due
-                    // message, nor when it took every id it was given by id (it says it left
-                    // messages behind only because it looked at nothing else: the window's
-                    // claim after it, `window_next`, comes with the next commit or within
-                    // `active_scan_interval`, below). Claiming again at once after every
-                    // message, and then declaring idle and claiming once more, kept the relay
-                    // claiming for most of the time between two messages of a steady stream,
-                    // and a commit then waited for the claim under way. (Also when not all was
-                    // sent: retries; and when another claim ran meanwhile: it may have found a
-                    // younger message of the batch's keys held back.)
-                    let settled_wakes = left_behind && !every_id_taken;
                     let inner2 = inner.clone();
                     let (started, claims_at) =
                         (claims_started.clone(), claims_started.load(std::sync::atomic::Ordering::Acquire));
@@ -334,7 +318,7 @@ impl<S: RelayStore> Relay<S> {
                         // Younger messages with the same keys may be claimable now.
                         let claimed_meanwhile =
                             started.load(std::sync::atomic::Ordering::Acquire) != claims_at;
-                        if settled_wakes || !all_sent || claimed_meanwhile {
+                        if !quiet || left_behind || !all_sent || claimed_meanwhile {
                             inner2.signal.wake();
                         }
                     });
@@ -360,20 +344,11 @@ impl<S: RelayStore> Relay<S> {
                     // one waits for a wake-up (a commit, a NOTIFY, this batch settling) or the
                     // scan, instead of finding nothing while this batch is out. A store with a
                     // trickle of messages so uses one pooled connection at a time.
-                    // When the settlement does not wake it, the loop claims again within
-                    // `active_scan_interval` if nothing is committed meanwhile: the relay is
-                    // declared busy, so another process's commits do not wake it (the claim
-                    // then finds them, a retry come due, or nothing, and declares idle).
                     if partial {
-                        let wait = if settled_wakes {
-                            cfg.idle_interval
-                        } else {
-                            cfg.active_scan_interval.min(cfg.idle_interval)
-                        };
                         tokio::select! {
                             _ = shutdown.cancelled() => break,
                             _ = inner.signal.notified() => {}
-                            _ = tokio::time::sleep(wait) => on_scan = true,
+                            _ = tokio::time::sleep(cfg.idle_interval) => on_scan = true,
                         }
                     }
                 }
