@@ -114,23 +114,21 @@ fn an_unreachable_store_or_broker_at_start_exits_non_zero_naming_it() {
 fn sigterm_while_starting_is_a_graceful_stop() {
     let dir = temp_dir("outbox-daemon-stop-starting");
     let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    hole.set_nonblocking(true).unwrap();
+    let addr = hole.local_addr().unwrap();
     let store = format!("sqlite:{}", dir.join("x.db").display());
-    let cfg = config(&dir, &store, &format!("redis://{}", hole.local_addr().unwrap()), "unused");
+    let cfg = config(&dir, &store, &format!("redis://{addr}"), "unused");
     let log = dir.join("relay.log");
     let mut relay = RelayProcess::start(OUTBOX, &cfg, &log);
-    // The daemon is starting, its connect under way, once the listener has its connection.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let _held = loop {
-        match hole.accept() {
-            Ok((conn, _)) => break conn,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                assert!(Instant::now() < deadline, "the daemon never connected: {}", relay.log_text());
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => panic!("accept: {e}"),
-        }
-    };
+    // The daemon is starting, its connect under way, once the listener has its connection:
+    // accepted on a thread of its own, waited for with a deadline.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(hole.accept().map(|(conn, _)| conn));
+    });
+    let _held = rx
+        .recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("the daemon never connected: {}", relay.log_text()))
+        .unwrap();
     let status = relay.terminate(Duration::from_secs(60));
     let text = relay.log_text();
     assert!(status.success(), "exit {status}: {text}");
