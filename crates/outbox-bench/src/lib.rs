@@ -50,7 +50,8 @@ mod sys;
 
 pub use null::NullTransport;
 pub use results::{
-    ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
+    ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult,
+    ScaleResult,
 };
 pub use stats::Summary;
 pub use stores::{StoreServer, StoresResult};

@@ -255,6 +255,25 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         md.push_str(&summary_row("scheduled start → consumer received", &l.scheduled_to_consumer));
         md.push_str(&summary_row("business transaction", &l.transaction));
         md.push('\n');
+        if !l.claim_kinds.is_empty() {
+            let sent = l.sent.max(1) as f64;
+            md.push_str(
+                "The relay's claims by why they ran (`ClaimKind`):\n\n\
+                 | kind | claims | per message | found nothing |\n| --- | ---: | ---: | ---: |\n",
+            );
+            for k in &l.claim_kinds {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {:.2} | {} |",
+                    k.kind,
+                    k.claims,
+                    k.claims as f64 / sent,
+                    k.empty
+                );
+            }
+            let _ =
+                writeln!(md, "\nIds signalled and left to a window's claim: {}.\n", l.ids_left_to_the_window);
+        }
     }
     if let Some(e) = &r.enqueue {
         md.push_str(

@@ -87,6 +87,12 @@ pub struct LatencyResult {
     /// starting to its rows decoded: acquire, `BEGIN`, the claim's statements). With
     /// `claims_per_msg`, the part of the latency the claim takes.
     pub claim_ms_mean: f64,
+    /// The relay's claims during the load by why they ran (`outbox_relay::ClaimKind`), with how
+    /// many of each found nothing: where `claims_per_msg` comes from.
+    pub claim_kinds: Vec<ClaimKindRow>,
+    /// Ids committed by the load that the relay's signal held for a claim that looked for due
+    /// messages instead of claiming them by id (its window found them).
+    pub ids_left_to_the_window: u64,
     /// Mean duration of the relay's settlements, ms (the write-back and its commit; not on the
     /// way to the consumer, but it competes with the claims for the database).
     pub settle_ms_mean: f64,
@@ -168,4 +174,15 @@ pub struct IdleResult {
     pub server_queries_per_s: Option<f64>,
     /// Claim queries per second issued by the relay.
     pub claims_per_s: f64,
+}
+
+/// The relay's claims of one kind during a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClaimKindRow {
+    /// Why they ran (`outbox_relay::ClaimKind::name`).
+    pub kind: &'static str,
+    /// Claims of this kind.
+    pub claims: u64,
+    /// Of those, claims that found nothing to publish.
+    pub empty: u64,
 }

@@ -12,7 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, Seen};
 use crate::db::{self, BenchDb};
 use crate::results::{
-    ClaimAtSize, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult, ScaleResult,
+    ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult,
+    ScaleResult,
 };
 use crate::stats::{mean_ms_between, Recorder};
 use crate::sys;
@@ -323,6 +324,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let claimed0 = RelayStats::get(&relay.stats.claimed);
         let claims0 = RelayStats::get(&relay.stats.claims);
+        let kinds0 = relay.stats.claim_kinds();
+        let left0 = RelayStats::get(&relay.stats.ids_left_to_the_window);
         let xacts0 =
             if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
         let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
@@ -372,6 +375,19 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
         let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
         let claims = RelayStats::get(&relay.stats.claims) - claims0;
+        let claim_kinds = relay
+            .stats
+            .claim_kinds()
+            .iter()
+            .zip(&kinds0)
+            .map(|(k, k0)| ClaimKindRow {
+                kind: k.kind.name(),
+                claims: k.claims.saturating_sub(k0.claims),
+                empty: k.empty.saturating_sub(k0.empty),
+            })
+            .collect();
+        let ids_left_to_the_window =
+            RelayStats::get(&relay.stats.ids_left_to_the_window).saturating_sub(left0);
         let times1 = times();
         let (claim_ms_mean, settle_ms_mean) =
             (mean_ms_between(times0.0, times1.0), mean_ms_between(times0.1, times1.1));
@@ -410,6 +426,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             transaction: txd.summary(),
             fast_path_share: if claimed == 0 { 0.0 } else { 1.0 - on_scan as f64 / claimed as f64 },
             claims_per_msg: per_msg(claims),
+            claim_kinds,
+            ids_left_to_the_window,
             claim_ms_mean,
             settle_ms_mean,
             db_xacts_per_msg,

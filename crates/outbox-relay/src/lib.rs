@@ -65,4 +65,6 @@ pub use presence::BEAT_INTERVAL;
 pub use relay::Relay;
 pub use retention::Retention;
 pub use router::{matches as topic_matches, validate_pattern, Route};
-pub use stats::{DestinationState, Histogram, HistogramSnapshot, RelayStats, BUCKETS};
+pub use stats::{
+    ClaimKind, ClaimKindCount, DestinationState, Histogram, HistogramSnapshot, RelayStats, BUCKETS,
+};

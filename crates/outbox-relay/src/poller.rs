@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use crate::batch::process;
 use crate::pace::ScanPace;
 use crate::relay::Relay;
-use crate::stats::RelayStats;
+use crate::stats::{ClaimKind, RelayStats};
 
 /// How often the claim loop re-reads the paused destinations.
 const PAUSES_INTERVAL: Duration = Duration::from_secs(1);
@@ -72,6 +72,9 @@ impl<S: RelayStore> Relay<S> {
         let mut from_look = false;
         // The last claim may have been by id: the next one looks for due messages.
         let mut window_next = false;
+        // The next claim is the claim once more after declaring idle, or follows a full batch
+        // (for the claims' kinds in the stats).
+        let (mut once_more, mut after_full) = (false, false);
         let mut pace =
             ScanPace::new(cfg.idle_interval, cfg.active_scan_interval, idle_keeper.is_some() && !pushes);
 
@@ -201,8 +204,28 @@ impl<S: RelayStore> Relay<S> {
             // what the ids do not name (a retry come due, another process's rows) however
             // steadily this process commits.
             let ids = inner.signal.take_ids();
-            let committed = if std::mem::take(&mut window_next) { Vec::new() } else { ids };
+            let after_by_id = std::mem::take(&mut window_next);
+            let committed = if after_by_id {
+                RelayStats::add(&inner.stats.ids_left_to_the_window, ids.len());
+                Vec::new()
+            } else {
+                ids
+            };
             let by_id = !committed.is_empty();
+            let (again, full_before) = (std::mem::take(&mut once_more), std::mem::take(&mut after_full));
+            let kind = if again {
+                ClaimKind::OnceMore
+            } else if by_id {
+                ClaimKind::ById
+            } else if after_by_id {
+                ClaimKind::AfterById
+            } else if on_scan || from_look {
+                ClaimKind::Scan
+            } else if full_before {
+                ClaimKind::AfterFull
+            } else {
+                ClaimKind::Woken
+            };
             // A claim under way is not dropped when the shutdown comes: sqlx 0.8 can leave a
             // connection whose statement was dropped mid-flight waiting forever on its way back
             // to the pool (PostgreSQL, MySQL), and the release below needs the pool. Claims are
@@ -239,6 +262,9 @@ impl<S: RelayStore> Relay<S> {
                     (batch, c.hold, c.left_behind)
                 }
             });
+            if let Ok((batch, _, _)) = &claimed {
+                inner.stats.count_claim(kind, batch.is_empty());
+            }
             match claimed {
                 Err(e) => {
                     drop(permit);
@@ -278,6 +304,7 @@ impl<S: RelayStore> Relay<S> {
                         // The claim once more keeps this share (no second turn in the queue).
                         inner.between_claims().await;
                         carried = share;
+                        once_more = true;
                         continue;
                     }
                     inner.give_back(share).await;
@@ -344,6 +371,7 @@ impl<S: RelayStore> Relay<S> {
                     // one waits for a wake-up (a commit, a NOTIFY, this batch settling) or the
                     // scan, instead of finding nothing while this batch is out. A store with a
                     // trickle of messages so uses one pooled connection at a time.
+                    after_full = !partial;
                     if partial {
                         tokio::select! {
                             _ = shutdown.cancelled() => break,

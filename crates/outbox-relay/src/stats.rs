@@ -80,6 +80,13 @@ pub struct DestinationState {
 pub struct RelayStats {
     /// Claim queries issued.
     pub claims: AtomicU64,
+    /// Claims by why they ran, and how many of them found nothing: see
+    /// [`RelayStats::claim_kinds`].
+    pub(crate) by_kind: [KindCounts; ClaimKind::ALL.len()],
+    /// Ids this process committed that a claim found in the signal but did not claim by id,
+    /// because it looked for due messages instead (the claim after one by id): its window
+    /// finds them with the rest.
+    pub ids_left_to_the_window: AtomicU64,
     /// Idle scans run on the store's listening connection instead of a claim
     /// ([`outbox_store::Keeper::idle_tick`], and the quicker looks of a store without push,
     /// [`outbox_store::Keeper::peek`]), counted when they answered.
@@ -120,9 +127,100 @@ pub struct RelayStats {
     pub(crate) destinations: Vec<(String, Arc<DestinationFlags>)>,
 }
 
+/// Why a claim ran. Each claim has exactly one kind, the first of these that applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ClaimKind {
+    /// The claim once more right after declaring the relay idle (a row committed between the
+    /// empty claim and the declaration did not wake it).
+    OnceMore,
+    /// Given the ids this process committed since the last claim: it claims those alone.
+    ById,
+    /// The claim after one by id that found messages: it looks for due messages in due order
+    /// (what the ids do not name: retries come due, other processes' rows).
+    AfterById,
+    /// Started by the scan timer or by the idle keeper's look, not by a wake-up.
+    Scan,
+    /// Right after a claim that filled its batch (more may be due).
+    AfterFull,
+    /// Woken without ids: a batch of this relay settled, a `NOTIFY` came, or a wake-up was
+    /// left over from a commit whose id an earlier claim already took.
+    Woken,
+}
+
+impl ClaimKind {
+    /// Every kind, in the order of [`RelayStats::claim_kinds`].
+    pub const ALL: [ClaimKind; 6] = [
+        ClaimKind::OnceMore,
+        ClaimKind::ById,
+        ClaimKind::AfterById,
+        ClaimKind::Scan,
+        ClaimKind::AfterFull,
+        ClaimKind::Woken,
+    ];
+
+    /// A short name for reports and metrics labels.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimKind::OnceMore => "once_more",
+            ClaimKind::ById => "by_id",
+            ClaimKind::AfterById => "after_by_id",
+            ClaimKind::Scan => "scan",
+            ClaimKind::AfterFull => "after_full",
+            ClaimKind::Woken => "woken",
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Claims of one kind: how many ran, and how many of them found nothing to publish.
+#[derive(Debug, Default)]
+pub(crate) struct KindCounts {
+    claims: AtomicU64,
+    empty: AtomicU64,
+}
+
+/// What [`RelayStats::claim_kinds`] reports for one kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClaimKindCount {
+    /// Why these claims ran.
+    pub kind: ClaimKind,
+    /// Claims of this kind that answered (failed claims are in `store_errors`).
+    pub claims: u64,
+    /// Of those, the claims that found nothing to publish.
+    pub empty: u64,
+}
+
 impl RelayStats {
     pub(crate) fn add(counter: &AtomicU64, n: usize) {
         counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts a claim that answered: its kind, and whether it found nothing to publish.
+    pub(crate) fn count_claim(&self, kind: ClaimKind, empty: bool) {
+        let k = &self.by_kind[kind.index()];
+        k.claims.fetch_add(1, Ordering::Relaxed);
+        if empty {
+            k.empty.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The claims so far by why they ran ([`ClaimKind`]), every kind listed, in
+    /// [`ClaimKind::ALL`]'s order. Their sum is `claims` less the claims that failed.
+    pub fn claim_kinds(&self) -> Vec<ClaimKindCount> {
+        ClaimKind::ALL
+            .iter()
+            .map(|&kind| {
+                let k = &self.by_kind[kind.index()];
+                ClaimKindCount {
+                    kind,
+                    claims: k.claims.load(Ordering::Relaxed),
+                    empty: k.empty.load(Ordering::Relaxed),
+                }
+            })
+            .collect()
     }
 
     /// Reads a counter.

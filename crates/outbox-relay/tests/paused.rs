@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use outbox_core::{MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
 use outbox_relay::testing::{MemoryStore, TestTransport};
-use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, RelayStats, Route};
 use outbox_store::{Claims, RelayState};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -545,5 +545,90 @@ async fn claims_by_id_never_starve_a_message_the_ids_do_not_name() {
     // Each publish before it committed one more message (1,000 of them in all): the foreign
     // one went out while they kept coming, not after.
     assert!(at <= before + 2, "{} publishes between the foreign message's commit and its own", at - before);
+    running.stop().await;
+}
+
+/// Every claim that answers is counted under why it ran (`RelayStats::claim_kinds`), which is
+/// how the bench tells where a relay's claims go. A message committed now and then by this
+/// process costs three claims: the claim by id that publishes it, the claim its settlement
+/// wakes (which looks for due messages after a claim by id, and finds none), and the claim
+/// once more after declaring idle (none either). A message another process wrote (no
+/// in-process signal) is found by the scan; a backlog larger than a batch is taken by a scan
+/// and then by claims right after a full batch.
+#[tokio::test(start_paused = true)]
+async fn claims_are_counted_by_why_they_ran() {
+    use outbox_relay::ClaimKind;
+    let store = MemoryStore::new();
+    let t = TestTransport::new();
+    let relay = Relay::builder(&store)
+        .config(RelayConfig { idle_interval: Duration::from_secs(60), ..config("r1") })
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let stats = relay.stats();
+    let running = Running::spawn(relay);
+    let idle = || stats.idle.load(std::sync::atomic::Ordering::Relaxed);
+    let kinds = || stats.claim_kinds().into_iter().map(|k| (k.kind, k.claims, k.empty)).collect::<Vec<_>>();
+    let since = |before: &[(ClaimKind, u64, u64)]| {
+        kinds()
+            .into_iter()
+            .zip(before)
+            .filter(|((_, c, _), (_, c0, _))| c != c0)
+            .map(|((k, c, e), (_, c0, e0))| (k, c - c0, e - e0))
+            .collect::<Vec<_>>()
+    };
+    // Settled: idle, and nothing runs until a commit or the scan (tokio's clock moves only
+    // when every task waits).
+    let settle = || async {
+        until("the relay is idle", idle).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    settle().await;
+    assert_eq!(
+        kinds().iter().map(|(_, c, _)| c).sum::<u64>(),
+        RelayStats::get(&stats.claims),
+        "every claim is counted under one kind"
+    );
+
+    let before = kinds();
+    for _ in 0..5 {
+        let id = store.enqueue(&NewMessage::new("orders", "{}")).unwrap();
+        until("published", || store.get(id).unwrap().status == Status::Sent).await;
+        settle().await;
+    }
+    assert_eq!(
+        since(&before),
+        vec![(ClaimKind::OnceMore, 5, 5), (ClaimKind::ById, 5, 0), (ClaimKind::AfterById, 5, 5)],
+        "a sparse stream: three claims per message"
+    );
+    assert_eq!(RelayStats::get(&stats.ids_left_to_the_window), 0);
+
+    let before = kinds();
+    let foreign = store.enqueue_unsignalled(&NewMessage::new("orders", "foreign")).unwrap();
+    until("the foreign message is published", || store.get(foreign).unwrap().status == Status::Sent).await;
+    settle().await;
+    let found = since(&before);
+    assert!(found.contains(&(ClaimKind::Scan, 1, 0)), "found by the scan: {found:?}");
+
+    let before = kinds();
+    let backlog: Vec<MessageId> = (0..120)
+        .map(|i| store.enqueue_unsignalled(&NewMessage::new("orders", format!("{i}"))).unwrap())
+        .collect();
+    until("the backlog is published", || {
+        backlog.iter().all(|id| store.get(*id).unwrap().status == Status::Sent)
+    })
+    .await;
+    settle().await;
+    let drained = since(&before);
+    let of = |kind| drained.iter().find(|(k, _, _)| *k == kind).map_or((0, 0), |(_, c, e)| (*c, *e));
+    assert_eq!(of(ClaimKind::Scan).1, 0, "the scan found the backlog: {drained:?}");
+    let (full, full_empty) = of(ClaimKind::AfterFull);
+    assert!(full >= 2 && full_empty < full, "claims right after a full batch took the rest: {drained:?}");
+    assert_eq!(
+        kinds().iter().map(|(_, c, _)| c).sum::<u64>(),
+        RelayStats::get(&stats.claims),
+        "every claim is counted under one kind"
+    );
     running.stop().await;
 }

@@ -136,6 +136,14 @@ impl Metrics {
                 for (name, c) in counters {
                     metrics::counter!(name, "store" => s.name.clone()).absolute(RelayStats::get(c));
                 }
+                // Where the claims go: by why each ran, and how many found nothing.
+                for k in st.claim_kinds() {
+                    let kind = k.kind.name();
+                    metrics::counter!("outbox_claims_by_kind_total", "store" => s.name.clone(), "kind" => kind)
+                        .absolute(k.claims);
+                    metrics::counter!("outbox_empty_claims_total", "store" => s.name.clone(), "kind" => kind)
+                        .absolute(k.empty);
+                }
             }
         });
     }
