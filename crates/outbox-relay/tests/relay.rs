@@ -312,7 +312,10 @@ where
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
-    t.set_delay(Duration::from_millis(20));
+    // Each batch is out 100 ms, so one relay needs about 600 ms for the 12 batches: time for
+    // the others to claim too, even when their first claims met SQLite's one writer and backed
+    // off (with 20 ms, one relay sometimes took all 600 before the others' retries).
+    t.set_delay(Duration::from_millis(100));
     let msgs: Vec<NewMessage> = (0..600).map(|i| NewMessage::new("t", format!("{i}"))).collect();
     let mut tx = outbox.begin().await.unwrap();
     let ids: Vec<MessageId> = tx.enqueue_batch(&msgs).await.unwrap().into_iter().map(|e| e.id).collect();
