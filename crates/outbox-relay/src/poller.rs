@@ -60,14 +60,9 @@ impl<S: RelayStore> Relay<S> {
         let mut carried = None;
         // The loop waits as an idle relay does before its next claim.
         let mut wait_idle = false;
-        // Claims so far that left due messages behind (see `left` below): a batch's settlement
-        // wakes the loop when one ran while the batch was in flight (it may have left a younger
-        // message of the batch's keys behind, which heads its key once the batch settles).
-        let claims_behind = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        // A batch's settlement woke the loop because due messages may have been left behind:
-        // the next claim looks for due messages, even if this process committed some meanwhile
-        // (the messages left behind are found only that way: their ids were taken).
-        let window_owed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        // Claims started so far (a quiet batch wakes the loop after it settles when another
+        // claim started while it was in flight: see below).
+        let claims_started = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
         // Without push (MySQL/MariaDB), another process's commit is found by the idle relay's
@@ -75,9 +70,8 @@ impl<S: RelayStore> Relay<S> {
         let pushes = listener.as_ref().is_some_and(|l| l.pushes());
         // The claim about to run was started by the keeper's look (which said something may be due).
         let mut from_look = false;
-        // When the first claim by id since the last claim that looked for due messages started
-        // (see `window_turn` below).
-        let mut by_id_since: Option<Instant> = None;
+        // The last claim may have been by id: the next one looks for due messages.
+        let mut window_next = false;
         // The next claim is the claim once more after declaring idle, or follows a full batch
         // (for the claims' kinds in the stats).
         let (mut once_more, mut after_full) = (false, false);
@@ -200,39 +194,31 @@ impl<S: RelayStore> Relay<S> {
                 pauses_checked = Some(Instant::now());
                 inner.refresh_pauses(keeper.as_ref()).await;
             }
+            claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             // The messages committed in this process since the last claim: the store claims
             // them by id (PostgreSQL, MySQL/MariaDB), cheaper than looking for due messages, and
-            // looks at nothing else. So while this process keeps committing, a claim looks for
-            // due messages in due order instead (its window's turn) at least once per
-            // `active_scan_interval`, which finds what the ids do not name (a retry come due,
-            // another process's rows, and so a busy relay, which writers do not wake, finds
-            // those as an idle one's looks do), and right after a settlement that said due
-            // messages may have been left behind (`window_owed`).
+            // looks at nothing else. So at most every other claim goes by id: the claim after
+            // one that took something by id looks for due messages in due order, which finds
+            // what the ids do not name (a retry come due, another process's rows) however
+            // steadily this process commits.
             let ids = inner.signal.take_ids();
-            let owed = window_owed.swap(false, std::sync::atomic::Ordering::AcqRel);
-            let window_turn = !ids.is_empty()
-                && (owed || by_id_since.is_some_and(|t| t.elapsed() >= cfg.active_scan_interval));
-            let committed = if window_turn {
+            let after_by_id = std::mem::take(&mut window_next);
+            let committed = if after_by_id {
                 RelayStats::add(&inner.stats.ids_left_to_the_window, ids.len());
                 Vec::new()
             } else {
                 ids
             };
             let by_id = !committed.is_empty();
-            if by_id {
-                by_id_since.get_or_insert(claim_started);
-            } else {
-                by_id_since = None;
-            }
             let (again, full_before) = (std::mem::take(&mut once_more), std::mem::take(&mut after_full));
             let kind = if again {
                 ClaimKind::OnceMore
             } else if by_id {
                 ClaimKind::ById
-            } else if window_turn {
-                ClaimKind::WindowTurn
+            } else if after_by_id {
+                ClaimKind::AfterById
             } else if on_scan || from_look {
                 ClaimKind::Scan
             } else if full_before {
@@ -267,25 +253,6 @@ impl<S: RelayStore> Relay<S> {
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a
             // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
-            // A claim by id that took every id it was given left nothing of this process's
-            // commits behind: it looked at nothing else, so the store cannot say more (its
-            // `left_behind` is always true), and what the ids do not name is the window's
-            // (above). One that did not take them all (a key in flight, an id another claim
-            // took) leaves them to a window's claim.
-            let left = match &claimed {
-                Ok(c) if by_id => {
-                    c.messages.len() != committed.len()
-                        || !c.messages.iter().all(|m| committed.contains(&m.id))
-                }
-                Ok(c) => c.left_behind,
-                Err(_) => true,
-            };
-            if left {
-                claims_behind.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                if by_id {
-                    window_owed.store(true, std::sync::atomic::Ordering::Release);
-                }
-            }
             let claimed = claimed.map(|c| {
                 let n = c.messages.len();
                 let batch = inner.without_held_back(c.messages);
@@ -343,7 +310,8 @@ impl<S: RelayStore> Relay<S> {
                     inner.give_back(share).await;
                     wait_idle = true;
                 }
-                Ok((batch, hold, _)) => {
+                Ok((batch, hold, left_behind)) => {
+                    window_next = by_id;
                     let partial = batch.len() < cfg.batch_size;
                     pace.found(Instant::now());
                     from_look = false;
@@ -358,8 +326,6 @@ impl<S: RelayStore> Relay<S> {
                     // message now and then spends one claim and one turn of the budget per
                     // message, where declaring busy, claiming after the batch, declaring idle
                     // and claiming once more cost two writes, three claims and two turns.
-                    // (Any batch's settlement wakes the loop only for those reasons: see
-                    // `settled_wakes`.)
                     let quiet = idle && partial && inner.budget.as_ref().is_some_and(crate::Budget::crowded);
                     inner.stats.last_claim_ms.store(
                         u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0),
@@ -370,25 +336,16 @@ impl<S: RelayStore> Relay<S> {
                         RelayStats::add(&inner.stats.claimed_on_scan, batch.len());
                     }
                     let inner2 = inner.clone();
-                    let (behind, behind_at, owed) = (
-                        claims_behind.clone(),
-                        claims_behind.load(std::sync::atomic::Ordering::Acquire),
-                        window_owed.clone(),
-                    );
+                    let (started, claims_at) =
+                        (claims_started.clone(), claims_started.load(std::sync::atomic::Ordering::Acquire));
                     tasks.spawn(async move {
                         let all_sent = process(&inner2, batch, hold).await;
                         drop(permit);
                         inner2.give_back(share).await;
-                        // Younger messages of this batch's keys may be claimable now: when its
-                        // claim left due messages behind, when another claim that left some
-                        // behind ran while it was in flight, or when not all was sent (a retry).
-                        // Otherwise nothing became claimable through this batch: the loop's
-                        // next claim waits for a commit, a `NOTIFY` or the window's turn
-                        // (below), instead of claiming at once, finding nothing, declaring
-                        // idle and claiming once more after every message of a steady stream.
-                        let behind_meanwhile = behind.load(std::sync::atomic::Ordering::Acquire) != behind_at;
-                        if left || !all_sent || behind_meanwhile {
-                            owed.store(true, std::sync::atomic::Ordering::Release);
+                        // Younger messages with the same keys may be claimable now.
+                        let claimed_meanwhile =
+                            started.load(std::sync::atomic::Ordering::Acquire) != claims_at;
+                        if !quiet || left_behind || !all_sent || claimed_meanwhile {
                             inner2.signal.wake();
                         }
                     });
@@ -415,21 +372,11 @@ impl<S: RelayStore> Relay<S> {
                     // scan, instead of finding nothing while this batch is out. A store with a
                     // trickle of messages so uses one pooled connection at a time.
                     after_full = !partial;
-                    // When its settlement may not wake the loop (nothing left behind), the loop
-                    // claims again within `active_scan_interval` if nothing is committed
-                    // meanwhile: declared busy, this relay is not woken by another process's
-                    // commits. That claim looks for due messages; finding none, the relay
-                    // declares idle.
                     if partial {
-                        let wait = if left {
-                            cfg.idle_interval
-                        } else {
-                            cfg.active_scan_interval.min(cfg.idle_interval)
-                        };
                         tokio::select! {
                             _ = shutdown.cancelled() => break,
                             _ = inner.signal.notified() => {}
-                            _ = tokio::time::sleep(wait) => on_scan = true,
+                            _ = tokio::time::sleep(cfg.idle_interval) => on_scan = true,
                         }
                     }
                 }

@@ -135,11 +135,9 @@ pub enum ClaimKind {
     OnceMore,
     /// Given the ids this process committed since the last claim: it claims those alone.
     ById,
-    /// Looks for due messages in due order although this process committed messages it could
-    /// have claimed by id: the window's turn, at least once per `active_scan_interval` while
-    /// the ids keep coming (it finds what the ids do not name: retries come due, other
-    /// processes' rows), or right after a batch whose claim left due messages behind.
-    WindowTurn,
+    /// The claim after one by id that found messages: it looks for due messages in due order
+    /// (what the ids do not name: retries come due, other processes' rows).
+    AfterById,
     /// Started by the scan timer or by the idle keeper's look, not by a wake-up.
     Scan,
     /// Right after a claim that filled its batch (more may be due).
@@ -154,7 +152,7 @@ impl ClaimKind {
     pub const ALL: [ClaimKind; 6] = [
         ClaimKind::OnceMore,
         ClaimKind::ById,
-        ClaimKind::WindowTurn,
+        ClaimKind::AfterById,
         ClaimKind::Scan,
         ClaimKind::AfterFull,
         ClaimKind::Woken,
@@ -165,7 +163,7 @@ impl ClaimKind {
         match self {
             ClaimKind::OnceMore => "once_more",
             ClaimKind::ById => "by_id",
-            ClaimKind::WindowTurn => "window_turn",
+            ClaimKind::AfterById => "after_by_id",
             ClaimKind::Scan => "scan",
             ClaimKind::AfterFull => "after_full",
             ClaimKind::Woken => "woken",

@@ -252,12 +252,8 @@ impl Claims for MemoryStore {
         // Per key: messages taken so far, or None once the key's line is broken.
         let mut keys: HashMap<String, Option<usize>> = HashMap::new();
         let mut out = Vec::new();
-        // A due message not taken (behind an open message of its key), or a full batch: as the
-        // SQL stores' locked claims report it (`Claimed::left_behind`).
-        let mut left_behind = false;
         for row in mem.rows.values_mut() {
             if out.len() >= limit {
-                left_behind = true;
                 break;
             }
             if !is_open(row.msg.status) {
@@ -282,11 +278,9 @@ impl Claims for MemoryStore {
             };
             if head && due {
                 out.push(lease_row(row, owner, lease, now));
-            } else if due {
-                left_behind = true;
             }
         }
-        Ok(Claimed { left_behind, ..Claimed::leased(out) })
+        Ok(Claimed::leased(out))
     }
 
     async fn deliveries_held(
