@@ -348,6 +348,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// `idle_transaction_timeout` (MySQL), so later claims and settlements go straight to
     /// `wait_timeout` instead of trying it first (two round trips per claim and settlement).
     pub(crate) no_idle_transaction_timeout: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// MySQL/MariaDB: set once a locked claim has set `idle_transaction_timeout` (MariaDB), so
+    /// later locked claims set it in their `BEGIN`'s round trip instead of in one of its own.
+    pub(crate) has_idle_transaction_timeout: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -359,6 +362,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             shed: self.shed.clone(),
             plain: self.plain.clone(),
             no_idle_transaction_timeout: self.no_idle_transaction_timeout.clone(),
+            has_idle_transaction_timeout: self.has_idle_transaction_timeout.clone(),
         }
     }
 }
@@ -374,6 +378,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             shed: Default::default(),
             plain: Default::default(),
             no_idle_transaction_timeout: Default::default(),
+            has_idle_transaction_timeout: Default::default(),
         }
     }
 

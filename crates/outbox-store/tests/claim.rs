@@ -158,6 +158,13 @@ async fn a_frozen_claimer_loses_its_rows_after_the_lease<DB: OutboxDatabase>(out
 where
     Outbox<DB>: Claims,
 {
+    // A first claim, settled: the frozen one is not this outbox's first (MariaDB's claims set
+    // the bound in their BEGIN's round trip once one has seen the server has it).
+    let first = outbox.enqueue(&NewMessage::new("t", "{}").key("first")).await.unwrap().id;
+    let claim = outbox.claim_with(ClaimMode::Lock, "first", 10, Duration::from_secs(1)).await.unwrap();
+    assert_eq!(claim.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![first]);
+    let sent = Settlement { sent: vec![first], messages: Vec::new(), deliveries: Vec::new() };
+    outbox.settle_held(claim.hold, "first", &sent).await.unwrap();
     let id = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
     let frozen = outbox.claim_with(ClaimMode::Lock, "frozen", 10, Duration::from_secs(1)).await.unwrap();
     assert_eq!(frozen.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);

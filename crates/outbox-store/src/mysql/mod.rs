@@ -300,7 +300,20 @@ mod tests {
             outbox.settle_held(claim.hold, "relay", &settlement).await.unwrap();
             let after: i64 = sqlx::query_scalar(&session).fetch_one(&pool).await.unwrap();
             assert_eq!(after, global, "round {round}: {variable} set back after the settlement on {version}");
+            // MariaDB: from the second claim on, the bound goes with the claim's BEGIN.
+            assert_eq!(
+                outbox.has_idle_transaction_timeout.load(std::sync::atomic::Ordering::Relaxed),
+                mariadb,
+                "round {round}: {version}"
+            );
         }
+        // A claim that finds nothing sets it back too (on MariaDB it was set in its BEGIN).
+        let claim =
+            outbox.claim_with(ClaimMode::Lock, "relay", 10, std::time::Duration::from_secs(7)).await.unwrap();
+        assert!(claim.messages.is_empty());
+        drop(claim);
+        let after: i64 = sqlx::query_scalar(&session).fetch_one(&pool).await.unwrap();
+        assert_eq!(after, global, "{variable} set back after an empty claim on {version}");
         drop((outbox, pool));
         db.drop_db().await;
     }

@@ -287,11 +287,15 @@ async fn lock_candidates(
     limit: usize,
     run: usize,
     exact: bool,
+    bound: Option<Duration>,
 ) -> Result<Candidates> {
     let tables = outbox.tables();
     let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
-    let mut tx = begin_read_committed(outbox).await?;
+    let mut tx = match bound {
+        Some(lease) => begin_bounded(outbox, lease).await?,
+        None => begin_read_committed(outbox).await?,
+    };
     if !committed.is_empty() && committed.len() <= limit {
         // The key is not known yet: every locked row is probed (a keyless one passes).
         let probe: Vec<Candidate> = committed.iter().map(|id| (id.0, 2, Some(Vec::new()), None)).collect();
@@ -635,7 +639,7 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept, _poison, _) = lock_candidates(self, &[], limit, run, false).await?;
+        let (mut tx, mut kept, _poison, _) = lock_candidates(self, &[], limit, run, false, None).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -670,8 +674,16 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(None);
         }
-        let (mut tx, kept, poison, left_behind) = lock_candidates(self, committed, limit, run, true).await?;
-        if !kept.is_empty() {
+        let bounded_in_begin = self.has_idle_transaction_timeout.load(Ordering::Relaxed);
+        let bound = bounded_in_begin.then_some(lease);
+        let (mut tx, kept, poison, left_behind) =
+            lock_candidates(self, committed, limit, run, true, bound).await?;
+        if kept.is_empty() && bounded_in_begin {
+            // The bound was set in the `BEGIN`'s round trip: back to the server's default for
+            // whoever uses the connection next (an error here ends the claim: nothing is held).
+            set_idle_bound(self, &mut tx, "DEFAULT").await?;
+        }
+        if !kept.is_empty() && !bounded_in_begin {
             // A relay that vanishes without closing its connection (its host frozen, the network
             // cut without a reset) loses the claim after `lease`: MariaDB ends a transaction
             // left idle that long. MySQL has no such variable; its `wait_timeout`, which closes
@@ -741,7 +753,10 @@ async fn set_idle_bound(outbox: &Outbox<MySql>, conn: &mut MySqlConnection, valu
             .execute(&mut *conn)
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => {
+                outbox.has_idle_transaction_timeout.store(true, Ordering::Relaxed);
+                return Ok(());
+            }
             Err(e) => {
                 if unknown_variable(&e) {
                     learned_mysql.store(true, Ordering::Relaxed);
@@ -751,6 +766,23 @@ async fn set_idle_bound(outbox: &Outbox<MySql>, conn: &mut MySqlConnection, valu
         }
     }
     sqlx::query(&format!("SET SESSION wait_timeout = {value}")).execute(conn).await.map(drop).map_err(db)
+}
+
+/// Begins a locked claim's transaction as [`begin_read_committed`] does, with MariaDB's
+/// `idle_transaction_timeout` set to the lease in the same round trip (one round trip fewer on
+/// the way of every message claimed): used once a claim has seen the server has the variable
+/// (`Outbox::has_idle_transaction_timeout`). The settlement, or an empty claim, sets it back.
+async fn begin_bounded(outbox: &Outbox<MySql>, lease: Duration) -> Result<sqlx::Transaction<'static, MySql>> {
+    let secs = lease.as_secs().max(1);
+    crate::begin::begin_untested_first(
+        outbox.pool(),
+        Some(
+            format!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION idle_transaction_timeout = {secs}; BEGIN")
+                .into(),
+        ),
+    )
+    .await
+    .map_err(db)
 }
 
 /// The server's "unknown system variable" (ER_UNKNOWN_SYSTEM_VARIABLE, 1193): MySQL's answer
