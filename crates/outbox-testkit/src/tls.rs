@@ -251,8 +251,18 @@ pub fn postgres(pki: &Pki) -> TlsServer {
             assert!(Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
         })),
     };
+    // Ready when it accepts connections (`pg_isready`), not when its port opens: a server
+    // still replaying or starting answers "the database system is starting up" (seen under a
+    // load average of 27).
+    let sockets = dir.clone();
+    let accepting = move || {
+        Command::new(pg_bin("pg_isready"))
+            .args(["-q", "-h", sockets.to_str().unwrap_or_default(), "-p", &port.to_string(), "-d", "postgres"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
     wait_for(
-        || data.join("postmaster.pid").exists() && port_open(port),
+        || data.join("postmaster.pid").exists() && port_open(port) && accepting(),
         Duration::from_secs(60),
         "postgres",
         &log,
