@@ -257,7 +257,15 @@ pub fn postgres(pki: &Pki) -> TlsServer {
     let sockets = dir.clone();
     let accepting = move || {
         Command::new(pg_bin("pg_isready"))
-            .args(["-q", "-h", sockets.to_str().unwrap_or_default(), "-p", &port.to_string(), "-d", "postgres"])
+            .args([
+                "-q",
+                "-h",
+                sockets.to_str().unwrap_or_default(),
+                "-p",
+                &port.to_string(),
+                "-d",
+                "postgres",
+            ])
             .status()
             .is_ok_and(|s| s.success())
     };
