@@ -296,13 +296,26 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     for h in handles {
         h.await.unwrap();
     }
+    // Why each claim ran, per store (since the start), for a failure's message.
+    let kinds: Vec<Vec<(&str, u64, u64)>> = stats
+        .iter()
+        .map(|s| {
+            s.claim_kinds()
+                .iter()
+                .filter(|k| k.claims > 0)
+                .map(|k| (k.kind.name(), k.claims, k.empty))
+                .collect()
+        })
+        .collect();
     assert!(
         turns <= MESSAGES as u64 + 1,
-        "{MESSAGES} messages, each alone, took {turns} turns of the budget (one each, and one to spare)"
+        "{MESSAGES} messages, each alone, took {turns} turns of the budget (one each, and one to spare); \
+         claims by kind (claims, empty) per store: {kinds:?}"
     );
     assert!(
         claimed <= MESSAGES as u64 + 1,
-        "{MESSAGES} messages, each alone, took {claimed} claims (one each, and one to spare)"
+        "{MESSAGES} messages, each alone, took {claimed} claims (one each, and one to spare); \
+         claims by kind (claims, empty) per store: {kinds:?}"
     );
     assert_eq!(budget.in_use(), 0, "the stopped relays hold no share");
     for (_, db) in dbs {
