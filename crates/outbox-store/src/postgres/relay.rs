@@ -850,8 +850,19 @@ impl Outbox<Postgres> {
         // 10-17 ms with 10^5 and 10^6 due rows on 10 to 10^5 keys, both ways); forced, the
         // statement is planned once per connection instead of 0.5-1.2 ms on each of its first
         // five runs and whenever PostgreSQL's own choice stays with custom plans.
+        //
+        // Without JIT compilation: PostgreSQL decides to compile a statement's expressions when
+        // it plans it, on the plan's estimated cost (`jit_above_cost`, 100,000 by default), and
+        // compiles them again on every run. A generic plan's cost grows with the due index (its
+        // `LIMIT` is a parameter, estimated as a tenth of the rows), so with somewhat more than
+        // 10^6 entries in it (a backlog, or the entries of sent rows vacuum has not removed yet)
+        // every claim compiled about 60 functions: 42 ms against 40-60 ms for the claim itself
+        // (`EXPLAIN ANALYZE`), and a drain of 2*10^6 to NATS ran at 5,905 msg/s with JIT,
+        // 14,347 without (docs/benchmarks.md, "JIT compilation in the claim"). These are
+        // index lookups of a few thousand rows at most: compiling never pays. `SET LOCAL`
+        // covers the claim, its runs' read and the settlement, all in this transaction.
         let begin = format!(
-            "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL plan_cache_mode = force_generic_plan",
+            "BEGIN; SET LOCAL idle_in_transaction_session_timeout = {}; SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL jit = off",
             ms(lease).max(1)
         );
         // The fast path: the ids just committed in this process, when they fit in the batch
@@ -1038,5 +1049,73 @@ impl Outbox<Postgres> {
         .await
         .map_err(db)?;
         Ok(ids.iter().copied().filter(|id| !owned_sent.contains(&id.0)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use crate::relay::{ClaimMode, Claims, Hold, Settlement};
+    use crate::Outbox;
+
+    /// Whether `EXPLAIN ANALYZE` of a statement on `conn` reports JIT compilation.
+    async fn compiles(conn: &mut sqlx::PgConnection) -> bool {
+        let plan: serde_json::Value = sqlx::query_scalar(
+            "EXPLAIN (ANALYZE, FORMAT JSON) SELECT count(*) FROM outbox_message WHERE id > 0",
+        )
+        .fetch_one(conn)
+        .await
+        .unwrap();
+        plan[0].get("JIT").is_some()
+    }
+
+    /// A locked claim's transaction (the claim, its runs' read, the settlement) is never
+    /// JIT-compiled, however high the plans' estimated costs: here every statement of the
+    /// database is above `jit_above_cost` (0), and one outside the claim is compiled, on a
+    /// server that has JIT.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_a_locked_claim_is_never_jit_compiled() {
+        let db = outbox_testkit::fresh_pg().await;
+        sqlx::query(&format!("ALTER DATABASE {} SET jit = on", db.name)).execute(&db.pool).await.unwrap();
+        sqlx::query(&format!("ALTER DATABASE {} SET jit_above_cost = 0", db.name))
+            .execute(&db.pool)
+            .await
+            .unwrap();
+        // New connections read the database's settings.
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect(&db.url).await.unwrap();
+        let outbox = Outbox::new(pool.clone());
+        outbox.migrate().await.unwrap();
+        let available: bool = sqlx::query_scalar("SELECT pg_jit_available()").fetch_one(&pool).await.unwrap();
+        let mut conn = pool.acquire().await.unwrap();
+        assert_eq!(
+            compiles(&mut conn).await,
+            available,
+            "outside a claim, JIT follows the server's settings"
+        );
+        drop(conn);
+
+        let id = outbox.enqueue(&crate::NewMessage::new("t", "{}")).await.unwrap().id;
+        let claim = outbox
+            .claim_with(ClaimMode::Lock, "relay", 10, std::time::Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(claim.messages.iter().map(|m| m.id).collect::<Vec<_>>(), vec![id]);
+        let Hold::Lock(mut lock) = claim.hold else { panic!("a locked claim holds row locks") };
+        let jit: String =
+            sqlx::query_scalar("SELECT current_setting('jit')").fetch_one(&mut *lock.tx).await.unwrap();
+        assert_eq!(jit, "off");
+        assert!(!compiles(&mut lock.tx).await, "nothing in the claim's transaction is compiled");
+        let settlement = Settlement { sent: vec![id], messages: Vec::new(), deliveries: Vec::new() };
+        let report = outbox.settle_held(Hold::Lock(lock), "relay", &settlement).await.unwrap();
+        assert_eq!(report.settled, 1);
+        // `SET LOCAL`: the connection is back to the database's settings for its next user.
+        let mut conn = pool.acquire().await.unwrap();
+        let jit: String =
+            sqlx::query_scalar("SELECT current_setting('jit')").fetch_one(&mut *conn).await.unwrap();
+        assert_eq!(jit, "on");
+        assert_eq!(compiles(&mut conn).await, available);
+        drop(conn);
+        drop((outbox, pool));
+        db.drop_db().await;
     }
 }
