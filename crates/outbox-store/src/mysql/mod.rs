@@ -208,6 +208,16 @@ pub(crate) fn in_list(qb: &mut QueryBuilder<'_, MySql>, ids: impl IntoIterator<I
 /// Begins a READ COMMITTED transaction: a locking read then locks only the rows it returns
 /// (REPEATABLE READ would take gap locks and block the application's INSERTs).
 pub(crate) async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<Transaction<'static, MySql>> {
+    begin_read_committed_with(outbox, "").await
+}
+
+/// [`begin_read_committed`], with `session` (statements ending in `;`, such as MariaDB's
+/// `SET SESSION idle_transaction_timeout = N;`) run between `SET TRANSACTION` and `BEGIN` in the
+/// same round trip.
+pub(crate) async fn begin_read_committed_with(
+    outbox: &Outbox<MySql>,
+    session: &str,
+) -> Result<Transaction<'static, MySql>> {
     // Begun to the end even if the caller is dropped (see `crate::begin`): a `SET TRANSACTION`
     // left behind would apply to the next user's transaction on this connection. On an idle
     // connection without the pool's ping first (see `begin_untested_first`): these are the
@@ -218,12 +228,12 @@ pub(crate) async fn begin_read_committed(outbox: &Outbox<MySql>) -> Result<Trans
     // multi-statement support), which then checks that a transaction is open: one round trip
     // fewer on every claim, settlement and admin transaction (a claim of a trickle on MariaDB
     // made six).
-    crate::begin::begin_untested_first(
-        outbox.pool(),
-        Some("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN".into()),
-    )
-    .await
-    .map_err(db)
+    let statements: std::borrow::Cow<'static, str> = if session.is_empty() {
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED; BEGIN".into()
+    } else {
+        format!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; {session}BEGIN").into()
+    };
+    crate::begin::begin_untested_first(outbox.pool(), Some(statements)).await.map_err(db)
 }
 
 #[cfg(test)]

@@ -31,7 +31,7 @@ use outbox_core::{MessageId, OutboxMessage, Result, Status};
 use sqlx::mysql::{MySql, MySqlConnection};
 use sqlx::{QueryBuilder, Row};
 
-use super::{begin_read_committed, decode_message, in_list, MESSAGE_COLUMNS};
+use super::{begin_read_committed, begin_read_committed_with, decode_message, in_list, MESSAGE_COLUMNS};
 use crate::common::{decode_rows, release_leases, FailSql, Poison};
 use crate::error::db;
 use crate::outbox::Outbox;
@@ -774,15 +774,7 @@ async fn set_idle_bound(outbox: &Outbox<MySql>, conn: &mut MySqlConnection, valu
 /// (`Outbox::has_idle_transaction_timeout`). The settlement, or an empty claim, sets it back.
 async fn begin_bounded(outbox: &Outbox<MySql>, lease: Duration) -> Result<sqlx::Transaction<'static, MySql>> {
     let secs = lease.as_secs().max(1);
-    crate::begin::begin_untested_first(
-        outbox.pool(),
-        Some(
-            format!("SET TRANSACTION ISOLATION LEVEL READ COMMITTED; SET SESSION idle_transaction_timeout = {secs}; BEGIN")
-                .into(),
-        ),
-    )
-    .await
-    .map_err(db)
+    begin_read_committed_with(outbox, &format!("SET SESSION idle_transaction_timeout = {secs}; ")).await
 }
 
 /// The server's "unknown system variable" (ER_UNKNOWN_SYSTEM_VARIABLE, 1193): MySQL's answer
