@@ -351,6 +351,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// MySQL/MariaDB: set once a locked claim has set `idle_transaction_timeout` (MariaDB), so
     /// later locked claims set it in their `BEGIN`'s round trip instead of in one of its own.
     pub(crate) has_idle_transaction_timeout: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The messages this process's unsettled locked claims hold, which its next claims leave
+    /// out (see [`crate::relay::InFlight`]).
+    pub(crate) in_flight: std::sync::Arc<crate::relay::InFlight>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -363,6 +366,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             plain: self.plain.clone(),
             no_idle_transaction_timeout: self.no_idle_transaction_timeout.clone(),
             has_idle_transaction_timeout: self.has_idle_transaction_timeout.clone(),
+            in_flight: self.in_flight.clone(),
         }
     }
 }
@@ -379,6 +383,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             plain: Default::default(),
             no_idle_transaction_timeout: Default::default(),
             has_idle_transaction_timeout: Default::default(),
+            in_flight: Default::default(),
         }
     }
 
@@ -405,6 +410,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         tables.check_for(DB::DIALECT)?;
         self.tables = tables;
         self.plain = Default::default();
+        self.in_flight = Default::default();
         Ok(self)
     }
 

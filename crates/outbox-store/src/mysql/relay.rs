@@ -296,6 +296,10 @@ async fn lock_candidates(
         Some(lease) => begin_bounded(outbox, lease).await?,
         None => begin_read_committed(outbox).await?,
     };
+    // What this process's other locked claims hold (none in lease mode): left out of the
+    // candidates instead of refused one by one by `SKIP LOCKED` (see `crate::relay::InFlight`).
+    let held = outbox.in_flight.snapshot();
+    let committed: Vec<MessageId> = committed.iter().copied().filter(|id| !held.contains(&id.0)).collect();
     if !committed.is_empty() && committed.len() <= limit {
         // The key is not known yet: every locked row is probed (a keyless one passes).
         let probe: Vec<Candidate> = committed.iter().map(|id| (id.0, 2, Some(Vec::new()), None)).collect();
@@ -317,11 +321,12 @@ async fn lock_candidates(
         .map_err(db)?;
     let window_full = [1, 2].iter().any(|src| found.iter().filter(|c| c.1 == *src).count() >= window);
     let ids: HashSet<i64> = found.iter().map(|c| c.0).collect();
-    let probe = first_of_each_key(found);
+    let mut probe = first_of_each_key(found);
     // A run could follow a head only if some due row does not head its key; when the window
     // held every due row (not full) and each key once, none does, and the followers' read is
     // skipped (a round trip on every claim of a trickle).
     let followers_possible = window_full || ids.len() > probe.len();
+    probe.retain(|c| !held.contains(&c.0));
     let (mut kept, mut poison) = if probe.is_empty() {
         (Vec::new(), Vec::new())
     } else if exact {
@@ -335,7 +340,8 @@ async fn lock_candidates(
     if window_full && kept.len() + poison.len() < limit {
         let heads: Vec<Option<i64>> =
             sqlx::query_scalar(&render(tables, HEADS)).fetch_all(&mut *tx).await.map_err(db)?;
-        let more: HashSet<i64> = heads.into_iter().flatten().filter(|id| !ids.contains(id)).collect();
+        let more: HashSet<i64> =
+            heads.into_iter().flatten().filter(|id| !ids.contains(id) && !held.contains(id)).collect();
         if !more.is_empty() {
             let (extra, bad) =
                 lock_heads(&mut tx, tables, &more, limit - kept.len() - poison.len(), exact).await?;
@@ -701,8 +707,14 @@ impl Outbox<MySql> {
             }
             return Ok(None);
         }
-        let ids = kept.iter().map(|m| m.id).collect();
-        let lock = crate::relay::RowLock { tx, ids, tables: self.tables().clone(), left_behind };
+        let ids: Vec<MessageId> = kept.iter().map(|m| m.id).collect();
+        let lock = crate::relay::RowLock {
+            held: self.in_flight.hold(&ids, lease),
+            tx,
+            ids,
+            tables: self.tables().clone(),
+            left_behind,
+        };
         Ok(Some((kept, lock)))
     }
 

@@ -208,6 +208,16 @@ RETURNING ",
 /// have made them not due): a window full of them yields nothing. So the claim may take
 /// further passes in the same transaction, each with the window `$3` rows further on and
 /// without the rows already taken (`$4`).
+///
+/// `$4` also names the rows this process's other claims hold, not yet settled
+/// ([`crate::relay::InFlight`]): they are left out of `firsts` before anything is locked.
+/// With 1,000 keys and a batch of 500 in flight, half of a drain's window is that batch, and
+/// each of its rows cost a primary-key lookup and a refused lock. Left out by a hashed
+/// anti-join (`NOT IN (SELECT unnest($4))`, one hash of the array per statement), not by
+/// `NOT (id = ANY ($4))`, which searches the array once per row: measured on the statement
+/// alone with 500 rows in flight, 9.1-9.2 ms against 9.3-13.5 ms with the refused locks, and
+/// 16.4-16.7 ms written with `ANY`. Rows held by another process are still skipped by their
+/// locks.
 const CLAIM_LOCKED: &str = concat!(
     "\
 WITH RECURSIVE win AS (
@@ -222,6 +232,7 @@ WITH RECURSIVE win AS (
         SELECT DISTINCT ON (w.msg_key, CASE WHEN w.msg_key IS NULL THEN w.id END) w.id, w.next_attempt_at
         FROM win w
         ORDER BY w.msg_key, CASE WHEN w.msg_key IS NULL THEN w.id END, w.id) f
+    WHERE f.id NOT IN (SELECT unnest($4::int8[]))
     ORDER BY f.next_attempt_at, f.id
 ), taken AS (
     SELECT l.* FROM firsts k
@@ -230,7 +241,6 @@ WITH RECURSIVE win AS (
     message_columns!("x"),
     " FROM outbox_message x
         WHERE x.id = k.id AND (x.status IN ('pending', 'sending') AND x.next_attempt_at <= now()) IS TRUE
-          AND NOT (x.id = ANY ($4::int8[]))
         FOR UPDATE SKIP LOCKED) l
     WHERE l.msg_key IS NULL OR l.id = (
         SELECT o.id FROM outbox_message o
@@ -256,7 +266,7 @@ WITH RECURSIVE win AS (
     WHERE (SELECT yes FROM need_heads)
       AND m.id = ANY (ARRAY(SELECT id FROM nokey UNION SELECT id FROM heads))
       AND (m.status IN ('pending', 'sending') AND m.next_attempt_at <= now()) IS TRUE
-      AND NOT (m.id = ANY ($4::int8[]))
+      AND m.id NOT IN (SELECT unnest($4::int8[]))
       AND NOT (m.id = ANY (ARRAY(SELECT id FROM taken)))
     ORDER BY m.next_attempt_at, m.id
     LIMIT $1 - (SELECT count(*) FROM taken)
@@ -870,8 +880,12 @@ impl Outbox<Postgres> {
         // trip of the `BEGIN` (see `ClaimTx`). What it takes is the batch; when it takes nothing
         // (they were claimed already, or wait behind their keys' heads), the window is claimed
         // in the same transaction.
+        // What this process's other claims hold: left out of this claim's candidates.
+        let held = self.in_flight.snapshot();
+        let committed: Vec<MessageId> =
+            committed.iter().copied().filter(|id| !held.contains(&id.0)).collect();
         let by_id =
-            (!committed.is_empty() && committed.len() <= max).then(|| by_id_claim(tables, committed, limit));
+            (!committed.is_empty() && committed.len() <= max).then(|| by_id_claim(tables, &committed, limit));
         let (mut tx, rows) = ClaimTx::begin(self.pool(), begin, by_id).await.map_err(db)?;
         let (mut out, mut poison) =
             decode_rows(&rows, |r| r.try_get::<Option<i64>, _>("id").ok().flatten(), decode_message);
@@ -881,7 +895,12 @@ impl Outbox<Postgres> {
         let mut followers_possible = true;
         for pass in (0..LOCKED_PASSES).filter(|_| !by_id) {
             let offset = pass * window;
-            let taken: Vec<i64> = out.iter().map(|m| m.id.0).chain(poison.iter().map(|p| p.id)).collect();
+            let taken: Vec<i64> = out
+                .iter()
+                .map(|m| m.id.0)
+                .chain(poison.iter().map(|p| p.id))
+                .chain(held.iter().copied())
+                .collect();
             let want = limit - i64::try_from(out.len()).unwrap_or(limit);
             let rows = sqlx::query(&render(tables, CLAIM_LOCKED))
                 .bind(want)
@@ -938,8 +957,14 @@ impl Outbox<Postgres> {
         // A claim by id looked at nothing else.
         let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
         out.sort_by_key(|m| m.id);
-        let ids = out.iter().map(|m| m.id).collect();
-        let lock = crate::relay::RowLock { tx, ids, tables: self.tables().clone(), left_behind };
+        let ids: Vec<MessageId> = out.iter().map(|m| m.id).collect();
+        let lock = crate::relay::RowLock {
+            held: self.in_flight.hold(&ids, lease),
+            tx,
+            ids,
+            tables: self.tables().clone(),
+            left_behind,
+        };
         Ok(Some((out, lock)))
     }
 

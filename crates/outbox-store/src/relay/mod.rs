@@ -27,12 +27,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::signal::CommitSignal;
 
+mod in_flight;
 mod isolate;
 mod listening;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) mod runs;
 mod settlement;
 
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_imports))]
+pub(crate) use in_flight::{Held, InFlight};
 pub(crate) use isolate::PlainTable;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
@@ -134,6 +137,11 @@ pub struct RowLock<T> {
     pub(crate) tables: crate::Tables,
     /// See [`Claimed::left_behind`].
     pub(crate) left_behind: bool,
+    /// The messages registered as this process's, for its next claims to leave out; taken out
+    /// of the register when this is dropped, after `tx` (fields drop in order, and a
+    /// settlement ends `tx` first). Kept only to be dropped.
+    #[allow(dead_code)]
+    pub(crate) held: Held,
 }
 
 impl<T> std::fmt::Debug for RowLock<T> {

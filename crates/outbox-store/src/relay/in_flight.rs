@@ -1,0 +1,206 @@
+//! The messages this process holds locked in claims not yet settled (locked claims on
+//! PostgreSQL and MySQL/MariaDB), so that the next claim leaves them out of its candidates
+//! instead of trying to lock each one and being refused.
+//!
+//! With 1,000 keys and a batch of 500 in flight, half of a window's heads are the batch in
+//! flight: each cost the claim a primary-key lookup and a refused lock (`SKIP LOCKED`) before
+//! this. Leaving them out is only ever an optimisation: a row missing from the set (another
+//! process's claim, or a claim that has just ended) is still skipped by its lock, and a row
+//! still in the set for a moment after its claim ended is left for the next claim.
+
+#![cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use outbox_core::MessageId;
+
+/// The ids held by this process's unsettled locked claims over one outbox (shared by the
+/// outbox's clones), each until its claim's lease has run out: a claim that outlives its lease
+/// idle (a relay frozen mid-publish) is ended by the database, which frees its rows for anyone,
+/// this process included, so they are no longer left out after that. Its size is bounded by
+/// what the live claims hold: at most the batch size times the batches in flight of the relays
+/// over the outbox.
+#[derive(Debug, Default)]
+pub(crate) struct InFlight(Mutex<Registry>);
+
+#[derive(Debug, Default)]
+struct Registry {
+    /// Each id's claim (a number of this register's) and when its lease runs out.
+    ids: HashMap<i64, (u64, Instant)>,
+    claims: u64,
+}
+
+impl InFlight {
+    /// Registers `ids` as held for at most `lease`, and until the returned guard is dropped.
+    pub(crate) fn hold(self: &Arc<Self>, ids: &[MessageId], lease: Duration) -> Held {
+        let ids: Vec<i64> = ids.iter().map(|m| m.0).collect();
+        let mut claim = 0;
+        if let Ok(mut reg) = self.0.lock() {
+            reg.claims += 1;
+            claim = reg.claims;
+            let until = Instant::now() + lease;
+            reg.ids.extend(ids.iter().map(|id| (*id, (claim, until))));
+        }
+        Held { set: Arc::clone(self), claim, ids }
+    }
+
+    /// The ids held now (their lease not run out), as a set.
+    pub(crate) fn snapshot(&self) -> HashSet<i64> {
+        let now = Instant::now();
+        self.0
+            .lock()
+            .map(|reg| reg.ids.iter().filter(|(_, (_, until))| *until > now).map(|(id, _)| *id).collect())
+            .unwrap_or_default()
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().map(|reg| reg.ids.len()).unwrap_or(0)
+    }
+}
+
+/// The ids one claim holds: taken out of the [`InFlight`] set when dropped, which a
+/// [`super::RowLock`] does after its transaction has ended (committed by the settlement, or
+/// dropped and so rolled back). An id registered again since by another claim (this one's
+/// lease ran out, and the other locked the row) stays that claim's.
+#[derive(Debug)]
+pub(crate) struct Held {
+    set: Arc<InFlight>,
+    claim: u64,
+    ids: Vec<i64>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Ok(mut reg) = self.set.0.lock() {
+            for id in &self.ids {
+                if reg.ids.get(id).is_some_and(|(claim, _)| *claim == self.claim) {
+                    reg.ids.remove(id);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn ids_are_held_until_their_guard_is_dropped_or_their_lease_runs_out() {
+        let set = Arc::new(InFlight::default());
+        let hour = Duration::from_secs(3600);
+        let a = set.hold(&[MessageId(1), MessageId(2)], hour);
+        let b = set.hold(&[MessageId(3)], hour);
+        assert_eq!(set.snapshot(), HashSet::from([1, 2, 3]));
+        drop(a);
+        assert_eq!(set.snapshot(), HashSet::from([3]));
+        drop(b);
+        assert_eq!(set.len(), 0);
+        // A lease run out: no longer held, though its claim lives on; the row claimed again
+        // by another claim is that claim's, also once the first one is dropped.
+        let frozen = set.hold(&[MessageId(4), MessageId(5)], Duration::ZERO);
+        assert!(set.snapshot().is_empty());
+        let heir = set.hold(&[MessageId(4)], hour);
+        drop(frozen);
+        assert_eq!(set.snapshot(), HashSet::from([4]));
+        drop(heir);
+        assert_eq!(set.len(), 0);
+    }
+}
+
+/// Against the real servers: what a locked claim holds is registered until it is settled or
+/// dropped, and a registered row is left out of every claim of the process, by id and by the
+/// window, even where no lock would refuse it.
+#[cfg(all(test, any(feature = "postgres", feature = "mysql")))]
+mod claims {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use std::collections::HashSet;
+    use std::time::{Duration, Instant};
+
+    use outbox_core::{MessageId, NewMessage};
+
+    use crate::relay::{ClaimMode, Claims, Hold, Settlement};
+    use crate::{Outbox, OutboxDatabase};
+
+    const LEASE: Duration = Duration::from_secs(30);
+
+    fn ids(c: &crate::relay::Claimed<impl Sized>) -> HashSet<i64> {
+        c.messages.iter().map(|m| m.id.0).collect()
+    }
+
+    async fn held_rows_are_left_out<DB: OutboxDatabase>(outbox: Outbox<DB>)
+    where
+        Outbox<DB>: Claims,
+    {
+        outbox.migrate().await.unwrap();
+        let mut enqueue = Vec::new();
+        for (key, n) in [("k0", 1), ("k1", 1), ("k2", 1), ("k3", 1), ("k4", 2)] {
+            for _ in 0..n {
+                enqueue.push(outbox.enqueue(&NewMessage::new("t", "{}").key(key)).await.unwrap().id.0);
+            }
+        }
+        let [a, b, c, d, e, _f] = enqueue[..] else { panic!("six messages") };
+        // `a` and the head of k4 (`e`) registered, not locked: nothing but the register keeps a
+        // claim from them. The sixth, of k4, waits behind `e`.
+        let fake = outbox.in_flight.hold(&[MessageId(a), MessageId(e)], LEASE);
+        let first = outbox.claim_with(ClaimMode::Lock, "r", 10, LEASE).await.unwrap();
+        assert_eq!(
+            ids(&first),
+            HashSet::from([b, c, d]),
+            "the registered rows are left out, and k4's second waits behind e"
+        );
+        assert_eq!(outbox.in_flight.snapshot(), HashSet::from([a, b, c, d, e]));
+        // By id: every id named is held, so the claim looks at the window, where everything due
+        // is held too.
+        let by_id = outbox
+            .claim_committed(ClaimMode::Lock, "r", &[MessageId(a), MessageId(b)], 10, 1, LEASE)
+            .await
+            .unwrap();
+        assert!(by_id.messages.is_empty(), "took {:?}", ids(&by_id));
+        drop(fake);
+        assert_eq!(outbox.in_flight.snapshot(), HashSet::from([b, c, d]));
+        let second =
+            outbox.claim_committed(ClaimMode::Lock, "r", &[MessageId(a)], 10, 1, LEASE).await.unwrap();
+        assert_eq!(ids(&second), HashSet::from([a]), "the id, once no longer registered");
+        // Settled: no longer registered.
+        let sent = vec![MessageId(b), MessageId(c), MessageId(d)];
+        let settlement = Settlement { sent, messages: Vec::new(), deliveries: Vec::new() };
+        outbox.settle_held(first.hold, "r", &settlement).await.unwrap();
+        assert_eq!(outbox.in_flight.snapshot(), HashSet::from([a]));
+        // Dropped without a settlement (rolled back): no longer registered, and claimable again
+        // once the database has the rollback.
+        let Hold::Lock(lock) = second.hold else { panic!("a locked claim holds row locks") };
+        drop(lock);
+        assert!(outbox.in_flight.snapshot().is_empty());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let again = outbox.claim_with(ClaimMode::Lock, "r", 10, LEASE).await.unwrap();
+            if ids(&again) == HashSet::from([a, e]) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "a and e were never claimable again: took {:?}", ids(&again));
+            drop(again);
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_rows_this_process_holds_are_left_out_of_its_claims() {
+        let db = outbox_testkit::fresh_pg().await;
+        held_rows_are_left_out(Outbox::new(db.pool.clone())).await;
+        db.drop_db().await;
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_rows_this_process_holds_are_left_out_of_its_claims() {
+        let db = outbox_testkit::fresh_mysql().await;
+        held_rows_are_left_out(Outbox::new(db.pool.clone())).await;
+        db.drop_db().await;
+    }
+}
