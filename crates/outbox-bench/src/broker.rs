@@ -451,16 +451,27 @@ impl Seen {
         }
     }
 
-    /// Collects arrivals until `expected` distinct ids arrived or `limit` passed.
-    pub(crate) async fn collect(&mut self, rx: &mut Arrivals, expected: usize, limit: Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + limit;
+    /// Collects arrivals until `expected` distinct ids arrived, or until no new one has arrived
+    /// for `quiet`. A consumer still catching up is waited for: a drain's consumer shares the two
+    /// cores with the relay and can end hundreds of thousands of messages behind it (a fixed 30 s
+    /// after the relay stopped failed a drain of 10^6 whose consumer was 360,000 behind and still
+    /// receiving); one that has stopped receiving is not.
+    pub(crate) async fn collect(&mut self, rx: &mut Arrivals, expected: usize, quiet: Duration) -> bool {
+        let mut deadline = tokio::time::Instant::now() + quiet;
         loop {
             self.drain(rx);
             if self.first.len() >= expected {
                 return true;
             }
             match tokio::time::timeout_at(deadline, rx.recv()).await {
-                Ok(Some((id, at))) => self.note(id, at),
+                Ok(Some((id, at))) => {
+                    let known = self.first.len();
+                    self.note(id, at);
+                    // Only a message not seen before counts as progress.
+                    if self.first.len() > known {
+                        deadline = tokio::time::Instant::now() + quiet;
+                    }
+                }
                 Ok(None) | Err(_) => {
                     self.drain(rx);
                     return self.first.len() >= expected;
