@@ -707,14 +707,7 @@ impl Outbox<MySql> {
             }
             return Ok(None);
         }
-        let ids: Vec<MessageId> = kept.iter().map(|m| m.id).collect();
-        let lock = crate::relay::RowLock {
-            held: self.in_flight.hold(&ids, lease),
-            tx,
-            ids,
-            tables: self.tables().clone(),
-            left_behind,
-        };
+        let lock = crate::relay::RowLock::new(tx, &kept, self.tables(), left_behind, &self.in_flight, lease);
         Ok(Some((kept, lock)))
     }
 

@@ -957,14 +957,7 @@ impl Outbox<Postgres> {
         // A claim by id looked at nothing else.
         let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
         out.sort_by_key(|m| m.id);
-        let ids: Vec<MessageId> = out.iter().map(|m| m.id).collect();
-        let lock = crate::relay::RowLock {
-            held: self.in_flight.hold(&ids, lease),
-            tx,
-            ids,
-            tables: self.tables().clone(),
-            left_behind,
-        };
+        let lock = crate::relay::RowLock::new(tx, &out, self.tables(), left_behind, &self.in_flight, lease);
         Ok(Some((out, lock)))
     }
 

@@ -144,6 +144,23 @@ pub struct RowLock<T> {
     pub(crate) held: Held,
 }
 
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+impl<T> RowLock<T> {
+    /// The locks `tx` holds on `messages`, registered in `in_flight` (the claiming outbox's) for
+    /// at most `lease`, until this is dropped.
+    pub(crate) fn new(
+        tx: T,
+        messages: &[OutboxMessage],
+        tables: &crate::Tables,
+        left_behind: bool,
+        in_flight: &std::sync::Arc<InFlight>,
+        lease: Duration,
+    ) -> Self {
+        let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
+        RowLock { held: in_flight.hold(&ids, lease), tx, ids, tables: tables.clone(), left_behind }
+    }
+}
+
 impl<T> std::fmt::Debug for RowLock<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RowLock").field("messages", &self.ids.len()).finish()
