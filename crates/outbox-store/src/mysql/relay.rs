@@ -298,8 +298,7 @@ async fn lock_candidates(
     };
     // What this process's other locked claims hold (none in lease mode): left out of the
     // candidates instead of refused one by one by `SKIP LOCKED` (see `crate::relay::InFlight`).
-    let held = outbox.in_flight.snapshot();
-    let committed: Vec<MessageId> = committed.iter().copied().filter(|id| !held.contains(&id.0)).collect();
+    let (held, committed) = outbox.in_flight.leave_out(committed);
     if !committed.is_empty() && committed.len() <= limit {
         // The key is not known yet: every locked row is probed (a keyless one passes).
         let probe: Vec<Candidate> = committed.iter().map(|id| (id.0, 2, Some(Vec::new()), None)).collect();

@@ -881,9 +881,7 @@ impl Outbox<Postgres> {
         // (they were claimed already, or wait behind their keys' heads), the window is claimed
         // in the same transaction.
         // What this process's other claims hold: left out of this claim's candidates.
-        let held = self.in_flight.snapshot();
-        let committed: Vec<MessageId> =
-            committed.iter().copied().filter(|id| !held.contains(&id.0)).collect();
+        let (held, committed) = self.in_flight.leave_out(committed);
         let by_id =
             (!committed.is_empty() && committed.len() <= max).then(|| by_id_claim(tables, &committed, limit));
         let (mut tx, rows) = ClaimTx::begin(self.pool(), begin, by_id).await.map_err(db)?;

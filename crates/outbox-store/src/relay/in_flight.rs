@@ -55,6 +55,14 @@ impl InFlight {
             .unwrap_or_default()
     }
 
+    /// The ids held now, and `committed` without them: what a claim leaves out of its
+    /// candidates, and the ids it may still claim by id.
+    pub(crate) fn leave_out(&self, committed: &[MessageId]) -> (HashSet<i64>, Vec<MessageId>) {
+        let held = self.snapshot();
+        let free = committed.iter().copied().filter(|id| !held.contains(&id.0)).collect();
+        (held, free)
+    }
+
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.0.lock().map(|reg| reg.ids.len()).unwrap_or(0)
