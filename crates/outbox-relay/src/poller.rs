@@ -60,8 +60,10 @@ impl<S: RelayStore> Relay<S> {
         let mut carried = None;
         // The loop waits as an idle relay does before its next claim.
         let mut wait_idle = false;
-        // Claims started so far (a quiet batch wakes the loop after it settles when another
-        // claim started while it was in flight: see below).
+        // Claims started so far, less those that ended saying they left nothing behind (a
+        // quiet batch wakes the loop after it settles when a claim that may have held back a
+        // younger message of its keys ran while it was in flight: see below). Claims run one
+        // at a time, on this loop.
         let claims_started = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
@@ -117,10 +119,13 @@ impl<S: RelayStore> Relay<S> {
                                 tick_failing = false;
                                 if refresh {
                                     idle_refreshed = Instant::now();
-                                } else if permits.available_permits() < cfg.max_in_flight_batches {
+                                } else if permits.available_permits() < cfg.max_in_flight_batches
+                                    && !inner.signal.absorbed()
+                                {
                                     // A quicker look sees this relay's own batch still in
                                     // flight (its locked rows are still pending): the look
-                                    // after it settles finds what is new.
+                                    // after it settles finds what is new. (Unless it took in
+                                    // notifications, which would have woken the relay.)
                                     continue;
                                 }
                                 from_look = true;
@@ -195,6 +200,8 @@ impl<S: RelayStore> Relay<S> {
                 inner.refresh_pauses(keeper.as_ref()).await;
             }
             claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            // This claim covers every wake-up so far.
+            inner.signal.claiming();
             let claim_started = Instant::now();
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             // The messages committed in this process since the last claim: the store claims
@@ -262,8 +269,15 @@ impl<S: RelayStore> Relay<S> {
                     (batch, c.hold, c.left_behind)
                 }
             });
-            if let Ok((batch, _, _)) = &claimed {
+            if let Ok((batch, _, left_behind)) = &claimed {
                 inner.stats.count_claim(kind, batch.is_empty());
+                if !left_behind {
+                    // It saw every due message and held none back behind a batch in flight
+                    // (an empty claim whose window held only this process's batches, the late
+                    // wake-up of a message an idle look had already claimed): no batch needs
+                    // to claim again for it once settled.
+                    claims_started.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                }
             }
             match claimed {
                 Err(e) => {
@@ -342,7 +356,8 @@ impl<S: RelayStore> Relay<S> {
                         let all_sent = process(&inner2, batch, hold).await;
                         drop(permit);
                         inner2.give_back(share).await;
-                        // Younger messages with the same keys may be claimable now.
+                        // Younger messages with the same keys may be claimable now: a claim
+                        // under way, or one that may have held them back, ran meanwhile.
                         let claimed_meanwhile =
                             started.load(std::sync::atomic::Ordering::Acquire) != claims_at;
                         if !quiet || left_behind || !all_sent || claimed_meanwhile {

@@ -307,6 +307,7 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
                 .collect()
         })
         .collect();
+    eprintln!("{MESSAGES} messages: {turns} turns, {claimed} claims; claims by kind (claims, empty) per store: {kinds:?}");
     assert!(
         turns <= MESSAGES as u64 + 1,
         "{MESSAGES} messages, each alone, took {turns} turns of the budget (one each, and one to spare); \

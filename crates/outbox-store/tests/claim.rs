@@ -329,12 +329,26 @@ where
     let x = enqueue(NewMessage::new("t", "{}").key("x")).await;
     let in_flight = claim(1).await;
     assert_eq!(in_flight.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [x]);
+    // A claim beside it that takes nothing says so too (the late wake-up for a message an
+    // earlier claim took): its batch's settlement makes nothing claimable.
+    let c = claim(10).await;
+    assert!(c.messages.is_empty(), "{x:?} is in flight");
+    assert!(!c.left_behind, "only {x:?} is due, and it is in flight");
     let y = enqueue(NewMessage::new("t", "{}").key("y")).await;
     let c = claim(10).await;
     assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [y]);
     assert!(!c.left_behind, "{x:?} is in flight, nothing waits behind this claim's keys");
     settle(c).await;
+    // An empty claim that held a younger message back behind the batch in flight: once that
+    // batch settles, the younger one heads its key.
+    let x2 = enqueue(NewMessage::new("t", "{}").key("x")).await;
+    let c = claim(10).await;
+    assert!(c.messages.is_empty(), "{x2:?} waits behind {x:?}");
+    assert!(c.left_behind, "{x2:?} waits behind {x:?}, in flight");
     settle(in_flight).await;
+    let c = claim(10).await;
+    assert_eq!(c.messages.iter().map(|m| m.id).collect::<Vec<_>>(), [x2]);
+    settle(c).await;
 
     // A due message behind a head that is not due waits for time, not for this batch.
     let _late = enqueue(NewMessage::new("t", "{}").key("late").delay(Duration::from_secs(60))).await;

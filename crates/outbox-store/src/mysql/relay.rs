@@ -675,9 +675,9 @@ impl Outbox<MySql> {
         limit: usize,
         run: usize,
         lease: Duration,
-    ) -> Result<Option<(Vec<OutboxMessage>, MySqlLock)>> {
+    ) -> Result<Claimed<MySqlLock>> {
         if limit == 0 {
-            return Ok(None);
+            return Ok(Claimed::nothing(true));
         }
         let bounded_in_begin = self.has_idle_transaction_timeout.load(Ordering::Relaxed);
         let bound = bounded_in_begin.then_some(lease);
@@ -704,10 +704,10 @@ impl Outbox<MySql> {
             } else {
                 tx.commit().await.map_err(db)?;
             }
-            return Ok(None);
+            return Ok(Claimed::nothing(left_behind));
         }
-        let lock = crate::relay::RowLock::new(tx, &kept, self.tables(), left_behind, &self.in_flight, lease);
-        Ok(Some((kept, lock)))
+        let lock = crate::relay::RowLock::new(tx, &kept, self.tables(), &self.in_flight, lease);
+        Ok(Claimed::locked(kept, lock, left_behind))
     }
 
     async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

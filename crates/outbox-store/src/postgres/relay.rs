@@ -763,12 +763,38 @@ async fn listen_and_keep(
             job = jobs.recv(), if kept => match job {
                 // A failed job needs nothing more: PgListener reconnects by itself.
                 Some(job) => {
+                    let (job, look) = job.take_look_answer();
                     serve(&mut listener, job, &sql).await;
+                    if let Some((reply, answer)) = look {
+                        let answer = answer.await.unwrap_or_else(|_| Err(outbox_core::Error::Database("the look gave no answer".into())));
+                        absorb_notifications(&mut listener, &signal, &answer);
+                        let _ = reply.send(answer);
+                    }
                 }
                 // Every keeper is gone: only the notifications are left to forward.
                 None => kept = false,
             },
         }
+    }
+}
+
+/// After a look on the listening connection: the notifications the server sent before the
+/// look's answer, which the connection buffered while reading it. When the look said something
+/// is due, the claim it starts begins after those commits and covers them: they are absorbed
+/// (the relay is not woken for them once more: an idle relay whose look had claimed a message
+/// before its notification was read then ran a second, empty claim). The signal records it, for
+/// a relay that does not claim after all (see [`CommitSignal::absorbed`]). Otherwise they wake
+/// the relay as usual: the server may send a notification at the end of the look's statement
+/// for a commit its snapshot did not see.
+fn absorb_notifications(listener: &mut PgListener, signal: &CommitSignal, answer: &Result<bool>) {
+    let mut buffered = false;
+    while listener.next_buffered().is_some() {
+        buffered = true;
+    }
+    match (buffered, answer) {
+        (false, _) => {}
+        (true, Ok(true)) => signal.absorb(),
+        (true, _) => signal.wake(),
     }
 }
 
@@ -850,7 +876,7 @@ impl Outbox<Postgres> {
         limit: usize,
         run: usize,
         lease: Duration,
-    ) -> Result<Option<(Vec<OutboxMessage>, PgLock)>> {
+    ) -> Result<Claimed<PgLock>> {
         let tables = self.tables();
         let max = limit;
         let (limit, window) = claim_sizes(limit);
@@ -936,27 +962,28 @@ impl Outbox<Postgres> {
             // Written in the claim's transaction: committed with the batch's settlement.
             FAIL.fail_poison(&mut tx, tables, owner, &poison).await;
         }
+        // Nothing left behind when the first window held every due row, each key once, and the
+        // batch was not filled: a row of it not taken is held by another batch (this
+        // process's, left out of the window's heads, or another's, skipped locked), or waits
+        // behind an open message of its key that is not due (failed, retried later, another
+        // relay's lease), which no batch's settlement makes claimable. A claim by id looked
+        // at nothing else.
+        let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
         if out.is_empty() {
             if !poison.is_empty() {
                 tx.commit().await.map_err(db)?;
-                return Ok(None);
+            } else {
+                tx.rollback().await.map_err(db)?;
             }
-            tx.rollback().await.map_err(db)?;
-            return Ok(None);
+            return Ok(Claimed::nothing(left_behind));
         }
         if let Some(plan) = runs::plan(&out, max, run).filter(|_| followers_possible && !by_id) {
             let more = lock_runs(&mut tx, tables, &plan).await?;
             out.extend(more);
         }
-        // Nothing left behind when the first window held every due row, each key once, and the
-        // batch was not filled: a row of it not taken is held by another batch, or waits behind
-        // an open message of its key that is not due (failed, retried later, another relay's
-        // lease), which this batch's settlement does not make claimable.
-        // A claim by id looked at nothing else.
-        let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
         out.sort_by_key(|m| m.id);
-        let lock = crate::relay::RowLock::new(tx, &out, self.tables(), left_behind, &self.in_flight, lease);
-        Ok(Some((out, lock)))
+        let lock = crate::relay::RowLock::new(tx, &out, self.tables(), &self.in_flight, lease);
+        Ok(Claimed::locked(out, lock, left_behind))
     }
 
     /// Writes the settlement in the claim's transaction and commits.

@@ -78,7 +78,27 @@ pub(crate) enum Job {
 pub(crate) const PAUSED: &str =
     "SELECT destination FROM outbox_destination_pause ORDER BY destination LIMIT 1000";
 
+/// A look's answer, taken from its job by [`Job::take_look_answer`]: where it goes, and the end
+/// [`serve`] answers on instead.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+pub(crate) type LookAnswer = (oneshot::Sender<Result<bool>>, oneshot::Receiver<Result<bool>>);
+
 impl Job {
+    /// For a look (an idle tick or a peek): the job answering on a new channel, and its
+    /// caller's reply with that channel's receiver, so the listening task can act on the
+    /// answer before passing it on. Any other job is returned as it is.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+    pub(crate) fn take_look_answer(self) -> (Job, Option<LookAnswer>) {
+        let (tx, rx) = oneshot::channel();
+        match self {
+            Job::IdleTick { owner, ttl, reply } => {
+                (Job::IdleTick { owner, ttl, reply: tx }, Some((reply, rx)))
+            }
+            Job::Peek { reply } => (Job::Peek { reply: tx }, Some((reply, rx))),
+            other => (other, None),
+        }
+    }
+
     /// Answers the job with `e` (its statement could not run).
     #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
     pub(crate) fn fail(self, e: Error) {
@@ -237,7 +257,9 @@ impl Keeper {
     /// Refreshes `owner`'s idle row (writers push a wake-up while it lives; it expires after
     /// `ttl`) and answers whether a message may be due now: a pending one past its time or a
     /// lease that expired. `true` means "claim": it may be a message another relay holds or one
-    /// behind an older message of its key, which the claim then does not take.
+    /// behind an older message of its key, which the claim then does not take. On PostgreSQL,
+    /// the notifications read with a `true` answer do not wake the relay again: the claim
+    /// covers them (see [`CommitSignal::absorbed`](crate::CommitSignal::absorbed)).
     pub async fn idle_tick(&self, owner: &str, ttl: Duration) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::IdleTick { owner: owner.to_owned(), ttl, reply }, answer).await

@@ -110,12 +110,17 @@ impl<L> Claimed<L> {
         Claimed { messages, hold: Hold::Lease, left_behind: true }
     }
 
-    /// Messages held by `lock`, or nothing claimed (`None`).
-    pub fn locked(claim: Option<(Vec<OutboxMessage>, L)>) -> Self {
-        match claim {
-            Some((messages, lock)) => Claimed { messages, hold: Hold::Lock(lock), left_behind: true },
-            None => Claimed::leased(Vec::new()),
-        }
+    /// Messages held by `lock`; see [`Claimed::left_behind`].
+    pub fn locked(messages: Vec<OutboxMessage>, lock: L, left_behind: bool) -> Self {
+        Claimed { messages, hold: Hold::Lock(lock), left_behind }
+    }
+
+    /// A claim that took nothing; see [`Claimed::left_behind`]. An empty claim that says
+    /// nothing was left behind saw every due message, each heading its key and held by a
+    /// batch in flight (or not claimable): the batches' settlements make nothing claimable
+    /// that was not committed after it.
+    pub fn nothing(left_behind: bool) -> Self {
+        Claimed { messages: Vec::new(), hold: Hold::Lease, left_behind }
     }
 }
 
@@ -135,8 +140,6 @@ pub struct RowLock<T> {
     pub(crate) ids: Vec<MessageId>,
     /// The names of the claiming outbox's tables.
     pub(crate) tables: crate::Tables,
-    /// See [`Claimed::left_behind`].
-    pub(crate) left_behind: bool,
     /// The messages registered as this process's, for its next claims to leave out; taken out
     /// of the register when this is dropped, after `tx` (fields drop in order, and a
     /// settlement ends `tx` first). Kept only to be dropped.
@@ -152,12 +155,11 @@ impl<T> RowLock<T> {
         tx: T,
         messages: &[OutboxMessage],
         tables: &crate::Tables,
-        left_behind: bool,
         in_flight: &std::sync::Arc<InFlight>,
         lease: Duration,
     ) -> Self {
         let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-        RowLock { held: in_flight.hold(&ids, lease), tx, ids, tables: tables.clone(), left_behind }
+        RowLock { held: in_flight.hold(&ids, lease), tx, ids, tables: tables.clone() }
     }
 }
 
@@ -196,11 +198,7 @@ macro_rules! row_lock_claims {
             ) -> Result<Claimed<Self::Lock>> {
                 Ok(match mode {
                     ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, run, lease).await?),
-                    ClaimMode::Lock => {
-                        let claim = self.claim_locked(owner, committed, limit, run, lease).await?;
-                        let left_behind = claim.as_ref().is_none_or(|(_, lock)| lock.left_behind);
-                        Claimed { left_behind, ..Claimed::locked(claim) }
-                    }
+                    ClaimMode::Lock => self.claim_locked(owner, committed, limit, run, lease).await?,
                 })
             }
 
