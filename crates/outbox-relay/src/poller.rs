@@ -64,7 +64,7 @@ impl<S: RelayStore> Relay<S> {
         // quiet batch wakes the loop after it settles when a claim that may have held back a
         // younger message of its keys ran while it was in flight: see below). Claims run one
         // at a time, on this loop.
-        let claims_started = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let claims_unsure = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
         // Without push (MySQL/MariaDB), another process's commit is found by the idle relay's
@@ -119,13 +119,10 @@ impl<S: RelayStore> Relay<S> {
                                 tick_failing = false;
                                 if refresh {
                                     idle_refreshed = Instant::now();
-                                } else if permits.available_permits() < cfg.max_in_flight_batches
-                                    && !inner.signal.absorbed()
-                                {
+                                } else if permits.available_permits() < cfg.max_in_flight_batches {
                                     // A quicker look sees this relay's own batch still in
                                     // flight (its locked rows are still pending): the look
-                                    // after it settles finds what is new. (Unless it took in
-                                    // notifications, which would have woken the relay.)
+                                    // after it settles finds what is new.
                                     continue;
                                 }
                                 from_look = true;
@@ -199,7 +196,7 @@ impl<S: RelayStore> Relay<S> {
                 pauses_checked = Some(Instant::now());
                 inner.refresh_pauses(keeper.as_ref()).await;
             }
-            claims_started.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             // This claim covers every wake-up so far.
             inner.signal.claiming();
             let claim_started = Instant::now();
@@ -276,7 +273,7 @@ impl<S: RelayStore> Relay<S> {
                     // (an empty claim whose window held only this process's batches, the late
                     // wake-up of a message an idle look had already claimed): no batch needs
                     // to claim again for it once settled.
-                    claims_started.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+                    claims_unsure.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
                 }
             }
             match claimed {
@@ -351,7 +348,7 @@ impl<S: RelayStore> Relay<S> {
                     }
                     let inner2 = inner.clone();
                     let (started, claims_at) =
-                        (claims_started.clone(), claims_started.load(std::sync::atomic::Ordering::Acquire));
+                        (claims_unsure.clone(), claims_unsure.load(std::sync::atomic::Ordering::Acquire));
                     tasks.spawn(async move {
                         let all_sent = process(&inner2, batch, hold).await;
                         drop(permit);

@@ -1,6 +1,5 @@
 //! The after-commit signal: how a committing transaction wakes the in-process relay.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use outbox_core::MessageId;
@@ -24,7 +23,6 @@ pub struct CommitSignal {
 struct Inner {
     notify: Notify,
     ids: Mutex<Vec<MessageId>>,
-    absorbed: AtomicBool,
 }
 
 impl CommitSignal {
@@ -49,29 +47,13 @@ impl CommitSignal {
         self.inner.notify.notify_one();
     }
 
-    /// Records wake-ups taken in by a look that said messages are due (PostgreSQL's
-    /// notifications read with its answer), instead of waking the relay: the claim that follows
-    /// the look covers them. See [`absorbed`](Self::absorbed).
-    pub fn absorb(&self) {
-        self.inner.absorbed.store(true, Ordering::Release);
-    }
-
-    /// Whether wake-ups were absorbed since the last call (and forgets them): a relay that
-    /// does not claim after its look said messages are due (its own batch in flight may be
-    /// what the look saw) claims anyway when it returns true, as the wake-ups would have made
-    /// it. [`claiming`](Self::claiming) forgets them too.
-    pub fn absorbed(&self) -> bool {
-        self.inner.absorbed.swap(false, Ordering::AcqRel)
-    }
-
     /// A claim is about to start: it sees every commit announced so far, so the wake-up that
     /// may be waiting (one that came while nobody waited: a notification read while an idle
-    /// look ran, a batch settled meanwhile) and the absorbed ones are spent. Without this, such
+    /// look ran, a batch settled meanwhile) is spent. Without this, such
     /// a wake-up started a second claim right after this one, which found nothing. The ids are
     /// left to [`take_ids`](Self::take_ids).
     pub fn claiming(&self) {
         use futures::FutureExt as _;
-        self.inner.absorbed.store(false, Ordering::Release);
         // Takes the stored wake-up if there is one; a `Notified` dropped after a wake-up
         // reached it passes that wake-up on (tokio), so none that comes meanwhile is lost.
         let _ = self.inner.notify.notified().now_or_never();
@@ -126,16 +108,14 @@ mod tests {
         assert!(s.take_ids().is_empty());
     }
 
-    /// A claim starting spends the wake-up stored before it (and the absorbed ones), keeps the
+    /// A claim starting spends the wake-up stored before it, keeps the
     /// ids for the claim, and a wake-up after it still wakes. The waits that must not end run
     /// on tokio's paused clock: the timeout fires at once when nothing else can run.
     #[tokio::test(start_paused = true)]
     async fn a_claim_spends_the_wake_ups_before_it_and_only_those() {
         let s = CommitSignal::new();
         s.committed(&[MessageId(7)]);
-        s.absorb();
         s.claiming();
-        assert!(!s.absorbed(), "the claim covers what a look absorbed");
         let waited = tokio::time::timeout(Duration::from_secs(60), s.notified()).await;
         assert!(waited.is_err(), "the wake-up before the claim was spent");
         assert_eq!(s.take_ids(), vec![MessageId(7)], "the ids stay for the claim");

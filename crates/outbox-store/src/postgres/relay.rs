@@ -767,7 +767,7 @@ async fn listen_and_keep(
                     serve(&mut listener, job, &sql).await;
                     if let Some((reply, answer)) = look {
                         let answer = answer.await.unwrap_or_else(|_| Err(outbox_core::Error::Database("the look gave no answer".into())));
-                        absorb_notifications(&mut listener, &signal, &answer);
+                        forward_buffered(&mut listener, &signal);
                         let _ = reply.send(answer);
                     }
                 }
@@ -778,23 +778,19 @@ async fn listen_and_keep(
     }
 }
 
-/// After a look on the listening connection: the notifications the server sent before the
-/// look's answer, which the connection buffered while reading it. When the look said something
-/// is due, the claim it starts begins after those commits and covers them: they are absorbed
-/// (the relay is not woken for them once more: an idle relay whose look had claimed a message
-/// before its notification was read then ran a second, empty claim). The signal records it, for
-/// a relay that does not claim after all (see [`CommitSignal::absorbed`]). Otherwise they wake
-/// the relay as usual: the server may send a notification at the end of the look's statement
-/// for a commit its snapshot did not see.
-fn absorb_notifications(listener: &mut PgListener, signal: &CommitSignal, answer: &Result<bool>) {
+/// After a look on the listening connection, before its answer goes back: the notifications the
+/// server sent before that answer, which the connection buffered while reading it, wake the
+/// relay now. When the look said something is due, the claim it starts spends that wake-up
+/// (`CommitSignal::claiming`), since it begins after those commits; left to the listener's next
+/// turn, it could come after the claim started and run a second, empty one (an idle relay whose
+/// look had claimed a message before its notification was forwarded).
+fn forward_buffered(listener: &mut PgListener, signal: &CommitSignal) {
     let mut buffered = false;
     while listener.next_buffered().is_some() {
         buffered = true;
     }
-    match (buffered, answer) {
-        (false, _) => {}
-        (true, Ok(true)) => signal.absorb(),
-        (true, _) => signal.wake(),
+    if buffered {
+        signal.wake();
     }
 }
 

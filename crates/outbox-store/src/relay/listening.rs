@@ -89,12 +89,15 @@ impl Job {
     /// answer before passing it on. Any other job is returned as it is.
     #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn take_look_answer(self) -> (Job, Option<LookAnswer>) {
-        let (tx, rx) = oneshot::channel();
         match self {
             Job::IdleTick { owner, ttl, reply } => {
+                let (tx, rx) = oneshot::channel();
                 (Job::IdleTick { owner, ttl, reply: tx }, Some((reply, rx)))
             }
-            Job::Peek { reply } => (Job::Peek { reply: tx }, Some((reply, rx))),
+            Job::Peek { reply } => {
+                let (tx, rx) = oneshot::channel();
+                (Job::Peek { reply: tx }, Some((reply, rx)))
+            }
             other => (other, None),
         }
     }
@@ -258,8 +261,8 @@ impl Keeper {
     /// `ttl`) and answers whether a message may be due now: a pending one past its time or a
     /// lease that expired. `true` means "claim": it may be a message another relay holds or one
     /// behind an older message of its key, which the claim then does not take. On PostgreSQL,
-    /// the notifications read with a `true` answer do not wake the relay again: the claim
-    /// covers them (see [`CommitSignal::absorbed`](crate::CommitSignal::absorbed)).
+    /// the notifications read with the answer wake the relay before it arrives, so the claim
+    /// that follows spends them (see [`CommitSignal::claiming`](crate::CommitSignal::claiming)).
     pub async fn idle_tick(&self, owner: &str, ttl: Duration) -> Result<bool> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::IdleTick { owner: owner.to_owned(), ttl, reply }, answer).await
