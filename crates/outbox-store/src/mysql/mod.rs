@@ -57,9 +57,7 @@ impl Migrator for MySql {
         // between GET_LOCK and RELEASE_LOCK would leave the session lock with a pooled
         // connection, and every later migration would wait its 60 s for it and fail.
         let (pool, tables) = (pool.clone(), tables.clone());
-        crate::begin::detached(async move { migrate_locked(&pool, schema, &tables, migrations).await })
-            .await
-            .map_err(schema.map_error)?
+        crate::begin::detached(async move { migrate_locked(&pool, schema, &tables, migrations).await }).await
     }
 
     async fn version_on(conn: &mut MySqlConnection, schema: &'static Schema, tables: &Tables) -> Result<i64> {
