@@ -207,7 +207,8 @@ pub struct BenchConfig {
     pub rate: u32,
     /// Duration of the latency scenario. Defaults to 10 s.
     pub latency_duration: Duration,
-    /// Transactions per client and mode in each round of the enqueue scenario. Defaults to 500.
+    /// Transactions per client and mode in the enqueue scenario (the modes interleaved).
+    /// Defaults to 2,000.
     pub enqueue_txs: usize,
     /// Relay counts of the scale drains. Defaults to 1, 2, 4.
     pub relays: Vec<usize>,
@@ -264,7 +265,7 @@ impl Default for BenchConfig {
             keys: db::KEYS,
             rate: 1_000,
             latency_duration: Duration::from_secs(10),
-            enqueue_txs: 500,
+            enqueue_txs: 2_000,
             relays: vec![1, 2, 4],
             sent_rows: vec![10_000, 100_000],
             idle_duration: Duration::from_secs(30),

@@ -444,7 +444,8 @@ pub(crate) struct BenchArgs {
     /// Duration of the latency scenario, seconds.
     #[arg(long, default_value_t = 10)]
     pub(crate) latency_secs: u64,
-    /// Transactions per client and mode in the enqueue scenario.
+    /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one
+    /// transaction each in turn).
     #[arg(long, default_value_t = 2_000)]
     pub(crate) enqueue_txs: usize,
     /// Relay counts of the scale drains, comma-separated.

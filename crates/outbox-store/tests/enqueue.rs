@@ -114,6 +114,42 @@ macro_rules! suite {
                 .await;
             }
 
+            /// A message with nothing but a topic, key, tag, payload and attempt limit (MySQL
+            /// enqueues it with a shorter statement, the rest the table's defaults): the row
+            /// reads back as the full statement would have written it.
+            #[tokio::test]
+            async fn a_plain_message_reads_back_with_every_default() {
+                on_outbox(async |_pool, outbox| {
+                    let before = Utc::now();
+                    for (order, tag, max_attempts) in [(8, Some("paid"), Some(3)), (9, None, None)] {
+                        let mut msg = NewMessage::new("order.paid", r#"{"order":8}"#).key("order-8");
+                        if let Some(t) = tag {
+                            msg = msg.tag(t);
+                        }
+                        if let Some(n) = max_attempts {
+                            msg = msg.max_attempts(n);
+                        }
+                        let mut tx = with_order(outbox, order).await;
+                        let e = tx.enqueue(&msg).await.unwrap();
+                        tx.commit().await.unwrap();
+                        assert!(e.created);
+                        let row = outbox.get(e.id).await.unwrap().expect("row");
+                        assert_eq!((row.topic.as_str(), row.payload.as_str()), ("order.paid", r#"{"order":8}"#));
+                        assert_eq!(row.key.as_deref(), Some("order-8"));
+                        assert_eq!(row.tag.as_deref(), tag);
+                        assert_eq!(row.max_attempts, max_attempts.map(|n: u32| n as i32));
+                        assert!(row.headers.is_empty(), "{:?}", row.headers);
+                        assert!(row.biz_type.is_none() && row.biz_key.is_none());
+                        assert!(row.created_by.is_none() && row.updated_by.is_none());
+                        assert_eq!((row.status, row.attempts), (Status::Pending, 0));
+                        let age = Utc::now() - row.next_attempt_at;
+                        assert!(age.num_seconds().abs() < 60, "due now, by the database clock: {age}");
+                        assert!((row.created_at - before).num_seconds().abs() < 60, "{}", row.created_at);
+                    }
+                })
+                .await;
+            }
+
             #[tokio::test]
             async fn duplicate_biz_key_returns_the_first_message() {
                 on_outbox(async |pool, outbox| {

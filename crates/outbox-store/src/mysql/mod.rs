@@ -29,6 +29,13 @@ const ENQUEUE: &str = "INSERT INTO outbox_message \
     (biz_type, biz_key, topic, msg_key, tag, headers, payload, max_attempts, next_attempt_at, created_by, updated_by) \
     VALUES (?, ?, ?, ?, ?, ?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6) + INTERVAL COALESCE(?, 0) MICROSECOND), ?, ?)";
 
+/// [`ENQUEUE`] for the plainest message (no business key, headers, schedule or actor): five
+/// parameters instead of twelve, the rest the table's defaults (the same values the full
+/// statement would write). Binding and sending the seven NULLs cost the business transaction
+/// 2-3% with one client (`outbox bench --scenario enqueue` and an interleaved probe).
+const ENQUEUE_PLAIN: &str =
+    "INSERT INTO outbox_message (topic, msg_key, tag, payload, max_attempts) VALUES (?, ?, ?, ?, ?)";
+
 const EXISTING: &str = "SELECT id FROM outbox_message WHERE biz_type = ? AND biz_key = ? LOCK IN SHARE MODE";
 
 /// Columns read into an [`OutboxMessage`], in [`decode_message`]'s order.
@@ -127,8 +134,24 @@ async fn migrate_locked(
 /// [`enqueue`] into the tables named by `tables`.
 pub async fn enqueue_in(conn: &mut MySqlConnection, tables: &Tables, msg: &NewMessage) -> Result<Enqueued> {
     msg.validate()?;
-    let args = enqueue_args::<MySql, _>(msg, msg.deliver_at, msg.delay_micros(), 2)?;
-    let inserted = sqlx::query_with(&tables.render(Dialect::MySql, ENQUEUE), args).execute(&mut *conn).await;
+    let plain = msg.biz.is_none()
+        && msg.headers.is_empty()
+        && msg.deliver_at.is_none()
+        && msg.delay.is_none()
+        && msg.created_by.is_none();
+    let inserted = if plain {
+        sqlx::query(&tables.render(Dialect::MySql, ENQUEUE_PLAIN))
+            .bind(msg.topic.as_str())
+            .bind(msg.key.as_deref())
+            .bind(msg.tag.as_deref())
+            .bind(msg.payload.as_str())
+            .bind(crate::common::max_attempts(msg)?)
+            .execute(&mut *conn)
+            .await
+    } else {
+        let args = enqueue_args::<MySql, _>(msg, msg.deliver_at, msg.delay_micros(), 2)?;
+        sqlx::query_with(&tables.render(Dialect::MySql, ENQUEUE), args).execute(&mut *conn).await
+    };
     match inserted {
         Ok(done) => {
             let id = i64::try_from(done.last_insert_id())
