@@ -445,9 +445,9 @@ pub(crate) struct BenchArgs {
     #[arg(long, default_value_t = 10)]
     pub(crate) latency_secs: u64,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one
-    /// transaction each in turn).
-    #[arg(long, default_value_t = 2_000)]
-    pub(crate) enqueue_txs: usize,
+    /// transaction each in turn), 1 to 1,000,000.
+    #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub(crate) enqueue_txs: u32,
     /// Relay counts of the scale drains, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
     pub(crate) relays: Vec<usize>,
@@ -527,4 +527,24 @@ pub(crate) struct BenchArgs {
     /// Print the JSON result instead of the table.
     #[arg(long)]
     pub(crate) json: bool,
+}
+
+#[cfg(all(test, feature = "bench"))]
+mod tests {
+    use super::*;
+
+    /// `--enqueue-txs` is bounded: 0 and absurd counts are refused naming the flag, before
+    /// anything connects.
+    #[test]
+    fn bench_enqueue_txs_is_bounded() {
+        let parse = |n: &str| Cli::try_parse_from(["outbox", "bench", "--enqueue-txs", n]);
+        for bad in ["0", "1000001", "lots"] {
+            let err = parse(bad).expect_err(bad).to_string();
+            assert!(err.contains("--enqueue-txs"), "{bad}: {err}");
+        }
+        match parse("5").map(|c| c.command) {
+            Ok(Command::Bench(args)) => assert_eq!(args.enqueue_txs, 5),
+            other => panic!("{other:?}"),
+        }
+    }
 }

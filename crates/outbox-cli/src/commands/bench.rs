@@ -25,7 +25,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         keys: args.keys,
         rate: args.rate,
         latency_duration: Duration::from_secs(args.latency_secs),
-        enqueue_txs: args.enqueue_txs,
+        enqueue_txs: args.enqueue_txs as usize,
         relays: args.relays,
         sent_rows: args.sent_rows,
         idle_duration: Duration::from_secs(args.idle_secs),
