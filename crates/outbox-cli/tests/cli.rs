@@ -40,11 +40,11 @@ fn migrate_is_idempotent_and_reports_json() {
     assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
     let r: serde_json::Value = serde_json::from_slice(&first.stdout).unwrap();
     assert_eq!(r["from"], 0);
-    assert_eq!(r["applied"], serde_json::json!([1, 2, 3, 4, 5, 6, 7]));
+    assert_eq!(r["applied"], serde_json::json!([1, 2, 3, 4, 5, 6, 7, 8]));
     let second = outbox(&["migrate", "--database-url", &url, "--json"]);
     let r: serde_json::Value = serde_json::from_slice(&second.stdout).unwrap();
     assert_eq!(r["applied"], serde_json::json!([]));
-    assert_eq!(r["to"], 7);
+    assert_eq!(r["to"], 8);
     std::fs::remove_dir_all(dir).ok();
 }
 

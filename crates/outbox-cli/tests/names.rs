@@ -24,11 +24,14 @@ fn status(url: &str, names: &[&str]) -> Value {
 fn migrate_print_renders_every_migration_for_the_names() {
     let sql =
         ok(&["migrate", "--print", "--dialect", "postgres", "--schema", "billing", "--table-prefix", "app_"]);
-    assert!(sql.starts_with("-- outbox schema, versions 1 to 7"), "{sql}");
+    assert!(sql.starts_with("-- outbox schema, versions 1 to 8"), "{sql}");
     assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"billing\";"), "{sql}");
     assert!(sql.contains("CREATE TABLE \"billing\".app_message ("), "{sql}");
     assert!(sql.contains("CREATE INDEX app_message_due_idx ON \"billing\".app_message"), "{sql}");
     assert!(sql.contains("pg_notify('app_message', '')"), "{sql}");
+    assert!(sql.contains("pg_notify('app_message', rows_added)"), "{sql}");
+    assert!(sql.contains("DROP TRIGGER app_message_notify ON \"billing\".app_message;"), "{sql}");
+    assert!(sql.contains("REFERENCING NEW TABLE AS added_rows"), "{sql}");
     assert!(sql.contains("EXECUTE FUNCTION \"billing\".app_notify_relay()"), "{sql}");
     assert!(!sql.contains("outbox_message") && !sql.contains("outbox_delivery"), "{sql}");
     let my =
@@ -61,7 +64,7 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     // From the command line.
     for prefix in ["a_", "b_"] {
         let out = ok(&["migrate", "--database-url", &url, "--table-prefix", prefix]);
-        assert!(out.contains("migrated from version 0 to 7"), "{out}");
+        assert!(out.contains("migrated from version 0 to 8"), "{out}");
     }
     // From the printed script, applied by hand (psql -1 -f, in effect).
     let script =
@@ -81,7 +84,7 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     assert_eq!(status(&url, &["--schema", "ops", "--table-prefix", "c_"])["total"], 1);
     // The printed script counts as migrated: a later `outbox migrate` has nothing to do.
     let out = ok(&["migrate", "--database-url", &url, "--schema", "ops", "--table-prefix", "c_"]);
-    assert!(out.contains("already at version 7"), "{out}");
+    assert!(out.contains("already at version 8"), "{out}");
     // The default names were never created.
     let out = outbox(&["status", "--database-url", &url]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not migrated"));

@@ -900,6 +900,66 @@ mod postgres_push {
         db.drop_db().await;
     }
 
+    /// A commit of the relay's own process wakes it through the after-commit signal, with the
+    /// ids; the database's notification of the same rows (sent because the relay was idle) is
+    /// known for a duplicate and starts no claim. Before schema 8 it did, and that claim found
+    /// nothing whenever the notification came after the claim by id had started.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_notification_of_its_own_commit_starts_no_second_claim() {
+        use outbox_relay::ClaimKind;
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = TestTransport::new();
+        let mut cfg = config("r1");
+        // Neither the scan nor the quicker looks after a delivery can take the foreign row.
+        cfg.idle_interval = Duration::from_secs(60);
+        cfg.active_scan_interval = cfg.idle_interval;
+        let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+        let idle = || async {
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_relay_idle WHERE until > now()")
+                .fetch_one(&db.pool)
+                .await
+                .unwrap();
+            rows == 1
+        };
+        let woken = || {
+            let k = running.stats.claim_kinds().into_iter().find(|k| k.kind == ClaimKind::Woken).unwrap();
+            (k.claims, k.empty)
+        };
+        const OWN: usize = 8;
+        eventually("the relay is idle", idle).await;
+        let before = woken();
+        for n in 1..=OWN {
+            eventually("the relay is idle", idle).await;
+            let mut tx = outbox.begin().await.unwrap();
+            tx.enqueue(&NewMessage::new("orders", format!("own {n}"))).await.unwrap();
+            tx.commit().await.unwrap();
+            eventually("delivered", || async { t.delivered().len() == n }).await;
+        }
+        // A foreign row, once the relay is idle again: its notification comes after every one
+        // above on the listening connection, so once it is delivered they have all been read.
+        eventually("the relay is idle", idle).await;
+        let foreign = sqlx::PgPool::connect(&db.url).await.unwrap();
+        sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('orders', 'foreign')")
+            .execute(&foreign)
+            .await
+            .unwrap();
+        eventually("delivered", || async { t.delivered().len() == OWN + 1 }).await;
+        let after = woken();
+        assert_eq!(
+            (after.0 - before.0, after.1 - before.1),
+            (2, 1),
+            "two claims woken without ids, both for the foreign row: the one that took it and the \
+             one its settlement wakes, which finds nothing (before schema 8, each of the own \
+             commits' notifications could add one); claims: {:?}",
+            running.stats.claim_kinds()
+        );
+        running.stop().await;
+        foreign.close().await;
+        db.drop_db().await;
+    }
+
     #[tokio::test]
     async fn writers_notify_only_while_a_relay_is_idle() {
         let db = outbox_testkit::fresh_pg().await;
@@ -914,9 +974,34 @@ mod postgres_push {
         assert!(quiet.is_err(), "no relay idle: no NOTIFY (and no commit-time lock) for writers");
 
         outbox.set_idle("r1", true, Duration::from_secs(30)).await.unwrap();
-        sqlx::query(insert).execute(&db.pool).await.unwrap();
+        let id: i64 =
+            sqlx::query_scalar(&format!("{insert} RETURNING id")).fetch_one(&db.pool).await.unwrap();
         let n = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await;
-        assert!(n.is_ok(), "an idle relay is notified");
+        let n = n.expect("an idle relay is notified").unwrap();
+        assert_eq!(n.payload(), format!("{id} {id} 1"), "the notification names the row: first, last, rows");
+
+        // A statement of several rows is one notification naming them all.
+        let ids: Vec<i64> = sqlx::query_scalar(
+            "INSERT INTO outbox_message (topic, payload, biz_type, biz_key) \
+             VALUES ('t', 'a', 'order', '1'), ('t', 'b', 'order', '2'), ('t', 'c', 'order', '3') RETURNING id",
+        )
+        .fetch_all(&db.pool)
+        .await
+        .unwrap();
+        let (first, last) = (ids.iter().min().unwrap(), ids.iter().max().unwrap());
+        let n = tokio::time::timeout(Duration::from_secs(5), listener.recv()).await.unwrap().unwrap();
+        assert_eq!(n.payload(), format!("{first} {last} 3"));
+
+        // A duplicate the statement skipped added no row: nothing to announce.
+        sqlx::query(
+            "INSERT INTO outbox_message (topic, payload, biz_type, biz_key) VALUES ('t', 'a', 'order', '1') \
+             ON CONFLICT DO NOTHING",
+        )
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        let quiet = tokio::time::timeout(Duration::from_millis(500), listener.recv()).await;
+        assert!(quiet.is_err(), "an INSERT that added nothing notifies nothing");
 
         // A rolled-back insert notifies nobody.
         let mut tx = db.pool.begin().await.unwrap();

@@ -43,6 +43,7 @@ macro_rules! outbox_migrations {
             5 "0005_bounds.sql" "bounds",
             6 "0006_destination_pause.sql" "destination pause",
             7 "0007_relay_presence.sql" "relay presence",
+            8 "0008_push_rows.sql" "push rows",
         )
     };
     (@ $dir:literal; $($version:literal $file:literal $description:literal,)*) => {

@@ -554,9 +554,18 @@ impl<'c, DB: OutboxDatabase> OutboxTransaction<'c, DB> {
     }
 
     /// Commits, then signals the relay with the ids enqueued here.
+    ///
+    /// The ids are announced to the signal before the commit, so that the database's push
+    /// notification for them wakes nothing (the signal does). If the commit fails, or this
+    /// future is dropped before the commit returns, the relay is woken without ids instead:
+    /// the commit may have happened all the same.
     pub async fn commit(self) -> Result<()> {
-        self.tx.commit().await.map_err(db)?;
-        self.signal.committed(&self.ids);
+        let Self { tx, signal, ids, .. } = self;
+        signal.announcing(&ids);
+        let unsure = WakeUnlessDone(&signal);
+        tx.commit().await.map_err(db)?;
+        std::mem::forget(unsure);
+        signal.committed(&ids);
         Ok(())
     }
 
@@ -568,6 +577,16 @@ impl<'c, DB: OutboxDatabase> OutboxTransaction<'c, DB> {
     /// The underlying sqlx transaction (its commit will not signal the relay).
     pub fn into_inner(self) -> Transaction<'c, DB> {
         self.tx
+    }
+}
+
+/// Wakes the relay when dropped: the guard of a commit whose outcome its caller did not learn.
+/// Forgotten once the commit returned.
+struct WakeUnlessDone<'a>(&'a CommitSignal);
+
+impl Drop for WakeUnlessDone<'_> {
+    fn drop(&mut self) {
+        self.0.wake();
     }
 }
 

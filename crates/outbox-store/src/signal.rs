@@ -9,6 +9,12 @@ use tokio::sync::Notify;
 /// finds those messages anyway) so a stalled relay cannot make producers grow memory.
 const MAX_PENDING_IDS: usize = 65_536;
 
+/// How many of the ids this process is committing the signal remembers (see
+/// [`CommitSignal::announcing`]). A push notification arrives within milliseconds of its
+/// commit; 1,024 ids is seconds of a busy writer's commits. An id forgotten sooner only costs a
+/// claim that finds nothing.
+const ANNOUNCED_IDS: usize = 1_024;
+
 /// Wakes the relay after a commit and tells it which messages were just committed, so it can
 /// publish them without waiting for its next scan. Cheap to clone; all clones share state.
 ///
@@ -23,6 +29,25 @@ pub struct CommitSignal {
 struct Inner {
     notify: Notify,
     ids: Mutex<Vec<MessageId>>,
+    announced: Mutex<Announced>,
+}
+
+/// The last [`ANNOUNCED_IDS`] ids announced, in a ring.
+#[derive(Debug, Default)]
+struct Announced {
+    ring: Vec<MessageId>,
+    next: usize,
+}
+
+impl Announced {
+    fn push(&mut self, id: MessageId) {
+        if self.ring.len() < ANNOUNCED_IDS {
+            self.ring.push(id);
+        } else {
+            self.ring[self.next] = id;
+        }
+        self.next = (self.next + 1) % ANNOUNCED_IDS;
+    }
 }
 
 impl CommitSignal {
@@ -45,6 +70,36 @@ impl CommitSignal {
     /// Wakes the relay without naming messages (rows were written some other way).
     pub fn wake(&self) {
         self.inner.notify.notify_one();
+    }
+
+    /// `ids` are about to be committed by this process, which will announce them with
+    /// [`committed`](Self::committed) once the commit returns. Called before the commit, so
+    /// that the database's push notification for the same rows, which may reach the relay's
+    /// listener before the commit returns here, is known for a duplicate
+    /// ([`announces`](Self::announces)) and wakes nothing: without this, every commit of this
+    /// process while its relay was idle started a second claim, which found nothing.
+    ///
+    /// Should the commit fail or its caller drop it, the committer wakes the relay instead
+    /// (see `OutboxTransaction::commit`); a commit that succeeded without its caller learning
+    /// it is found by the relay's next look.
+    pub fn announcing(&self, ids: &[MessageId]) {
+        if ids.is_empty() {
+            return;
+        }
+        if let Ok(mut announced) = self.inner.announced.lock() {
+            for &id in ids {
+                announced.push(id);
+            }
+        }
+    }
+
+    /// Whether `id` is among the last ids this process announced (see
+    /// [`announcing`](Self::announcing)).
+    pub fn announces(&self, id: MessageId) -> bool {
+        match self.inner.announced.lock() {
+            Ok(announced) => announced.ring.contains(&id),
+            Err(_) => false,
+        }
     }
 
     /// A claim is about to start: it sees every commit announced so far, so the wake-up that
@@ -136,6 +191,22 @@ mod tests {
             .await
             .expect("the waiter woke")
             .expect("no panic");
+    }
+
+    #[test]
+    fn the_announced_ids_are_the_last_ones_and_bounded() {
+        let s = CommitSignal::new();
+        assert!(!s.announces(MessageId(1)));
+        s.announcing(&[MessageId(1), MessageId(2)]);
+        assert!(s.announces(MessageId(1)) && s.announces(MessageId(2)));
+        assert!(!s.announces(MessageId(3)));
+        let many: Vec<_> = (10..10 + ANNOUNCED_IDS as i64).map(MessageId).collect();
+        s.announcing(&many);
+        assert!(!s.announces(MessageId(1)), "the oldest are forgotten");
+        assert!(s.announces(MessageId(10)) && s.announces(MessageId(9 + ANNOUNCED_IDS as i64)));
+        s.announcing(&[MessageId(-5)]);
+        assert!(!s.announces(MessageId(10)) && s.announces(MessageId(-5)) && s.announces(MessageId(11)));
+        assert!(s.take_ids().is_empty(), "announcing is not committing");
     }
 
     #[tokio::test]

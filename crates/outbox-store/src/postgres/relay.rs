@@ -756,8 +756,8 @@ async fn listen_and_keep(
                     tracing::warn!(error = %e, "LISTEN connection lost; reconnecting");
                     signal.wake();
                     tokio::time::sleep(Duration::from_millis(500)).await;
-                } else {
-                    signal.wake();
+                } else if let Ok(n) = n {
+                    pushed(&signal, n.payload());
                 }
             }
             job = jobs.recv(), if kept => match job {
@@ -785,13 +785,50 @@ async fn listen_and_keep(
 /// turn, it could come after the claim started and run a second, empty one (an idle relay whose
 /// look had claimed a message before its notification was forwarded).
 fn forward_buffered(listener: &mut PgListener, signal: &CommitSignal) {
-    let mut buffered = false;
-    while listener.next_buffered().is_some() {
-        buffered = true;
+    while let Some(n) = listener.next_buffered() {
+        pushed(signal, n.payload());
     }
-    if buffered {
-        signal.wake();
+}
+
+/// Longest payload [`pushed_rows`] reads: three 19-digit numbers and their separators.
+const MAX_PUSH_PAYLOAD: usize = 3 * 20;
+
+/// A notification on the relay's channel: wakes the relay unless it announces rows this process
+/// committed, whose commit wakes the relay itself (`CommitSignal::announcing`).
+fn pushed(signal: &CommitSignal, payload: &str) {
+    match pushed_rows(payload) {
+        Some(rows) if signal.announces(MessageId(rows.first)) && signal.announces(MessageId(rows.last)) => {}
+        _ => signal.wake(),
     }
+}
+
+/// The rows one `INSERT` statement added, as its notification names them (schema 8's trigger:
+/// `<first id> <last id> <rows>`, decimal, one space apart).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PushedRows {
+    first: i64,
+    last: i64,
+    count: i64,
+}
+
+/// Reads a notification's payload. Anything on the channel can send one (`pg_notify` is open to
+/// every role), so it is checked before it is believed: `None` (then the relay is simply woken)
+/// unless it is exactly three decimal numbers that can describe an `INSERT`'s ids.
+fn pushed_rows(payload: &str) -> Option<PushedRows> {
+    if payload.len() > MAX_PUSH_PAYLOAD {
+        return None;
+    }
+    let mut parts = payload.split(' ');
+    let mut number = || -> Option<i64> {
+        let part = parts.next()?;
+        if part.is_empty() || !part.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        part.parse().ok()
+    };
+    let rows = PushedRows { first: number()?, last: number()?, count: number()? };
+    let span = rows.last.checked_sub(rows.first)?.checked_add(1)?;
+    (parts.next().is_none() && rows.count >= 1 && rows.count <= span).then_some(rows)
 }
 
 impl Outbox<Postgres> {
@@ -1094,6 +1131,54 @@ impl Outbox<Postgres> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    #[test]
+    fn a_push_payload_is_believed_only_when_it_can_name_an_inserts_rows() {
+        use super::{pushed_rows, PushedRows};
+        assert_eq!(pushed_rows("7 7 1"), Some(PushedRows { first: 7, last: 7, count: 1 }));
+        assert_eq!(pushed_rows("3 9 4"), Some(PushedRows { first: 3, last: 9, count: 4 }));
+        let max = i64::MAX;
+        assert_eq!(pushed_rows(&format!("1 {max} 2")), Some(PushedRows { first: 1, last: max, count: 2 }));
+        for bad in [
+            "", // schema 7's trigger, or a hand-made NOTIFY
+            "7",
+            "7 7",
+            "7 7 1 1",
+            "7 7 0", // no rows
+            "7 7 2", // more rows than ids
+            "9 3 1", // backwards
+            "-1 7 1",
+            "+1 7 1",
+            "1  7 1",
+            " 1 7 1",
+            "1 7 1 ",
+            "1\t7\t1",
+            "0x10 20 1",
+            "1 99999999999999999999 1", // beyond i64
+            "1 7 \u{1b}[2J",
+            "\u{661} 7 1", // a digit, but not an ASCII one
+        ] {
+            assert_eq!(pushed_rows(bad), None, "{bad:?}");
+        }
+        assert_eq!(pushed_rows(&"1".repeat(10_000)), None, "a long payload is not read");
+    }
+
+    #[test]
+    fn a_push_for_rows_this_process_announced_wakes_nothing() {
+        use super::pushed;
+        use crate::signal::CommitSignal;
+        use futures::FutureExt as _;
+        use outbox_core::MessageId;
+        let woken = |s: &CommitSignal| s.notified().now_or_never().is_some();
+        let s = CommitSignal::new();
+        s.announcing(&[MessageId(5), MessageId(6)]);
+        pushed(&s, "5 6 2");
+        assert!(!woken(&s), "its own commit wakes the relay");
+        for other in ["5 7 2", "4 6 2", "7 7 1", "", "garbage"] {
+            pushed(&s, other);
+            assert!(woken(&s), "{other:?} wakes the relay");
+        }
+    }
+
     use crate::relay::{ClaimMode, Claims, Hold, Settlement};
     use crate::Outbox;
 
