@@ -1,0 +1,25 @@
+\timing on
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+TRUNCATE m_plain, m_tt;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_tt (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
+DO $$ BEGIN FOR i IN 1..100000 LOOP INSERT INTO m_plain (topic, payload) VALUES ($x$orders$x$, $x$x$x$); END LOOP; END $$;
