@@ -76,8 +76,10 @@ impl CommitSignal {
     /// [`committed`](Self::committed) once the commit returns. Called before the commit, so
     /// that the database's push notification for the same rows, which may reach the relay's
     /// listener before the commit returns here, is known for a duplicate
-    /// ([`announces`](Self::announces)) and wakes nothing: without this, every commit of this
-    /// process while its relay was idle started a second claim, which found nothing.
+    /// ([`announces`](Self::announces)) and wakes nothing. Without this, a commit of this
+    /// process while its relay was idle could start a second claim: one that found nothing, or
+    /// one that took the message first and left the claim by id with nothing (a third to a half
+    /// of the messages of a trickle: docs/benchmarks.md, "The wake-up names its rows").
     ///
     /// Should the commit fail or its caller drop it, the committer wakes the relay instead
     /// (see `OutboxTransaction::commit`); a commit that succeeded without its caller learning
