@@ -862,6 +862,15 @@ mod locked {
 mod postgres_push {
     use super::*;
 
+    /// Whether one relay has declared itself idle (so writers notify).
+    async fn declared_idle(pool: &sqlx::PgPool) -> bool {
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_relay_idle WHERE until > now()")
+            .fetch_one(pool)
+            .await
+            .unwrap();
+        rows == 1
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_foreign_insert_wakes_an_idle_relay_through_notify() {
         let db = outbox_testkit::fresh_pg().await;
@@ -874,14 +883,7 @@ mod postgres_push {
         let running = start(relay);
         // The relay LISTENs before its first scan and marks itself idle after it: wait for the
         // mark, so the NOTIFY below is sent and heard.
-        eventually("the relay is idle", || async {
-            let idle: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_relay_idle WHERE until > now()")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-            idle == 1
-        })
-        .await;
+        eventually("the relay is idle", || declared_idle(&db.pool)).await;
         // A foreign application: plain SQL on its own connection, no in-process signal.
         let foreign = sqlx::PgPool::connect(&db.url).await.unwrap();
         sqlx::query("INSERT INTO outbox_message (topic, payload) VALUES ('order.paid', 'from python')")
@@ -916,13 +918,7 @@ mod postgres_push {
         cfg.idle_interval = Duration::from_secs(60);
         cfg.active_scan_interval = cfg.idle_interval;
         let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
-        let idle = || async {
-            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM outbox_relay_idle WHERE until > now()")
-                .fetch_one(&db.pool)
-                .await
-                .unwrap();
-            rows == 1
-        };
+        let idle = || declared_idle(&db.pool);
         let woken = || {
             let k = running.stats.claim_kinds().into_iter().find(|k| k.kind == ClaimKind::Woken).unwrap();
             (k.claims, k.empty)
