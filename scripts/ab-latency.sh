@@ -34,7 +34,7 @@ for r in range(1, int(sys.argv[1]) + 1):
       print(r,w,st,"p50 %.2f p90 %.2f p99 %.2f tx %.2f claim %.2f cpm %.2f xpm %s sent %d recv %d left %d dup %d" % (c["p50_ms"],c["p90_ms"],c["p99_ms"],o["transaction"]["p50_ms"],o["claim_ms_mean"] or 0,o["claims_per_msg"],o.get("db_xacts_per_msg"),o["sent"],o["received"],o["left_behind"],o["duplicates"]))
       # The claims by why they ran, per message: kind=claims/empty (builds before the counters have none).
       k=" ".join("%s=%d/%d" % (x["kind"],x["claims"],x["empty"]) for x in o.get("claim_kinds",[]) if x["claims"])
-      if k: print("   kinds", k, "ids left to the window", o.get("ids_left_to_the_window"))
+      if k: print("   kinds", k, "ids left to the window", o.get("ids_left_to_the_window"), "wake-ups without a claim", o.get("wake_ups_held"))
   s=json.load(open(f"/tmp/ab/sqlxmq-{r}.json")); d=s["commit_to_job"]
   print(r,"sqlxmq p50 %.2f p90 %.2f p99 %.2f tx %.2f" % (d["p50_ms"],d["p90_ms"],d["p99_ms"],s["transaction"]["p50_ms"]))
 PY

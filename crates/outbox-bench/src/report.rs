@@ -272,7 +272,12 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
                 );
             }
             let _ =
-                writeln!(md, "\nIds signalled and left to a window's claim: {}.\n", l.ids_left_to_the_window);
+                writeln!(md, "\nIds signalled and left to a window's claim: {}.", l.ids_left_to_the_window);
+            let _ = writeln!(
+                md,
+                "Wake-ups that started no claim (their messages already in the relay's batches): {}.\n",
+                l.wake_ups_held
+            );
         }
     }
     if let Some(e) = &r.enqueue {

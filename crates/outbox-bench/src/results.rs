@@ -93,6 +93,9 @@ pub struct LatencyResult {
     /// Ids committed by the load that the relay's signal held for a claim that looked for due
     /// messages instead of claiming them by id (its window found them).
     pub ids_left_to_the_window: u64,
+    /// Wake-ups that started no claim because the relay's batches already held every message
+    /// they named (`outbox_relay::RelayStats::wake_ups_held`).
+    pub wake_ups_held: u64,
     /// Mean duration of the relay's settlements, ms (the write-back and its commit; not on the
     /// way to the consumer, but it competes with the claims for the database).
     pub settle_ms_mean: f64,

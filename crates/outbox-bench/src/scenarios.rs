@@ -326,6 +326,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let claims0 = RelayStats::get(&relay.stats.claims);
         let kinds0 = relay.stats.claim_kinds();
         let left0 = RelayStats::get(&relay.stats.ids_left_to_the_window);
+        let held0 = RelayStats::get(&relay.stats.wake_ups_held);
         let xacts0 =
             if db.dialect == outbox_store::Dialect::Postgres { db.server_queries().await? } else { None };
         let scan0 = RelayStats::get(&relay.stats.claimed_on_scan);
@@ -388,6 +389,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             .collect();
         let ids_left_to_the_window =
             RelayStats::get(&relay.stats.ids_left_to_the_window).saturating_sub(left0);
+        let wake_ups_held = RelayStats::get(&relay.stats.wake_ups_held).saturating_sub(held0);
         let times1 = times();
         let (claim_ms_mean, settle_ms_mean) =
             (mean_ms_between(times0.0, times1.0), mean_ms_between(times0.1, times1.1));
@@ -428,6 +430,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             claims_per_msg: per_msg(claims),
             claim_kinds,
             ids_left_to_the_window,
+            wake_ups_held,
             claim_ms_mean,
             settle_ms_mean,
             db_xacts_per_msg,

@@ -87,6 +87,10 @@ pub struct RelayStats {
     /// because it looked for due messages instead (the claim after one by id): its window
     /// finds them with the rest.
     pub ids_left_to_the_window: AtomicU64,
+    /// Wake-ups that started no claim: they named only messages this process had committed,
+    /// and this relay's batches already held every one of them (a claim that looked for due
+    /// messages took them after their commit, before the wake-up was read).
+    pub wake_ups_held: AtomicU64,
     /// Idle scans run on the store's listening connection instead of a claim
     /// ([`outbox_store::Keeper::idle_tick`], and the quicker looks of a store without push,
     /// [`outbox_store::Keeper::peek`]), counted when they answered.

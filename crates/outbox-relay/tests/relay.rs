@@ -956,6 +956,58 @@ mod postgres_push {
         db.drop_db().await;
     }
 
+    /// A wake-up for a commit of this process whose row a claim looking for due messages took
+    /// first (the commit landed between that claim's start and its statement) starts no claim:
+    /// the claim by id would find the row locked by the relay's own batch, and look for due
+    /// messages for nothing. Any other wake-up still claims.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_wake_up_for_rows_its_batches_hold_starts_no_claim() {
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = TestTransport::new();
+        let mut cfg = config("r1");
+        cfg.idle_interval = Duration::from_secs(60);
+        cfg.active_scan_interval = cfg.idle_interval;
+        // The batch stays in flight, its rows held, until the relay stops.
+        (cfg.publish_timeout, cfg.lease, cfg.shutdown_timeout) =
+            (Duration::from_secs(300), Duration::from_secs(600), Duration::from_millis(200));
+        let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+        eventually("the relay is idle", || declared_idle(&db.pool)).await;
+        t.set_hang(true);
+        // Taken by a claim woken without ids (the row's notification), held in flight.
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO outbox_message (topic, payload) VALUES ('orders', 'a') RETURNING id",
+        )
+        .fetch_one(&db.pool)
+        .await
+        .unwrap();
+        eventually("the batch is in flight", || async { t.in_flight() == 1 }).await;
+        let claims = RelayStats::get(&running.stats.claims);
+        // The same row's commit signal, as if it came late.
+        outbox.signal().committed(&[MessageId(id)]);
+        eventually("the wake-up is passed over", || async {
+            RelayStats::get(&running.stats.wake_ups_held) == 1
+        })
+        .await;
+        assert_eq!(RelayStats::get(&running.stats.claims), claims, "no claim for a row in flight");
+        // Not passed over: a wake-up that names nothing, and one naming a row not held.
+        outbox.signal().wake();
+        eventually("a bare wake-up claims", || async {
+            RelayStats::get(&running.stats.claims) == claims + 1
+        })
+        .await;
+        outbox.signal().committed(&[MessageId(id), MessageId(id + 1_000)]);
+        eventually("a wake-up naming a row not held claims", || async {
+            RelayStats::get(&running.stats.claims) == claims + 2
+        })
+        .await;
+        assert_eq!(RelayStats::get(&running.stats.wake_ups_held), 1);
+        assert_eq!(t.in_flight(), 1, "the row was published once");
+        running.stop().await;
+        db.drop_db().await;
+    }
+
     #[tokio::test]
     async fn writers_notify_only_while_a_relay_is_idle() {
         let db = outbox_testkit::fresh_pg().await;

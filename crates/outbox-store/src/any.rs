@@ -319,6 +319,10 @@ impl Claims for AnyOutbox {
     async fn release(&self, owner: &str) -> Result<u64> {
         each!(self, o => o.release(owner).await)
     }
+
+    fn held_in_flight(&self, ids: &[MessageId]) -> Vec<bool> {
+        each!(self, o => o.held_in_flight(ids))
+    }
 }
 
 impl Acks for AnyOutbox {

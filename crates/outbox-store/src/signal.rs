@@ -1,5 +1,6 @@
 //! The after-commit signal: how a committing transaction wakes the in-process relay.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use outbox_core::MessageId;
@@ -30,6 +31,8 @@ struct Inner {
     notify: Notify,
     ids: Mutex<Vec<MessageId>>,
     announced: Mutex<Announced>,
+    /// Wake-ups that named no ids, or not all of theirs (see [`CommitSignal::unnamed_wakes`]).
+    unnamed: AtomicU64,
 }
 
 /// The last [`ANNOUNCED_IDS`] ids announced, in a ring.
@@ -58,18 +61,60 @@ impl CommitSignal {
 
     /// Records that `ids` were committed and wakes the relay.
     pub fn committed(&self, ids: &[MessageId]) {
+        let mut named = false;
         if !ids.is_empty() {
             if let Ok(mut pending) = self.inner.ids.lock() {
                 let room = MAX_PENDING_IDS.saturating_sub(pending.len());
                 pending.extend(ids.iter().take(room).copied());
+                named = room >= ids.len();
             }
+        }
+        if !named {
+            // Counted before the wake-up it stands for (see `unnamed_wakes`).
+            self.inner.unnamed.fetch_add(1, Ordering::AcqRel);
         }
         self.inner.notify.notify_one();
     }
 
-    /// Wakes the relay without naming messages (rows were written some other way).
+    /// Wakes the relay without naming messages (rows were written some other way, a batch was
+    /// settled, a commit's outcome is unknown).
     pub fn wake(&self) {
+        self.inner.unnamed.fetch_add(1, Ordering::AcqRel);
         self.inner.notify.notify_one();
+    }
+
+    /// How many wake-ups so far did not name every message they stand for: [`wake`](Self::wake),
+    /// and [`committed`](Self::committed) without ids or with ids beyond the bound. Each is
+    /// counted before its wake-up is given, so a relay that reads this before a claim starts,
+    /// and the same number after a later wake-up, knows that every wake-up since named its ids:
+    /// if its claims hold all of those already, that wake-up needs no claim (see
+    /// [`forget_held`](Self::forget_held)).
+    pub fn unnamed_wakes(&self) -> u64 {
+        self.inner.unnamed.load(Ordering::Acquire)
+    }
+
+    /// Drops the committed ids waiting for a claim that `held` says this process's claims hold
+    /// already (a claim that looked for due messages took them after their commit), and says
+    /// whether none are left. A claim by id of such ids would find them locked and look for due
+    /// messages instead, for nothing.
+    pub fn forget_held(&self, held: impl FnOnce(&[MessageId]) -> Vec<bool>) -> bool {
+        let pending = match self.inner.ids.lock() {
+            Ok(pending) => pending.clone(),
+            Err(_) => return false,
+        };
+        if pending.is_empty() {
+            return true;
+        }
+        let gone: std::collections::HashSet<MessageId> =
+            pending.iter().zip(held(&pending)).filter(|(_, h)| *h).map(|(id, _)| *id).collect();
+        match self.inner.ids.lock() {
+            Ok(mut now) => {
+                // Ids committed meanwhile are kept: `held` did not see them.
+                now.retain(|id| !gone.contains(id));
+                now.is_empty()
+            }
+            Err(_) => false,
+        }
     }
 
     /// `ids` are about to be committed by this process, which will announce them with
@@ -209,6 +254,37 @@ mod tests {
         s.announcing(&[MessageId(-5)]);
         assert!(!s.announces(MessageId(10)) && s.announces(MessageId(-5)) && s.announces(MessageId(11)));
         assert!(s.take_ids().is_empty(), "announcing is not committing");
+    }
+
+    #[test]
+    fn wake_ups_that_do_not_name_their_messages_are_counted() {
+        let s = CommitSignal::new();
+        s.committed(&[MessageId(1)]);
+        assert_eq!(s.unnamed_wakes(), 0, "a commit names its ids");
+        s.wake();
+        s.committed(&[]);
+        assert_eq!(s.unnamed_wakes(), 2, "a bare wake-up, a commit without ids");
+        let ids: Vec<_> = (0..MAX_PENDING_IDS as i64).map(MessageId).collect();
+        s.committed(&ids);
+        assert_eq!(s.unnamed_wakes(), 3, "ids beyond the bound are not named");
+    }
+
+    #[test]
+    fn the_ids_a_claim_holds_already_are_forgotten_and_only_those() {
+        let s = CommitSignal::new();
+        assert!(s.forget_held(|_| unreachable!("nothing to look up")), "no ids: none left");
+        s.committed(&[MessageId(1), MessageId(2), MessageId(3)]);
+        let left = s.forget_held(|ids| {
+            assert_eq!(ids, [MessageId(1), MessageId(2), MessageId(3)]);
+            // A commit landing while the claims are looked up is not touched.
+            s.committed(&[MessageId(2), MessageId(4)]);
+            vec![false, true, false]
+        });
+        assert!(!left);
+        assert_eq!(s.take_ids(), vec![MessageId(1), MessageId(3), MessageId(4)]);
+        s.committed(&[MessageId(5), MessageId(6)]);
+        assert!(s.forget_held(|ids| vec![true; ids.len()]), "all held: none left");
+        assert!(s.take_ids().is_empty());
     }
 
     #[tokio::test]

@@ -232,6 +232,11 @@ macro_rules! row_lock_claims {
             async fn release(&self, owner: &str) -> Result<u64> {
                 self.release_leases(owner).await
             }
+
+            fn held_in_flight(&self, ids: &[MessageId]) -> Vec<bool> {
+                let held = self.in_flight.snapshot();
+                ids.iter().map(|id| held.contains(&id.0)).collect()
+            }
         }
     };
 }
@@ -332,6 +337,14 @@ pub trait Claims: Clone + Send + Sync + 'static {
 
     /// Returns every message `owner` leases to `pending`, due now (graceful shutdown).
     fn release(&self, owner: &str) -> impl Future<Output = Result<u64>> + Send;
+
+    /// For each of `ids`, whether a locked claim of this process over this outbox holds it
+    /// now, unsettled (its lease not run out): a claim would leave it out of its candidates.
+    /// No round trip. `false` for every id by default, and where the store does not lock
+    /// claims.
+    fn held_in_flight(&self, ids: &[MessageId]) -> Vec<bool> {
+        vec![false; ids.len()]
+    }
 
     /// [`Claims::claim_with`] a lease: the claimed messages.
     fn claim(
