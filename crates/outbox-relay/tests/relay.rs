@@ -871,6 +871,24 @@ mod postgres_push {
         rows == 1
     }
 
+    /// A migrated database and a relay over it to a test transport, started, whose scan and
+    /// quicker looks come only after a minute: whatever it claims sooner, a wake-up started.
+    /// `tune` adjusts the configuration further.
+    async fn woken_only(
+        tune: impl FnOnce(&mut RelayConfig),
+    ) -> (outbox_testkit::TestDb<sqlx::Postgres>, Outbox<sqlx::Postgres>, TestTransport, Running) {
+        let db = outbox_testkit::fresh_pg().await;
+        let outbox = Outbox::new(db.pool.clone());
+        outbox.migrate().await.unwrap();
+        let t = TestTransport::new();
+        let mut cfg = config("r1");
+        cfg.idle_interval = Duration::from_secs(60);
+        cfg.active_scan_interval = cfg.idle_interval;
+        tune(&mut cfg);
+        let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+        (db, outbox, t, running)
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_foreign_insert_wakes_an_idle_relay_through_notify() {
         let db = outbox_testkit::fresh_pg().await;
@@ -909,15 +927,8 @@ mod postgres_push {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_notification_of_its_own_commit_starts_no_second_claim() {
         use outbox_relay::ClaimKind;
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        let t = TestTransport::new();
-        let mut cfg = config("r1");
         // Neither the scan nor the quicker looks after a delivery can take the foreign row.
-        cfg.idle_interval = Duration::from_secs(60);
-        cfg.active_scan_interval = cfg.idle_interval;
-        let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+        let (db, outbox, t, running) = woken_only(|_| {}).await;
         let idle = || declared_idle(&db.pool);
         let woken = || {
             let k = running.stats.claim_kinds().into_iter().find(|k| k.kind == ClaimKind::Woken).unwrap();
@@ -962,17 +973,12 @@ mod postgres_push {
     /// messages for nothing. Any other wake-up still claims.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wake_up_for_rows_its_batches_hold_starts_no_claim() {
-        let db = outbox_testkit::fresh_pg().await;
-        let outbox = Outbox::new(db.pool.clone());
-        outbox.migrate().await.unwrap();
-        let t = TestTransport::new();
-        let mut cfg = config("r1");
-        cfg.idle_interval = Duration::from_secs(60);
-        cfg.active_scan_interval = cfg.idle_interval;
         // The batch stays in flight, its rows held, until the relay stops.
-        (cfg.publish_timeout, cfg.lease, cfg.shutdown_timeout) =
-            (Duration::from_secs(300), Duration::from_secs(600), Duration::from_millis(200));
-        let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+        let (db, outbox, t, running) = woken_only(|cfg| {
+            (cfg.publish_timeout, cfg.lease, cfg.shutdown_timeout) =
+                (Duration::from_secs(300), Duration::from_secs(600), Duration::from_millis(200));
+        })
+        .await;
         eventually("the relay is idle", || declared_idle(&db.pool)).await;
         t.set_hang(true);
         // Taken by a claim woken without ids (the row's notification), held in flight.
