@@ -55,6 +55,18 @@ impl InFlight {
             .unwrap_or_default()
     }
 
+    /// For each of `ids`, whether it is held now (its lease not run out), read under the lock
+    /// without copying the set: the relay asks on every wake-up.
+    pub(crate) fn holds(&self, ids: &[MessageId]) -> Vec<bool> {
+        let now = Instant::now();
+        match self.0.lock() {
+            Ok(reg) => {
+                ids.iter().map(|id| reg.ids.get(&id.0).is_some_and(|(_, until)| *until > now)).collect()
+            }
+            Err(_) => vec![false; ids.len()],
+        }
+    }
+
     /// The ids held now, and `committed` without them: what a claim leaves out of its
     /// candidates, and the ids it may still claim by id.
     pub(crate) fn leave_out(&self, committed: &[MessageId]) -> (HashSet<i64>, Vec<MessageId>) {
@@ -104,6 +116,7 @@ mod tests {
         let a = set.hold(&[MessageId(1), MessageId(2)], hour);
         let b = set.hold(&[MessageId(3)], hour);
         assert_eq!(set.snapshot(), HashSet::from([1, 2, 3]));
+        assert_eq!(set.holds(&[MessageId(3), MessageId(9), MessageId(1)]), [true, false, true]);
         drop(a);
         assert_eq!(set.snapshot(), HashSet::from([3]));
         drop(b);
@@ -112,6 +125,7 @@ mod tests {
         // by another claim is that claim's, also once the first one is dropped.
         let frozen = set.hold(&[MessageId(4), MessageId(5)], Duration::ZERO);
         assert!(set.snapshot().is_empty());
+        assert_eq!(set.holds(&[MessageId(4)]), [false], "a lease run out holds nothing");
         let heir = set.hold(&[MessageId(4)], hour);
         drop(frozen);
         assert_eq!(set.snapshot(), HashSet::from([4]));

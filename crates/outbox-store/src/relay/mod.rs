@@ -234,8 +234,7 @@ macro_rules! row_lock_claims {
             }
 
             fn held_in_flight(&self, ids: &[MessageId]) -> Vec<bool> {
-                let held = self.in_flight.snapshot();
-                ids.iter().map(|id| held.contains(&id.0)).collect()
+                self.in_flight.holds(ids)
             }
         }
     };
