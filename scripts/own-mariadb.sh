@@ -2,8 +2,12 @@
 # A MariaDB of our own for a measurement, never the shared server (docs/benchmarks.md, "MariaDB at
 # 10^6 on an Intel host"):
 #
-#   scripts/own-mariadb.sh start PORT POOL   # e.g. 33061 2G: a fresh data directory under /tmp
+#   scripts/own-mariadb.sh start PORT POOL   # e.g. 33071 2G: a fresh data directory under /tmp
+#                                            # (not 33061: CI's MySQL, scripts/mysql.sh, takes it)
 #   scripts/own-mariadb.sh stop PORT         # stops it by its pid and removes its data
+#
+# OWN_MARIADB_ARGS adds server options, e.g. OWN_MARIADB_ARGS=--performance-schema=ON to read
+# each statement's total time from performance_schema.events_statements_summary_by_digest.
 #
 # Only the buffer pool differs from the shared server's settings (and the redo log, sized as the
 # shared server's 96 MiB); the URL is mysql://root@127.0.0.1:PORT/test. Not part of CI.
@@ -19,7 +23,7 @@ start)
   mariadbd --no-defaults --user=root --bind-address=127.0.0.1 --skip-name-resolve \
     --datadir="$dir/data" --port="$port" --socket="$dir/mysqld.sock" --pid-file="$dir/mysqld.pid" \
     --log-error="$dir/error.log" --innodb-buffer-pool-size="$pool" --innodb-log-file-size=96M \
-    --max-connections=200 >/dev/null 2>&1 &
+    --max-connections=200 ${OWN_MARIADB_ARGS:-} >/dev/null 2>&1 &
   for _ in $(seq 1 120); do
     if mariadb --no-defaults -uroot --socket="$dir/mysqld.sock" -e 'CREATE DATABASE IF NOT EXISTS test' 2>/dev/null; then
       echo "mysql://root@127.0.0.1:$port/test (buffer pool $pool, pid $(cat "$dir/mysqld.pid"))"

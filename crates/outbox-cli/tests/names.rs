@@ -24,7 +24,7 @@ fn status(url: &str, names: &[&str]) -> Value {
 fn migrate_print_renders_every_migration_for_the_names() {
     let sql =
         ok(&["migrate", "--print", "--dialect", "postgres", "--schema", "billing", "--table-prefix", "app_"]);
-    assert!(sql.starts_with("-- outbox schema, versions 1 to 8"), "{sql}");
+    assert!(sql.starts_with("-- outbox schema, versions 1 to 9"), "{sql}");
     assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"billing\";"), "{sql}");
     assert!(sql.contains("CREATE TABLE \"billing\".app_message ("), "{sql}");
     assert!(sql.contains("CREATE INDEX app_message_due_idx ON \"billing\".app_message"), "{sql}");
@@ -40,6 +40,9 @@ fn migrate_print_renders_every_migration_for_the_names() {
         "CREATE TRIGGER `billing`.app_message_open_key_insert BEFORE INSERT ON `billing`.app_message"
     ));
     assert!(my.contains("table_schema = 'billing' AND table_name = 'app_message'"), "{my}");
+    // Version 9 finds the key index by its rendered name, and rebuilds that one.
+    assert!(my.contains("AND index_name = 'app_message_open_key_idx' AND column_name = 'status'"), "{my}");
+    assert!(my.contains("'ALTER TABLE `billing`.app_message DROP INDEX app_message_open_key_idx, ADD INDEX app_message_open_key_idx (msg_key, id)"), "{my}");
     // The default names print the shipped files as they are.
     let plain = ok(&["migrate", "--print", "--dialect", "sqlite"]);
     assert!(plain.contains(include_str!("../../outbox-store/migrations/sqlite/0001_outbox.sql")));
@@ -64,7 +67,7 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     // From the command line.
     for prefix in ["a_", "b_"] {
         let out = ok(&["migrate", "--database-url", &url, "--table-prefix", prefix]);
-        assert!(out.contains("migrated from version 0 to 8"), "{out}");
+        assert!(out.contains("migrated from version 0 to 9"), "{out}");
     }
     // From the printed script, applied by hand (psql -1 -f, in effect).
     let script =
@@ -84,7 +87,7 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     assert_eq!(status(&url, &["--schema", "ops", "--table-prefix", "c_"])["total"], 1);
     // The printed script counts as migrated: a later `outbox migrate` has nothing to do.
     let out = ok(&["migrate", "--database-url", &url, "--schema", "ops", "--table-prefix", "c_"]);
-    assert!(out.contains("already at version 8"), "{out}");
+    assert!(out.contains("already at version 9"), "{out}");
     // The default names were never created.
     let out = outbox(&["status", "--database-url", &url]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not migrated"));

@@ -44,6 +44,7 @@ macro_rules! outbox_migrations {
             6 "0006_destination_pause.sql" "destination pause",
             7 "0007_relay_presence.sql" "relay presence",
             8 "0008_push_rows.sql" "push rows",
+            9 "0009_key_index.sql" "key index",
         )
     };
     (@ $dir:literal; $($version:literal $file:literal $description:literal,)*) => {

@@ -584,6 +584,68 @@ async fn mysql_open_key_migration_finishes_after_an_interrupted_attempt() {
     db.drop_db().await;
 }
 
+/// MySQL/MariaDB: schema 9 rebuilds the key index without the status (`(msg_key, status, id)`
+/// to `(msg_key, id)`, so a status change no longer moves the row's entry), keeps every message and
+/// per-key order, and can run again after an attempt that stopped between the rebuild and the
+/// version row. With the canonical names and with a prefix (the migration finds the index by its
+/// rendered name: under a name it did not render, it would skip the rebuild without a word).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_key_index_migration_drops_the_status_and_can_run_again() {
+    let db = outbox_testkit::fresh_mysql().await;
+    for prefix in ["outbox_", "kix_"] {
+        let tables = outbox_store::Tables::new(None, prefix).unwrap();
+        let outbox: Outbox<sqlx::MySql> = Outbox::new(db.pool.clone()).with_tables(tables).unwrap();
+        outbox.migrate().await.unwrap();
+        let (table, index) = (format!("{prefix}message"), format!("{prefix}message_open_key_idx"));
+        let columns = || {
+            let (pool, table, index) = (db.pool.clone(), table.clone(), index.clone());
+            async move {
+                sqlx::query_scalar::<_, String>(
+                    "SELECT column_name FROM information_schema.statistics WHERE table_schema = DATABASE() \
+                     AND table_name = ? AND index_name = ? ORDER BY seq_in_index",
+                )
+                .bind(table)
+                .bind(index)
+                .fetch_all(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        // Back to version 8, as a table that has lived before this release, with messages in it.
+        sqlx::raw_sql(&format!(
+            "ALTER TABLE {table} DROP INDEX {index}, ADD INDEX {index} (msg_key, status, id); \
+             DELETE FROM {prefix}schema_migrations WHERE version = 9"
+        ))
+        .execute(&db.pool)
+        .await
+        .unwrap();
+        assert_eq!(columns().await, ["msg_key", "status", "id"]);
+        let older = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+        let keyless = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+
+        for attempt in ["from version 8", "after a stop between the rebuild and the version row"] {
+            let report = outbox.migrate().await.unwrap();
+            assert_eq!((report.from, report.applied.as_slice()), (8, &[9][..]), "{prefix} {attempt}");
+            assert_eq!(columns().await, ["msg_key", "id"], "{prefix} {attempt}");
+            sqlx::raw_sql(&format!("DELETE FROM {prefix}schema_migrations WHERE version = 9"))
+                .execute(&db.pool)
+                .await
+                .unwrap();
+        }
+        outbox.migrate().await.unwrap();
+        outbox.check_schema().await.expect("at the version this build needs");
+        // The messages written before are all there, and the younger message of key k still
+        // waits behind the older one.
+        let younger = outbox.enqueue(&NewMessage::new("t", "{}").key("k")).await.unwrap().id;
+        let mut claimed: Vec<MessageId> =
+            outbox.claim("r", 10, LEASE).await.unwrap().iter().map(|m| m.id).collect();
+        claimed.sort();
+        assert_eq!(claimed, vec![older, keyless], "{prefix}");
+        assert!(!claimed.contains(&younger));
+    }
+    db.drop_db().await;
+}
+
 /// PostgreSQL: a locked claim's settlement updates its rows in the claim's own transaction, not
 /// in a savepoint, when nothing on the table can refuse the update. A row locked by a
 /// transaction and updated in a subtransaction gets a MultiXact as the `xmax` of its old version
