@@ -354,6 +354,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// The messages this process's unsettled locked claims hold, which its next claims leave
     /// out (see [`crate::relay::InFlight`]).
     pub(crate) in_flight: std::sync::Arc<crate::relay::InFlight>,
+    /// MySQL/MariaDB: the heads of the open keys the claim's last walk found (see
+    /// [`crate::relay::HeadMemo`]).
+    pub(crate) heads: std::sync::Arc<crate::relay::HeadMemo>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -367,6 +370,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             no_idle_transaction_timeout: self.no_idle_transaction_timeout.clone(),
             has_idle_transaction_timeout: self.has_idle_transaction_timeout.clone(),
             in_flight: self.in_flight.clone(),
+            heads: self.heads.clone(),
         }
     }
 }
@@ -384,6 +388,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             no_idle_transaction_timeout: Default::default(),
             has_idle_transaction_timeout: Default::default(),
             in_flight: Default::default(),
+            heads: Default::default(),
         }
     }
 
@@ -482,6 +487,15 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// once (they serialize on a database lock).
     pub async fn migrate(&self) -> Result<MigrationReport> {
         DB::migrate_in(&self.pool, &self.tables).await
+    }
+
+    /// For tests of MySQL/MariaDB's claim (not API): with `true`, each walk of every key's head
+    /// starts from the heads the last walk found whenever it has some (see
+    /// `crate::relay::HeadMemo`), whatever a full walk costs; `false` goes back to the measured
+    /// choice.
+    #[doc(hidden)]
+    pub fn __walk_heads_from_memo(&self, always: bool) {
+        self.heads.always_from_memo(always);
     }
 
     /// Fails with a clear error unless the schema is exactly at this build's version.

@@ -584,6 +584,60 @@ async fn mysql_open_key_migration_finishes_after_an_interrupted_attempt() {
     db.drop_db().await;
 }
 
+/// MySQL/MariaDB: the walk of every key's head can start from the heads the last walk found
+/// (`HeadMemo`, taken when a full walk is slow). Behind a busy key's backlog that fills the
+/// window: the walk from the memo finds every remembered key's next head, as a full walk would;
+/// a key that opened after the last full walk is found only by the next full walk (the memo's
+/// documented blind spot, which is why a full walk still runs at least every second); and
+/// nothing ever overtakes an older message of its key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_the_walk_from_the_remembered_heads_finds_each_keys_next_head() {
+    let db = outbox_testkit::fresh_mysql().await;
+    let outbox: Outbox<sqlx::MySql> = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    // 300 messages of one busy key (more than the 256-row window), then two of each quiet key.
+    let mut tx = outbox.begin().await.unwrap();
+    let mut busy = Vec::new();
+    for _ in 0..300 {
+        busy.push(tx.enqueue(&NewMessage::new("t", "{}").key("busy")).await.unwrap().id);
+    }
+    let mut quiet = vec![Vec::new(); 4];
+    for _ in 0..2 {
+        for (k, ids) in quiet.iter_mut().enumerate() {
+            ids.push(tx.enqueue(&NewMessage::new("t", "{}").key(format!("q{k}"))).await.unwrap().id);
+        }
+    }
+    tx.commit().await.unwrap();
+    outbox.__walk_heads_from_memo(true);
+
+    let claim_and_send = |owner: &'static str| {
+        let outbox = outbox.clone();
+        async move {
+            let c = outbox.claim_with(ClaimMode::Lease, owner, 10, LEASE).await.unwrap();
+            let mut ids: Vec<MessageId> = c.messages.iter().map(|m| m.id).collect();
+            ids.sort();
+            let sent = Settlement { sent: ids.clone(), messages: Vec::new(), deliveries: Vec::new() };
+            outbox.settle_held(c.hold, owner, &sent).await.unwrap();
+            ids
+        }
+    };
+    // Nothing remembered yet: a full walk, which the memo keeps.
+    let mut want = vec![busy[0], quiet[0][0], quiet[1][0], quiet[2][0], quiet[3][0]];
+    assert_eq!(claim_and_send("a").await, want);
+    // A new key opens; then the walk from the memo: every remembered key's next head, not the
+    // new key's (it is behind the window and was not open at the full walk).
+    let new_key = outbox.enqueue(&NewMessage::new("t", "{}").key("new")).await.unwrap().id;
+    want = vec![busy[1], quiet[0][1], quiet[1][1], quiet[2][1], quiet[3][1]];
+    assert_eq!(claim_and_send("b").await, want, "the next heads, from the memo");
+    // The quiet keys are done: the memo drops them, and keeps the busy key.
+    assert_eq!(claim_and_send("c").await, vec![busy[2]]);
+    // Back to the measured choice (nothing remembered): the next walk is a full one and finds
+    // the new key.
+    outbox.__walk_heads_from_memo(false);
+    assert_eq!(claim_and_send("d").await, vec![busy[3], new_key]);
+    db.drop_db().await;
+}
+
 /// MySQL/MariaDB: schema 9 rebuilds the key index without the status (`(msg_key, status, id)`
 /// to `(msg_key, id)`, so a status change no longer moves the row's entry), keeps every message and
 /// per-key order, and can run again after an attempt that stopped between the rebuild and the

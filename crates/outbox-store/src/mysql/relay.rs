@@ -56,8 +56,15 @@ UNION ALL
 (SELECT id, 3 AS src, msg_key, TIMESTAMPDIFF(MICROSECOND, '1970-01-01', next_attempt_at) AS due FROM outbox_message
  WHERE msg_key IS NULL AND status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6) ORDER BY id LIMIT ?)";
 
-/// Step 3: the oldest open message of every key (loose index scan on `(open_key, id)`).
-const HEADS: &str = "SELECT MIN(id) FROM outbox_message WHERE open_key IS NOT NULL GROUP BY open_key";
+/// Step 3: the oldest open message of every key (loose index scan on `(open_key, id)`), with
+/// its key (remembered for the next walk: [`HeadMemo`](crate::relay::HeadMemo)).
+///
+/// From the remembered heads instead ([`walk_heads`]): a `UNION ALL` of one probe per key,
+/// `open_key = ? AND id >= ? ORDER BY id LIMIT 1` from the key's last known head, which reads one
+/// or two index entries instead of stepping over the entries of the key's sent messages that purge
+/// has not removed yet.
+const HEADS: &str =
+    "SELECT open_key, MIN(id) FROM outbox_message WHERE open_key IS NOT NULL GROUP BY open_key";
 
 /// Per-key order: a keyed message is claimable only as the head of its key (no older open
 /// message with the same key), so at most one message per key is in flight cluster-wide.
@@ -337,10 +344,9 @@ async fn lock_candidates(
     // Only when the window is full and did not hold enough heads (rows held back behind their
     // key's head, e.g. a hot key's backlog): the heads of all keys, minus what was seen.
     if window_full && kept.len() + poison.len() < limit {
-        let heads: Vec<Option<i64>> =
-            sqlx::query_scalar(&render(tables, HEADS)).fetch_all(&mut *tx).await.map_err(db)?;
+        let heads = walk_heads(&mut tx, outbox).await?;
         let more: HashSet<i64> =
-            heads.into_iter().flatten().filter(|id| !ids.contains(id) && !held.contains(id)).collect();
+            heads.into_iter().filter(|id| !ids.contains(id) && !held.contains(id)).collect();
         if !more.is_empty() {
             let (extra, bad) =
                 lock_heads(&mut tx, tables, &more, limit - kept.len() - poison.len(), exact).await?;
@@ -363,6 +369,64 @@ async fn lock_candidates(
         FAIL.fail_poison(&mut tx, tables, "", &poison).await;
     }
     Ok((tx, kept, poison, left_behind))
+}
+
+/// The oldest open message of every open key (step 3): a full walk, or one from each key's
+/// last known head when the memo says so ([`HeadMemo`](crate::relay::HeadMemo)). A key whose
+/// name is not valid text is left out of the memo (its head is still returned).
+async fn walk_heads(tx: &mut sqlx::Transaction<'static, MySql>, outbox: &Outbox<MySql>) -> Result<Vec<i64>> {
+    let tables = outbox.tables();
+    let memo = &outbox.heads;
+    let started = std::time::Instant::now();
+    let from = match memo.next(started) {
+        crate::relay::Walk::Full => None,
+        crate::relay::Walk::From(from) => Some(from),
+    };
+    let rows = match &from {
+        None => sqlx::query(&render(tables, HEADS)).fetch_all(&mut **tx).await,
+        Some(from) => {
+            let mut qb = QueryBuilder::<MySql>::new("");
+            for (i, (key, head)) in from.iter().enumerate() {
+                if i > 0 {
+                    qb.push(" UNION ALL ");
+                }
+                // One probe per key, from its last known head (see `HEADS`).
+                qb.push(render(tables, "(SELECT open_key, id FROM outbox_message WHERE open_key = "));
+                qb.push_bind(key.clone());
+                qb.push(" AND id >= ");
+                qb.push_bind(*head);
+                qb.push(" ORDER BY id LIMIT 1)");
+            }
+            // Not kept in the connection's statement cache: its text changes with the keys.
+            qb.build().persistent(false).fetch_all(&mut **tx).await
+        }
+    };
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) => {
+            memo.forget();
+            return Err(db(e));
+        }
+    };
+    let mut heads = Vec::with_capacity(rows.len());
+    let mut named = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let Ok(id) = row.try_get::<i64, _>(1) else { continue };
+        heads.push(id);
+        // Text, or bytes where a `UNION` gives the column as `VARBINARY` (MariaDB).
+        let key = row
+            .try_get::<String, _>(0)
+            .ok()
+            .or_else(|| row.try_get::<Vec<u8>, _>(0).ok().and_then(|b| String::from_utf8(b).ok()));
+        if let Some(key) = key {
+            named.push((key, id));
+        }
+    }
+    match from {
+        None => memo.walked_full(named, started, std::time::Instant::now()),
+        Some(_) => memo.walked_from(named),
+    }
+    Ok(heads)
 }
 
 /// What [`lock_candidates`] found: the claim's transaction, the messages locked, the rows that

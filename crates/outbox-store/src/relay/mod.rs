@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::signal::CommitSignal;
 
+#[cfg_attr(not(feature = "mysql"), allow(dead_code))]
+mod head_memo;
 mod in_flight;
 mod isolate;
 mod listening;
@@ -34,6 +36,9 @@ mod listening;
 pub(crate) mod runs;
 mod settlement;
 
+pub(crate) use head_memo::HeadMemo;
+#[cfg(feature = "mysql")]
+pub(crate) use head_memo::Walk;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_imports))]
 pub(crate) use in_flight::{Held, InFlight};
 pub(crate) use isolate::PlainTable;
