@@ -87,7 +87,7 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     assert_eq!(status(&url, &["--schema", "ops", "--table-prefix", "c_"])["total"], 1);
     // The printed script counts as migrated: a later `outbox migrate` has nothing to do.
     let out = ok(&["migrate", "--database-url", &url, "--schema", "ops", "--table-prefix", "c_"]);
-    assert!(out.contains("already at version 9"), "{out}");
+    assert!(out.contains(&format!("already at version {}", outbox_store::SCHEMA_VERSION)), "{out}");
     // The default names were never created.
     let out = outbox(&["status", "--database-url", &url]);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not migrated"));
