@@ -15,7 +15,8 @@
 //! the last full walk, and an open message older than its key's last known head (a transaction
 //! that committed late, a re-driven message). So a full walk still runs at least every
 //! [`FULL_EVERY`] and, when it is slow, no more than a tenth of the time; and the bounded walk
-//! is used only where the full one costs more than it would ([`PER_KEY`] a key, measured).
+//! is used only where the full one is slow ([`SLOW`]) and costs more than it would ([`PER_KEY`]
+//! a key, measured).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -27,6 +28,11 @@ pub(crate) const FULL_EVERY: Duration = Duration::from_secs(1);
 /// parsed and planned each time): 52-60 ms for 1,000 keys on MariaDB 10.11. A full walk
 /// cheaper than this per key is kept.
 pub(crate) const PER_KEY: Duration = Duration::from_micros(100);
+
+/// A full walk faster than this is kept whatever the keys: with a few keys the walk from the memo
+/// would save next to nothing, and it would find a key that opens during a backlog up to
+/// [`FULL_EVERY`] later.
+pub(crate) const SLOW: Duration = Duration::from_millis(5);
 
 /// Beyond this many open keys the memo is not kept (the bounded walk's statement grows with the
 /// keys), and every walk is a full one, as before.
@@ -66,7 +72,9 @@ impl HeadMemo {
         let keys = u32::try_from(m.heads.len()).unwrap_or(u32::MAX);
         let always = self.always.load(std::sync::atomic::Ordering::Relaxed);
         if m.heads.is_empty()
-            || (!always && (now.saturating_duration_since(m.full_at) >= due || m.full_took <= PER_KEY * keys))
+            || (!always
+                && (now.saturating_duration_since(m.full_at) >= due
+                    || m.full_took <= SLOW.max(PER_KEY * keys)))
         {
             return Walk::Full;
         }
@@ -126,6 +134,9 @@ mod tests {
         assert_eq!(memo.next(t0), Walk::Full, "nothing remembered yet");
         // 1,000 keys in 3 ms: cheaper than 1,000 bounded probes.
         memo.walked_full(heads(1_000), t0, t0 + Duration::from_millis(3));
+        assert_eq!(memo.next(t0 + Duration::from_millis(10)), Walk::Full);
+        // 5 keys in 2 ms: more than 100 us a key, but fast: stays full.
+        memo.walked_full(heads(5), t0, t0 + Duration::from_millis(2));
         assert_eq!(memo.next(t0 + Duration::from_millis(10)), Walk::Full);
     }
 
