@@ -397,7 +397,7 @@ async fn walk_heads(tx: &mut sqlx::Transaction<'static, MySql>, outbox: &Outbox<
                 qb.push_bind(*head);
                 qb.push(" ORDER BY id LIMIT 1)");
             }
-            // Not kept in the connection's statement cache: its text changes with the keys.
+            // Not kept in the connection's statement cache: its text changes with the number of keys.
             qb.build().persistent(false).fetch_all(&mut **tx).await
         }
     };
