@@ -357,6 +357,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// MySQL/MariaDB: the heads of the open keys the claim's last walk found (see
     /// [`crate::relay::HeadMemo`]).
     pub(crate) heads: std::sync::Arc<crate::relay::HeadMemo>,
+    /// PostgreSQL: where the locked claim's last window began (see
+    /// [`crate::relay::WindowMemo`]).
+    pub(crate) window: std::sync::Arc<crate::relay::WindowMemo>,
 }
 
 impl<DB: OutboxDatabase> Clone for Outbox<DB> {
@@ -371,6 +374,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             has_idle_transaction_timeout: self.has_idle_transaction_timeout.clone(),
             in_flight: self.in_flight.clone(),
             heads: self.heads.clone(),
+            window: self.window.clone(),
         }
     }
 }
@@ -389,6 +393,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             has_idle_transaction_timeout: Default::default(),
             in_flight: Default::default(),
             heads: Default::default(),
+            window: Default::default(),
         }
     }
 
@@ -416,6 +421,8 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         self.tables = tables;
         self.plain = Default::default();
         self.in_flight = Default::default();
+        self.heads = Default::default();
+        self.window = Default::default();
         Ok(self)
     }
 
@@ -496,6 +503,14 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     #[doc(hidden)]
     pub fn __walk_heads_from_memo(&self, always: bool) {
         self.heads.always_from_memo(always);
+    }
+
+    /// For tests of PostgreSQL's locked claim (not API): with `true`, each window starts where
+    /// the last one began whenever that is remembered (see `crate::relay::WindowMemo`),
+    /// however long ago the last full window ran; `false` goes back to the measured choice.
+    #[doc(hidden)]
+    pub fn __window_from_memo(&self, always: bool) {
+        self.window.always_from_memo(always);
     }
 
     /// Fails with a clear error unless the schema is exactly at this build's version.

@@ -741,6 +741,60 @@ async fn postgres_a_settled_locked_claim_leaves_no_multixact() {
     db.drop_db().await;
 }
 
+/// PostgreSQL: in a backlog, the locked claim's window starts where the last one began
+/// (`WindowMemo`), not at the due index's first entry (the entries of messages already sent).
+/// What it cannot see is an open message due before that start (a late commit, a writer setting
+/// `next_attempt_at` in the past): such a message waits for the next full window, and meanwhile
+/// the younger messages of its key wait behind it (the head check does not use the memo), so
+/// order holds either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_window_starts_where_the_last_began_and_a_message_before_it_waits_for_a_full_one() {
+    let db = outbox_testkit::fresh_pg().await;
+    let outbox: Outbox<sqlx::Postgres> = Outbox::new(db.pool.clone());
+    outbox.migrate().await.unwrap();
+    outbox.__window_from_memo(true);
+    // 300 due messages (more than the 256-row window of a claim of 100), keyless but for the
+    // two at 100 and 101, which share a key.
+    let mut tx = outbox.begin().await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..300 {
+        let m = NewMessage::new("t", "{}");
+        let m = if i == 100 || i == 101 { m.key("k") } else { m };
+        ids.push(tx.enqueue(&m).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let claim_and_send = |owner: &'static str| {
+        let outbox = outbox.clone();
+        async move {
+            let (claimed, hold) = lock(&outbox, owner, 100).await.expect("claimed");
+            let mut got: Vec<MessageId> = claimed.iter().map(|m| m.id).collect();
+            got.sort();
+            let sent = Settlement { sent: got.clone(), ..Settlement::default() };
+            assert_eq!(outbox.settle_held(hold, owner, &sent).await.unwrap().settled, got.len());
+            got
+        }
+    };
+    // A full window (nothing remembered yet), full of due rows: its start is remembered.
+    assert_eq!(claim_and_send("a").await, ids[..100].to_vec());
+    // The message at 100 moves before that start, as a late commit would land there.
+    sqlx::query("UPDATE outbox_message SET next_attempt_at = now() - interval '1 hour' WHERE id = $1")
+        .bind(ids[100].0)
+        .execute(&db.pool)
+        .await
+        .unwrap();
+    // From the remembered start: the next 100 that head their keys. Not the message at 100 (before
+    // the start), and not the one at 101 (its key's older message is open).
+    assert_eq!(claim_and_send("b").await, ids[102..202].to_vec());
+    // A full window finds the message at 100 first; the one at 101 still waits behind it.
+    outbox.__window_from_memo(false);
+    let mut want = vec![ids[100]];
+    want.extend_from_slice(&ids[202..300]);
+    assert_eq!(claim_and_send("c").await, want);
+    assert_eq!(claim_and_send("d").await, vec![ids[101]]);
+    assert!(lock(&outbox, "e", 100).await.is_none(), "everything sent");
+    db.drop_db().await;
+}
+
 /// PostgreSQL: the claim by id travels with its `BEGIN` as one simple query, its statement
 /// prepared once per connection by name and its rows read in text format. A message claimed that
 /// way reads exactly as the table holds it (every column, the times to the microsecond), with

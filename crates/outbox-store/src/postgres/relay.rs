@@ -204,6 +204,13 @@ RETURNING ",
 /// the window) stays locked by this transaction, untouched, until it ends: nobody could claim
 /// it meanwhile anyway.
 ///
+/// The window starts at `($5, $6)`, the `(next_attempt_at, id)` where the last claim's window
+/// began in a backlog (`$5` NULL: at the due index's first entry), so that it does not step
+/// over the entries of the messages sent since, which only vacuum removes
+/// ([`crate::relay::WindowMemo`]; a row comparison the due index serves as its start, whatever
+/// the parameters). Each row also returns where this window began (`first_at`, `first_id`: its
+/// first due row, `first_at` NULL outside the times the driver can read).
+///
 /// Another relay's locked rows are still due `pending` rows to this statement (a lease would
 /// have made them not due): a window full of them yields nothing. So the claim may take
 /// further passes in the same transaction, each with the window `$3` rows further on and
@@ -224,6 +231,7 @@ WITH RECURSIVE win AS (
     SELECT w.id, w.msg_key, w.next_attempt_at FROM (
         SELECT m.id, m.msg_key, m.next_attempt_at FROM outbox_message m
         WHERE m.status IN ('pending', 'sending')
+          AND (m.next_attempt_at, m.id) >= (COALESCE($5::timestamptz, '-infinity'::timestamptz), $6::int8)
         ORDER BY m.next_attempt_at, m.id
         LIMIT $2 OFFSET $3) w
     WHERE w.next_attempt_at <= now()
@@ -276,8 +284,13 @@ WITH RECURSIVE win AS (
 )
 SELECT w.n AS win_rows,
     CASE WHEN w.n < $2 THEN (SELECT count(DISTINCT x.msg_key) + count(*) FILTER (WHERE x.msg_key IS NULL) FROM win x) END AS win_keys,
-    (SELECT yes FROM need_heads) AS walked, p.*
-FROM (SELECT count(*) AS n FROM win) w LEFT JOIN picked p ON true"
+    (SELECT yes FROM need_heads) AS walked, f.first_at, f.first_id, p.*
+FROM (SELECT count(*) AS n FROM win) w
+LEFT JOIN (
+    SELECT CASE WHEN x.next_attempt_at BETWEEN '1970-01-01 00:00:00+00'::timestamptz AND '9999-12-31 00:00:00+00'::timestamptz
+                THEN x.next_attempt_at END AS first_at, x.id AS first_id
+    FROM win x ORDER BY x.next_attempt_at, x.id LIMIT 1) f ON true
+LEFT JOIN picked p ON true"
 );
 
 /// The locked claim's fast path: the messages this process has just committed (`$1`, the ids
@@ -950,6 +963,8 @@ impl Outbox<Postgres> {
         // Whether a run could follow a head: not when the first pass's window held every due
         // row and each key once (a due follower is a second due row of its key).
         let mut followers_possible = true;
+        // Where the window starts: where the last one began, in a backlog (see `WindowMemo`).
+        let from = self.window.start(std::time::Instant::now());
         for pass in (0..LOCKED_PASSES).filter(|_| !by_id) {
             let offset = pass * window;
             let taken: Vec<i64> = out
@@ -964,16 +979,28 @@ impl Outbox<Postgres> {
                 .bind(window)
                 .bind(offset)
                 .bind(taken)
+                .bind(from.map(|(at, _)| at))
+                .bind(from.map_or(i64::MIN, |(_, id)| id))
                 .fetch_all(&mut *tx)
                 .await
-                .map_err(db)?;
+                .map_err(|e| {
+                    self.window.forget();
+                    db(e)
+                })?;
             let mut win_rows = 0_i64;
             let mut win_keys = None;
             let mut walked = false;
+            let mut first = None;
             for r in &rows {
                 win_rows = r.try_get("win_rows").map_err(db)?;
                 win_keys = r.try_get::<Option<i64>, _>("win_keys").map_err(db)?;
                 walked = r.try_get::<Option<bool>, _>("walked").map_err(db)?.unwrap_or(false);
+                let at = r.try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("first_at").ok().flatten();
+                let id = r.try_get::<Option<i64>, _>("first_id").ok().flatten();
+                first = at.zip(id);
+            }
+            if pass == 0 {
+                self.window.found(from, first, win_rows >= window, std::time::Instant::now());
             }
             if pass == 0 && win_rows < window && win_keys == Some(win_rows) {
                 followers_possible = false;

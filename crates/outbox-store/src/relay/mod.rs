@@ -35,6 +35,8 @@ mod listening;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 pub(crate) mod runs;
 mod settlement;
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+mod window_memo;
 
 pub(crate) use head_memo::HeadMemo;
 #[cfg(feature = "mysql")]
@@ -50,6 +52,7 @@ pub(crate) use listening::Job;
 pub(crate) use listening::{serve, KeeperSql, PAUSED};
 pub use listening::{Keeper, Listening};
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
+pub(crate) use window_memo::WindowMemo;
 
 /// What an ACK did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
