@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# before/after, 2·10^4 and 10^6, alternating, drain only, shared PostgreSQL + NATS
+set -u
+OUT=/tmp/ab/out; mkdir -p $OUT; cd /tmp/ab
+PG='postgres://postgres@127.0.0.1:5432/test?sslmode=disable'
+run() { local name=$1; shift; echo "== $(date -u +%H:%M:%S) $name: $*  load $(cut -d' ' -f1 /proc/loadavg)"
+  "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"; echo "   exit $? $(grep '^| 1 |' $OUT/$name.txt)"; }
+for r in 1 2 3; do
+  for b in before after; do
+    run "$b-20k-$r" /tmp/m/outbox-$b bench --store "$PG" --transport nats --scenario drain --n 20000
+    run "$b-1m-$r" /tmp/m/outbox-$b bench --store "$PG" --transport nats --scenario drain --n 1000000
+  done
+done
