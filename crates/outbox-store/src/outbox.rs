@@ -502,7 +502,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// choice.
     #[doc(hidden)]
     pub fn __walk_heads_from_memo(&self, always: bool) {
-        self.heads.always_from_memo(always);
+        self.heads.memo.always_from_memo(always);
     }
 
     /// For tests of PostgreSQL's locked claim (not API): with `true`, each window starts where
@@ -510,7 +510,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// however long ago the last full window ran; `false` goes back to the measured choice.
     #[doc(hidden)]
     pub fn __window_from_memo(&self, always: bool) {
-        self.window.always_from_memo(always);
+        self.window.memo.always_from_memo(always);
     }
 
     /// Fails with a clear error unless the schema is exactly at this build's version.

@@ -404,7 +404,7 @@ async fn walk_heads(tx: &mut sqlx::Transaction<'static, MySql>, outbox: &Outbox<
     let rows = match rows {
         Ok(rows) => rows,
         Err(e) => {
-            memo.forget();
+            memo.memo.forget();
             return Err(db(e));
         }
     };

@@ -984,7 +984,7 @@ impl Outbox<Postgres> {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(|e| {
-                    self.window.forget();
+                    self.window.memo.forget();
                     db(e)
                 })?;
             let mut win_rows = 0_i64;

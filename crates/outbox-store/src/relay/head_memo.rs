@@ -18,8 +18,9 @@
 //! is used only where the full one is slow ([`SLOW`]) and costs more than it would ([`PER_KEY`]
 //! a key, measured).
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use super::hint::Hint;
 
 /// The full walk runs again at least this often, so that new keys and late commits are found.
 pub(crate) const FULL_EVERY: Duration = Duration::from_secs(1);
@@ -48,7 +49,7 @@ pub(crate) enum Walk {
 }
 
 #[derive(Debug)]
-struct Memo {
+pub(crate) struct Memo {
     heads: Vec<(String, i64)>,
     full_at: Instant,
     full_took: Duration,
@@ -57,20 +58,19 @@ struct Memo {
 /// See the module's documentation.
 #[derive(Debug, Default)]
 pub(crate) struct HeadMemo {
-    memo: Mutex<Option<Memo>>,
-    /// For tests: walk from the memo whenever there is one, whatever the full walk cost and
-    /// however long ago it ran.
-    always: std::sync::atomic::AtomicBool,
+    /// For tests, [`Hint::always`]: walk from the memo whenever there is one, whatever the full
+    /// walk cost and however long ago it ran.
+    pub(crate) memo: Hint<Memo>,
 }
 
 impl HeadMemo {
     /// The walk to run at `now`.
     pub(crate) fn next(&self, now: Instant) -> Walk {
-        let Ok(memo) = self.memo.lock() else { return Walk::Full };
+        let Some(memo) = self.memo.lock() else { return Walk::Full };
         let Some(m) = memo.as_ref() else { return Walk::Full };
         let due = FULL_EVERY.max(m.full_took.saturating_mul(10));
         let keys = u32::try_from(m.heads.len()).unwrap_or(u32::MAX);
-        let always = self.always.load(std::sync::atomic::Ordering::Relaxed);
+        let always = self.memo.always();
         if m.heads.is_empty()
             || (!always
                 && (now.saturating_duration_since(m.full_at) >= due
@@ -83,7 +83,7 @@ impl HeadMemo {
 
     /// A full walk that started at `started` found `heads` (every open key's oldest open id).
     pub(crate) fn walked_full(&self, heads: Vec<(String, i64)>, started: Instant, now: Instant) {
-        if let Ok(mut memo) = self.memo.lock() {
+        if let Some(mut memo) = self.memo.lock() {
             *memo = (heads.len() <= MAX_KEYS).then(|| Memo {
                 heads,
                 full_at: now,
@@ -95,26 +95,10 @@ impl HeadMemo {
     /// A bounded walk found `heads`: the keys it found nothing for (no open message from their
     /// last known head on) are dropped until the next full walk.
     pub(crate) fn walked_from(&self, heads: Vec<(String, i64)>) {
-        if let Ok(mut memo) = self.memo.lock() {
+        if let Some(mut memo) = self.memo.lock() {
             if let Some(m) = memo.as_mut() {
                 m.heads = heads;
             }
-        }
-    }
-
-    /// For tests: see `always`; `false` goes back to the measured choice and forgets the memo.
-    pub(crate) fn always_from_memo(&self, always: bool) {
-        self.always.store(always, std::sync::atomic::Ordering::Relaxed);
-        if !always {
-            self.forget();
-        }
-    }
-
-    /// Forgets everything: the next walk is a full one (after an error, the memo may not match
-    /// what the database holds).
-    pub(crate) fn forget(&self) {
-        if let Ok(mut memo) = self.memo.lock() {
-            *memo = None;
         }
     }
 }
@@ -168,7 +152,7 @@ mod tests {
         memo.walked_full(heads(MAX_KEYS + 1), t0, t0 + Duration::from_secs(5));
         assert_eq!(memo.next(t0 + Duration::from_secs(5)), Walk::Full, "beyond MAX_KEYS");
         memo.walked_full(heads(100), t0, done);
-        memo.forget();
+        memo.memo.forget();
         assert_eq!(memo.next(done), Walk::Full);
     }
 }

@@ -29,6 +29,8 @@ use crate::signal::CommitSignal;
 
 #[cfg_attr(not(feature = "mysql"), allow(dead_code))]
 mod head_memo;
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+mod hint;
 mod in_flight;
 mod isolate;
 mod listening;

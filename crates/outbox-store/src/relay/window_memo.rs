@@ -23,18 +23,18 @@
 //!   every due row, there is nothing to skip, and the next window is a full one);
 //! - anything unexpected (an error, a start the driver cannot represent) forgets it.
 
-use std::sync::Mutex;
 use std::time::Instant;
 
 use chrono::{DateTime, Utc};
 
 use super::head_memo::FULL_EVERY;
+use super::hint::Hint;
 
 /// Where a window begins: the first due row's `(next_attempt_at, id)`.
 pub(crate) type Start = (DateTime<Utc>, i64);
 
 #[derive(Debug)]
-struct Memo {
+pub(crate) struct Memo {
     start: Start,
     full_at: Instant,
 }
@@ -42,25 +42,23 @@ struct Memo {
 /// See the module's documentation.
 #[derive(Debug, Default)]
 pub(crate) struct WindowMemo {
-    memo: Mutex<Option<Memo>>,
-    /// For tests: start from the memo whenever there is one, however long ago the last full
-    /// window ran.
-    always: std::sync::atomic::AtomicBool,
+    /// For tests, [`Hint::always`]: start from the memo whenever there is one, however long ago
+    /// the last full window ran.
+    pub(crate) memo: Hint<Memo>,
 }
 
 impl WindowMemo {
     /// Where the claim at `now` starts its window: `None` for the first entry (a full window).
     pub(crate) fn start(&self, now: Instant) -> Option<Start> {
-        let memo = self.memo.lock().ok()?;
+        let memo = self.memo.lock()?;
         let m = memo.as_ref()?;
-        let always = self.always.load(std::sync::atomic::Ordering::Relaxed);
-        (always || now.saturating_duration_since(m.full_at) < FULL_EVERY).then_some(m.start)
+        (self.memo.always() || now.saturating_duration_since(m.full_at) < FULL_EVERY).then_some(m.start)
     }
 
     /// A window that started at `from` (`None`: a full one) found `first` as its first due row,
     /// and was full of due rows (`full`) or not. Kept only for a full window's backlog.
     pub(crate) fn found(&self, from: Option<Start>, first: Option<Start>, full: bool, now: Instant) {
-        let Ok(mut memo) = self.memo.lock() else { return };
+        let Some(mut memo) = self.memo.lock() else { return };
         let Some(first) = first.filter(|_| full) else {
             *memo = None;
             return;
@@ -70,21 +68,6 @@ impl WindowMemo {
             (Some(_), Some(m)) => m.start = first,
             // Forgotten meanwhile (another claim's error): the next window is a full one.
             (Some(_), None) => {}
-        }
-    }
-
-    /// For tests: see `always`; `false` goes back to the measured choice and forgets the memo.
-    pub(crate) fn always_from_memo(&self, always: bool) {
-        self.always.store(always, std::sync::atomic::Ordering::Relaxed);
-        if !always {
-            self.forget();
-        }
-    }
-
-    /// Forgets where the last window began: the next window is a full one.
-    pub(crate) fn forget(&self) {
-        if let Ok(mut memo) = self.memo.lock() {
-            *memo = None;
         }
     }
 }
@@ -128,7 +111,7 @@ mod tests {
         memo.found(Some(at(10)), Some(at(20)), true, t0);
         assert_eq!(memo.start(t0), None);
         memo.found(None, Some(at(10)), true, t0);
-        memo.forget();
+        memo.memo.forget();
         assert_eq!(memo.start(t0), None);
     }
 
@@ -136,10 +119,10 @@ mod tests {
     fn for_tests_the_memo_can_be_used_whatever_its_age() {
         let memo = WindowMemo::default();
         let t0 = Instant::now();
-        memo.always_from_memo(true);
+        memo.memo.always_from_memo(true);
         memo.found(None, Some(at(10)), true, t0);
         assert_eq!(memo.start(t0 + FULL_EVERY * 10), Some(at(10)));
-        memo.always_from_memo(false);
+        memo.memo.always_from_memo(false);
         assert_eq!(memo.start(t0), None, "back to the measured choice, nothing remembered");
     }
 }
