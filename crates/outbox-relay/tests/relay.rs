@@ -953,6 +953,14 @@ mod postgres_push {
             .await
             .unwrap();
         eventually("delivered", || async { t.delivered().len() == OWN + 1 }).await;
+        // The claim the foreign row's settlement wakes runs after the delivery: wait for it (a
+        // claim is counted, then counted empty). Any claim woken by the own commits' notifications
+        // came before the foreign one's, so it would already be counted here.
+        eventually("the settlement's wake-up has claimed", || async {
+            let (claims, empty) = woken();
+            claims >= before.0 + 2 && empty > before.1
+        })
+        .await;
         let after = woken();
         assert_eq!(
             (after.0 - before.0, after.1 - before.1),
