@@ -58,8 +58,9 @@ pub(crate) struct Memo {
 /// See the module's documentation.
 #[derive(Debug, Default)]
 pub(crate) struct HeadMemo {
-    /// For tests, [`Hint::always`]: walk from the memo whenever there is one, whatever the full
-    /// walk cost and however long ago it ran.
+    /// Where the last walk of every key's head left off, and the tests' switch to walk from
+    /// it whenever there is one, whatever the full walk cost and however long ago it ran
+    /// ([`Hint::always`]).
     pub(crate) memo: Hint<Memo>,
 }
 

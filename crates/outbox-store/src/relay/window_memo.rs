@@ -42,8 +42,8 @@ pub(crate) struct Memo {
 /// See the module's documentation.
 #[derive(Debug, Default)]
 pub(crate) struct WindowMemo {
-    /// For tests, [`Hint::always`]: start from the memo whenever there is one, however long ago
-    /// the last full window ran.
+    /// Where the last window in a backlog began, and the tests' switch to start from it
+    /// whenever there is one, however long ago the last full window ran ([`Hint::always`]).
     pub(crate) memo: Hint<Memo>,
 }
 
