@@ -683,14 +683,9 @@ impl Wakeups for Outbox<Postgres> {
     }
 
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
-        let tables = self.tables();
-        let insert = render(tables, IDLE_ON);
-        let delete = render(tables, IDLE_OFF);
-        let q = if idle {
-            sqlx::query(&insert).bind(owner).bind(ms(ttl))
-        } else {
-            sqlx::query(&delete).bind(owner)
-        };
+        let sql = render(self.tables(), if idle { IDLE_ON } else { IDLE_OFF });
+        let q = sqlx::query(&sql).bind(owner);
+        let q = if idle { q.bind(ms(ttl)) } else { q };
         q.execute(self.pool()).await.map_err(db)?;
         Ok(())
     }
