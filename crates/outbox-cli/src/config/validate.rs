@@ -474,11 +474,16 @@ fn dialect_of(url: &str) -> Result<outbox_store::Dialect, String> {
             && !scheme.is_empty()
             && scheme.len() <= 32
             && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-        let what = if scheme_ok { format!("unsupported scheme {scheme:?}") } else { "not a URL".to_owned() };
-        format!(
-            "{what} in {}: expected postgres://, mysql://, mariadb:// or sqlite:",
-            printable(&redact_url(url))
-        )
+        // Text without a scheme is not echoed at all: it may be a bare secret, or a
+        // connection string (`host=db password=...`) that `redact_url` cannot parse, and a
+        // partly masked copy would defeat the override scrubbing, which looks for the
+        // whole value.
+        const EXPECTED: &str = "expected postgres://, mysql://, mariadb:// or sqlite:";
+        if scheme_ok {
+            format!("unsupported scheme {scheme:?} in {}: {EXPECTED}", printable(&redact_url(url)))
+        } else {
+            format!("not a URL: {EXPECTED}")
+        }
     })
 }
 
