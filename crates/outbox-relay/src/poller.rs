@@ -20,6 +20,17 @@ use crate::stats::{ClaimKind, RelayStats};
 /// How often the claim loop re-reads the paused destinations.
 const PAUSES_INTERVAL: Duration = Duration::from_secs(1);
 
+/// The most messages a claim by id of an idle relay with push may take and leave the relay
+/// idle (see "Claims by id of an idle relay" in the loop). While a relay is declared idle,
+/// each writer's commit sends a `NOTIFY`, and PostgreSQL commits notifying transactions one
+/// at a time (each holds the notification queue's lock through its commit): commits that do
+/// not overlap pay nothing for it, commits that do wait for each other. A claim by id that
+/// finds more than one message means commits came closer together than one claim, and the
+/// relay declares busy (writers stop notifying) as before. (Measured at 500 and 1,000 msg/s
+/// against 4: no difference beyond the noise; docs/benchmarks.md, "Claims by id of an idle
+/// relay".)
+const IDLE_BY_ID_MAX: usize = 1;
+
 impl<S: RelayStore> Relay<S> {
     /// Runs until `shutdown` is cancelled, then stops claiming, lets in-flight batches finish
     /// (up to `shutdown_timeout`), releases whatever it still leases, and returns.
@@ -84,6 +95,9 @@ impl<S: RelayStore> Relay<S> {
         // The signal's count of wake-ups that did not name their messages, read before the
         // last claim started (see `CommitSignal::unnamed_wakes`).
         let mut unnamed_before_claim: Option<u64> = None;
+        // The unnamed wake-ups counted before the last claim that looked for due messages
+        // began, and when it began (see "Claims by id of an idle relay" below).
+        let mut window_seen: Option<(u64, Instant)> = None;
 
         'claims: loop {
             if std::mem::take(&mut wait_idle) {
@@ -226,9 +240,27 @@ impl<S: RelayStore> Relay<S> {
             claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             // This claim covers every wake-up so far; read first, so that one whose count this
             // read misses has its wake-up stored after it, for the loop's next wait.
-            unnamed_before_claim = Some(inner.signal.unnamed_wakes());
+            let unnamed_now = inner.signal.unnamed_wakes();
+            unnamed_before_claim = Some(unnamed_now);
             inner.signal.claiming();
             let claim_started = Instant::now();
+            // Claims by id of an idle relay. While this relay is declared idle, every other
+            // process's commit wakes it through the store's push channel (PostgreSQL's
+            // `NOTIFY`), and each such wake-up names no ids of this process. So when no
+            // unnamed wake-up came since the last claim that looked for due messages began,
+            // and that claim is recent (a retry or a delayed message comes due without
+            // waking anyone: looked for at least every `active_scan_interval`), the ids this
+            // process committed are all that can be new, and a claim by id that takes every
+            // one of them needs no claim after it: a stream of them costs one claim per
+            // message, where declaring busy, the claim after the one by id, declaring idle and
+            // the claim once more cost three and two writes of the idle row. A claim by id of
+            // an idle relay that is not covered so (a wake-up it did not look at, or a look
+            // too old) still leaves the relay idle; its batch's settlement wakes the claim that
+            // looks for due messages.
+            let covered = pushes
+                && idle
+                && window_seen
+                    .is_some_and(|(n, at)| n == unnamed_now && at.elapsed() < cfg.active_scan_interval);
             let span = crate::trace::claim(&cfg.owner, mode_name, cfg.batch_size);
             // The messages committed in this process since the last claim: the store claims
             // them by id (PostgreSQL, MySQL/MariaDB), cheaper than looking for due messages, and
@@ -295,6 +327,23 @@ impl<S: RelayStore> Relay<S> {
                     (batch, c.hold, c.left_behind)
                 }
             });
+            if claimed.is_ok() && !by_id {
+                window_seen = Some((unnamed_now, claim_started));
+            }
+            // A claim by id of an idle relay with push that took every id it was given, few
+            // enough to stay idle: it held nothing back.
+            let idle_by_id = pushes
+                && idle
+                && by_id
+                && claimed.as_ref().is_ok_and(|(batch, _, _)| {
+                    !batch.is_empty()
+                        && batch.len() <= IDLE_BY_ID_MAX
+                        && batch.len() == committed.len()
+                        && batch.len() < cfg.batch_size
+                        && batch.iter().all(|m| committed.contains(&m.id))
+                });
+            let claimed = claimed
+                .map(|(batch, hold, left_behind)| (batch, hold, left_behind && !(idle_by_id && covered)));
             if let Ok((batch, _, left_behind)) = &claimed {
                 inner.stats.count_claim(kind, batch.is_empty());
                 if !left_behind {
@@ -351,7 +400,7 @@ impl<S: RelayStore> Relay<S> {
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind)) => {
-                    window_next = by_id;
+                    window_next = by_id && !(idle_by_id && covered);
                     let partial = batch.len() < cfg.batch_size;
                     pace.found(Instant::now());
                     from_look = false;
@@ -366,7 +415,9 @@ impl<S: RelayStore> Relay<S> {
                     // message now and then spends one claim and one turn of the budget per
                     // message, where declaring busy, claiming after the batch, declaring idle
                     // and claiming once more cost two writes, three claims and two turns.
-                    let quiet = idle && partial && inner.budget.as_ref().is_some_and(crate::Budget::crowded);
+                    // A claim by id of an idle relay that stays idle is settled the same way.
+                    let quiet = idle_by_id
+                        || (idle && partial && inner.budget.as_ref().is_some_and(crate::Budget::crowded));
                     inner.stats.last_claim_ms.store(
                         u64::try_from(chrono::Utc::now().timestamp_millis()).unwrap_or(0),
                         std::sync::atomic::Ordering::Relaxed,

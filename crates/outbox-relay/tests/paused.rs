@@ -632,3 +632,134 @@ async fn claims_are_counted_by_why_they_ran() {
     );
     running.stop().await;
 }
+
+/// A relay over a store with push (PostgreSQL's `NOTIFY`, modelled by
+/// `MemoryStore::with_push`), declared idle, and a stream of `n` commits of this process, one
+/// every `gap`, on `keys` keys. Returns the ids, in commit order, once all are sent.
+async fn stream(store: &MemoryStore, n: usize, gap: Duration, keys: usize) -> Vec<MessageId> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            store.enqueue(&NewMessage::new("orders", format!("{i}")).key(format!("k{}", i % keys))).unwrap(),
+        );
+        tokio::time::sleep(gap).await;
+    }
+    until("the stream is sent", || ids.iter().all(|id| store.get(*id).unwrap().status == Status::Sent)).await;
+    ids
+}
+
+/// Each key's messages reached the transport in id order, each once.
+fn in_key_order(t: &TestTransport, ids: &[MessageId]) {
+    let delivered: Vec<MessageId> = t.delivered().iter().map(|e| e.id).collect();
+    for id in ids {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
+    let mut last: std::collections::HashMap<String, MessageId> = std::collections::HashMap::new();
+    for e in t.delivered() {
+        let key = e.key.clone().unwrap_or_default();
+        if let Some(before) = last.insert(key.clone(), e.id) {
+            assert!(before < e.id, "key {key}: {} after {before} ({delivered:?})", e.id);
+        }
+    }
+}
+
+fn push_relay(store: &MemoryStore, t: &TestTransport, owner: &str) -> (Running, Arc<RelayStats>) {
+    let relay = Relay::builder(store)
+        .config(RelayConfig { idle_interval: Duration::from_secs(60), ..config(owner) })
+        .destination(
+            Destination::new("broker", Arc::new(t.clone())).retry(policy(5, Duration::from_millis(200))),
+        )
+        .route(Route::new("#", ["broker"]))
+        .build()
+        .unwrap();
+    let stats = relay.stats();
+    (Running::spawn(relay), stats)
+}
+
+/// While a relay whose store pushes is declared idle, every other process's commit wakes it,
+/// so a claim by id that takes every id this process committed leaves nothing to look for:
+/// the relay stays idle and a trickle costs one claim per message. The claim that looks for
+/// due messages still runs at least every `active_scan_interval` (50 ms by default) while the
+/// claims by id keep coming; before this, each message cost three claims (by id, the claim
+/// after it, the claim once more after declaring idle) and two writes of the idle row.
+#[tokio::test(start_paused = true)]
+async fn an_idle_relay_with_push_claims_a_trickle_once_per_message() {
+    use outbox_relay::ClaimKind;
+    let store = MemoryStore::with_push();
+    let t = TestTransport::new();
+    let (running, stats) = push_relay(&store, &t, "r1");
+    until("the relay is idle", || stats.idle.load(std::sync::atomic::Ordering::Relaxed)).await;
+    let claims_before = RelayStats::get(&stats.claims);
+    let busy_before = store.declared_busy();
+
+    // 200 messages, one every 2 ms (400 ms), on 10 keys.
+    let ids = stream(&store, 200, Duration::from_millis(2), 10).await;
+    in_key_order(&t, &ids);
+    let by_kind = |kind| stats.claim_kinds().into_iter().find(|k| k.kind == kind).map_or(0, |k| k.claims);
+    let claims = RelayStats::get(&stats.claims) - claims_before;
+    assert_eq!(by_kind(ClaimKind::ById), 200, "every message claimed by id");
+    // One look for due messages per 50 ms of the stream, and the claims their batches' settlements wake.
+    assert!(
+        claims <= 200 + 2 * (400 / 50 + 2),
+        "{claims} claims for 200 messages: {:?}",
+        stats.claim_kinds()
+    );
+    assert_eq!(store.declared_busy(), busy_before, "the relay never declared itself busy");
+    assert!(stats.idle.load(std::sync::atomic::Ordering::Relaxed));
+    assert_eq!(store.pushes_sent(), 0, "this process's commits push nothing here");
+    running.stop().await;
+}
+
+/// Between claims by id that leave the relay idle, another process's commit is published at
+/// once (its push wakes the relay, and the next claim looks for due messages), not at the
+/// scan; a retry that comes due while this process keeps committing is found within the active
+/// scan interval, though no wake-up announces it; and a key's message committed while its head
+/// is in flight waits for it (guarantee 5).
+#[tokio::test(start_paused = true)]
+async fn an_idle_relay_with_push_still_finds_foreign_rows_followers_and_retries() {
+    let store = MemoryStore::with_push();
+    let t = TestTransport::new();
+    let (running, stats) = push_relay(&store, &t, "r1");
+    until("the relay is idle", || stats.idle.load(std::sync::atomic::Ordering::Relaxed)).await;
+
+    let producer = {
+        let store = store.clone();
+        tokio::spawn(async move { stream(&store, 300, Duration::from_millis(2), 3).await })
+    };
+    // A retry: the first attempt fails, the next is due 200 ms later.
+    tokio::time::sleep(Duration::from_millis(40)).await;
+    let retried = store.enqueue(&NewMessage::new("orders", "retried").key("r")).unwrap();
+    t.fail_message(retried, 1, Outcome::retryable("busy"));
+    // Another process's message, committed mid-stream, while the relay is idle.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(stats.idle.load(std::sync::atomic::Ordering::Relaxed), "idle in a trickle");
+    let foreign_at = Instant::now();
+    let foreign = store.enqueue_unsignalled(&NewMessage::new("orders", "foreign").key("f")).unwrap();
+    assert_eq!(store.pushes_sent(), 1, "the foreign commit pushed a wake-up");
+    let ids = producer.await.unwrap();
+    until("the retry is sent", || store.get(retried).unwrap().status == Status::Sent).await;
+
+    let received = t.received();
+    let foreign_sent =
+        received.iter().find(|r| r.envelope.id == foreign).expect("the foreign message is published").at;
+    assert!(
+        foreign_sent - foreign_at <= Duration::from_millis(20),
+        "the foreign message waited {:?} (the scan is 60 s)",
+        foreign_sent - foreign_at
+    );
+    let attempts: Vec<Instant> = received.iter().filter(|r| r.envelope.id == retried).map(|r| r.at).collect();
+    assert_eq!(attempts.len(), 2, "one failure, one delivery");
+    let waited = attempts[1] - attempts[0];
+    assert!(
+        waited >= Duration::from_millis(200) && waited <= Duration::from_millis(200 + 50 + 20),
+        "the retry due 200 ms after its failure was published after {waited:?}"
+    );
+    in_key_order(&t, &ids);
+
+    // Every publish takes 5 ms now: with commits 2 ms apart on 3 keys, a key's next message is
+    // committed while its head is in flight, and a claim by id cannot take it.
+    t.set_delay(Duration::from_millis(5));
+    let ids = stream(&store, 300, Duration::from_millis(2), 3).await;
+    in_key_order(&t, &ids);
+    running.stop().await;
+}

@@ -45,6 +45,18 @@ struct Mem {
     settlements: u64,
     paused: std::collections::BTreeSet<String>,
     relays: std::collections::BTreeMap<String, outbox_store::RelayBeat>,
+    push: Push,
+}
+
+/// The push channel of [`MemoryStore::with_push`]: writers of other processes wake a relay
+/// listening while some relay is declared idle, as PostgreSQL's trigger sends its `NOTIFY`.
+#[derive(Debug, Default)]
+struct Push {
+    on: bool,
+    idle: std::collections::BTreeSet<String>,
+    listeners: Vec<CommitSignal>,
+    sent: u64,
+    declared_busy: u64,
 }
 
 /// A store held in memory. Clones share state.
@@ -115,6 +127,28 @@ impl MemoryStore {
         Self::default()
     }
 
+    /// An empty store with a push channel, as PostgreSQL's: while some relay is declared
+    /// idle ([`Wakeups::set_idle`]), a message written by another process
+    /// ([`enqueue_unsignalled`](Self::enqueue_unsignalled)) wakes the relays listening, naming
+    /// nothing. This process's commits ([`enqueue`](Self::enqueue)) wake through the commit
+    /// signal alone (a relay ignores the notification of its own process's rows).
+    pub fn with_push() -> Self {
+        let store = Self::default();
+        store.mem().push.on = true;
+        store
+    }
+
+    /// Push wake-ups sent so far (see [`with_push`](Self::with_push)).
+    pub fn pushes_sent(&self) -> u64 {
+        self.mem().push.sent
+    }
+
+    /// How many times a relay declared itself busy after being idle (see
+    /// [`with_push`](Self::with_push)).
+    pub fn declared_busy(&self) -> u64 {
+        self.mem().push.declared_busy
+    }
+
     fn mem(&self) -> MutexGuard<'_, Mem> {
         self.mem.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -132,14 +166,33 @@ impl MemoryStore {
     /// Enqueues a message (validated as the SQL stores do) and wakes the relay, as a commit
     /// would.
     pub fn enqueue(&self, m: &NewMessage) -> Result<MessageId> {
-        let id = self.enqueue_unsignalled(m)?;
+        let id = self.insert(m)?;
         self.signal.committed(&[id]);
         Ok(id)
     }
 
     /// Enqueues a message as another process's writer would: no in-process signal, so the relay
-    /// finds it by looking for due messages.
+    /// finds it by looking for due messages, or is woken by the push channel of a store made
+    /// [`with_push`](Self::with_push) while it is declared idle.
     pub fn enqueue_unsignalled(&self, m: &NewMessage) -> Result<MessageId> {
+        let id = self.insert(m)?;
+        let wake = {
+            let mut mem = self.mem();
+            let push = &mut mem.push;
+            if push.on && !push.idle.is_empty() {
+                push.sent += 1;
+                push.listeners.clone()
+            } else {
+                Vec::new()
+            }
+        };
+        for signal in wake {
+            signal.wake();
+        }
+        Ok(id)
+    }
+
+    fn insert(&self, m: &NewMessage) -> Result<MessageId> {
         m.validate()?;
         let now = Utc::now();
         let delay = match m.deliver_at {
@@ -455,13 +508,27 @@ impl Acks for MemoryStore {
 }
 
 impl Wakeups for MemoryStore {
-    /// No push channel: the relay is woken by the in-process commit signal.
-    async fn set_idle(&self, _owner: &str, _idle: bool, _ttl: Duration) -> Result<()> {
+    /// Without [`MemoryStore::with_push`], no push channel: the relay is woken by the
+    /// in-process commit signal and its scan.
+    async fn set_idle(&self, owner: &str, idle: bool, _ttl: Duration) -> Result<()> {
+        let mut mem = self.mem();
+        let push = &mut mem.push;
+        if idle {
+            push.idle.insert(owner.to_owned());
+        } else if push.idle.remove(owner) {
+            push.declared_busy += 1;
+        }
         Ok(())
     }
 
-    async fn listen(&self, _signal: CommitSignal) -> Result<Option<outbox_store::Listening>> {
-        Ok(None)
+    async fn listen(&self, signal: CommitSignal) -> Result<Option<outbox_store::Listening>> {
+        let mut mem = self.mem();
+        if !mem.push.on {
+            return Ok(None);
+        }
+        mem.push.listeners.push(signal);
+        let task = tokio::spawn(std::future::pending::<()>());
+        Ok(Some(outbox_store::Listening::new(task, None)))
     }
 }
 
