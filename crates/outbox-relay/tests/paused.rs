@@ -663,7 +663,8 @@ fn in_key_order(t: &TestTransport, ids: &[MessageId]) {
     }
 }
 
-fn push_relay(store: &MemoryStore, t: &TestTransport, owner: &str) -> (Running, Arc<RelayStats>) {
+/// A relay over `store` (made `with_push`), started and declared idle.
+async fn push_relay(store: &MemoryStore, t: &TestTransport, owner: &str) -> (Running, Arc<RelayStats>) {
     let relay = Relay::builder(store)
         .config(RelayConfig { idle_interval: Duration::from_secs(60), ..config(owner) })
         .destination(
@@ -673,7 +674,9 @@ fn push_relay(store: &MemoryStore, t: &TestTransport, owner: &str) -> (Running, 
         .build()
         .unwrap();
     let stats = relay.stats();
-    (Running::spawn(relay), stats)
+    let running = Running::spawn(relay);
+    until("the relay is idle", || stats.idle.load(std::sync::atomic::Ordering::Relaxed)).await;
+    (running, stats)
 }
 
 /// While a relay whose store pushes is declared idle, every other process's commit wakes it,
@@ -687,8 +690,7 @@ async fn an_idle_relay_with_push_claims_a_trickle_once_per_message() {
     use outbox_relay::ClaimKind;
     let store = MemoryStore::with_push();
     let t = TestTransport::new();
-    let (running, stats) = push_relay(&store, &t, "r1");
-    until("the relay is idle", || stats.idle.load(std::sync::atomic::Ordering::Relaxed)).await;
+    let (running, stats) = push_relay(&store, &t, "r1").await;
     let claims_before = RelayStats::get(&stats.claims);
     let busy_before = store.declared_busy();
 
@@ -719,8 +721,7 @@ async fn an_idle_relay_with_push_claims_a_trickle_once_per_message() {
 async fn an_idle_relay_with_push_still_finds_foreign_rows_followers_and_retries() {
     let store = MemoryStore::with_push();
     let t = TestTransport::new();
-    let (running, stats) = push_relay(&store, &t, "r1");
-    until("the relay is idle", || stats.idle.load(std::sync::atomic::Ordering::Relaxed)).await;
+    let (running, stats) = push_relay(&store, &t, "r1").await;
 
     let producer = {
         let store = store.clone();
