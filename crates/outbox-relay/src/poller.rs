@@ -342,8 +342,9 @@ impl<S: RelayStore> Relay<S> {
                         && batch.len() < cfg.batch_size
                         && batch.iter().all(|m| committed.contains(&m.id))
                 });
-            let claimed = claimed
-                .map(|(batch, hold, left_behind)| (batch, hold, left_behind && !(idle_by_id && covered)));
+            // Such a claim, covered: nothing left behind, no claim owed after it.
+            let alone = idle_by_id && covered;
+            let claimed = claimed.map(|(batch, hold, left_behind)| (batch, hold, left_behind && !alone));
             if let Ok((batch, _, left_behind)) = &claimed {
                 inner.stats.count_claim(kind, batch.is_empty());
                 if !left_behind {
@@ -400,7 +401,7 @@ impl<S: RelayStore> Relay<S> {
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind)) => {
-                    window_next = by_id && !(idle_by_id && covered);
+                    window_next = by_id && !alone;
                     let partial = batch.len() < cfg.batch_size;
                     pace.found(Instant::now());
                     from_look = false;

@@ -633,9 +633,9 @@ async fn claims_are_counted_by_why_they_ran() {
     running.stop().await;
 }
 
-/// A relay over a store with push (PostgreSQL's `NOTIFY`, modelled by
-/// `MemoryStore::with_push`), declared idle, and a stream of `n` commits of this process, one
-/// every `gap`, on `keys` keys. Returns the ids, in commit order, once all are sent.
+/// A stream of `n` commits of this process into `store`, one every `gap` of virtual time (the
+/// tests run on tokio's paused clock), on `keys` keys. Returns the ids, in commit order, once
+/// all are sent.
 async fn stream(store: &MemoryStore, n: usize, gap: Duration, keys: usize) -> Vec<MessageId> {
     let mut ids = Vec::new();
     for i in 0..n {
