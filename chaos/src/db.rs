@@ -27,32 +27,36 @@ macro_rules! on_pool {
 }
 pub(crate) use on_pool;
 
-/// sqlx's default pool, or (`small`) the pool of a role process: two connections, each
+/// sqlx's default pool, or (`max`) the pool of a role process: that many connections, each
 /// acquired within 5 s.
-fn options<DB: sqlx::Database>(small: bool) -> PoolOptions<DB> {
+fn options<DB: sqlx::Database>(max: Option<u32>) -> PoolOptions<DB> {
     let options = PoolOptions::new();
-    if small {
-        options.max_connections(2).acquire_timeout(Duration::from_secs(5))
-    } else {
-        options
+    match max {
+        Some(max) => options.max_connections(max).acquire_timeout(Duration::from_secs(5)),
+        None => options,
     }
 }
 
 impl Db {
     /// A pool with sqlx's defaults on `url` (its dialect by [`Dialect::of_url`]).
     pub(crate) async fn connect(url: &str) -> anyhow::Result<Db> {
-        Db::open(url, false).await
+        Db::open(url, None).await
     }
 
-    /// The small pool of a writer or a consumer on `url`.
+    /// The small pool of a writer or a consumer on `url`: two connections.
     pub(crate) async fn connect_small(url: &str) -> anyhow::Result<Db> {
-        Db::open(url, true).await
+        Db::open(url, Some(2)).await
     }
 
-    async fn open(url: &str, small: bool) -> anyhow::Result<Db> {
+    /// The pool of a role process on `url`, of `max` connections.
+    pub(crate) async fn connect_sized(url: &str, max: u32) -> anyhow::Result<Db> {
+        Db::open(url, Some(max)).await
+    }
+
+    async fn open(url: &str, max: Option<u32>) -> anyhow::Result<Db> {
         Ok(match Dialect::of_url(url) {
-            Dialect::Pg => Db::Pg(options(small).connect(url).await?),
-            Dialect::My => Db::My(options(small).connect(url).await?),
+            Dialect::Pg => Db::Pg(options(max).connect(url).await?),
+            Dialect::My => Db::My(options(max).connect(url).await?),
         })
     }
 

@@ -16,7 +16,7 @@ use crate::own::{self, OwnServer};
 use crate::procs::{Proc, Stopped};
 use crate::proxy::{FaultProxy, Mode};
 pub(crate) use crate::setup::outbox_bin;
-use crate::setup::{drain_state, relay_toml};
+use crate::setup::{drain_state, relay_toml, transport_toml};
 
 /// How long and how hard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -83,9 +83,20 @@ pub(crate) struct Chaos {
     pub(crate) consumer_kills: u32,
     /// Relay exits the harness did not cause (start-up refused during an outage).
     pub(crate) relay_exits: u32,
-    /// Relay log lines that show a panic.
+    /// Relay log lines that show a panic (the daemons' and the writers', whose relay runs in
+    /// their process).
     pub(crate) relay_panics: u32,
+    /// SIGKILLs of the writer that runs a relay in its own process (`RELAY_WRITER`).
+    pub(crate) relay_writer_sigkills: u32,
+    /// Messages still in the table that the relay in the writer's process settled as sent
+    /// (`updated_by`): none means the path it stands for was not exercised, and the run fails.
+    pub(crate) relay_writer_sent: i64,
 }
+
+/// The writer (index into the writers, a `lib` one) that also runs a relay in its own process,
+/// under this owner: the library's path, where claims by id take what the process just
+/// committed. It takes its turn in the relays' SIGKILLs.
+const RELAY_WRITER: (usize, &str) = (0, "chaos-w0");
 
 /// What the proxies did to the connections to one server (the broker, or the database).
 #[derive(Debug, Default, Clone)]
@@ -236,10 +247,12 @@ async fn run_load(
         Profile::Short => 20,
         Profile::Long => 20,
     };
+    let writer_transport = dir.join("writer-relay-transport.toml");
+    std::fs::write(&writer_transport, transport_toml(combo, names, &proxied_broker))?;
     let mut writers = Vec::new();
     for (i, mode) in ["lib", "lib", "sql", "sql"].iter().enumerate() {
         let name = format!("w{i}-{mode}");
-        let a = vec![
+        let mut a = vec![
             "writer".into(),
             "--db-url".into(),
             db_url.clone(),
@@ -254,6 +267,14 @@ async fn run_load(
             "--name".into(),
             name.clone(),
         ];
+        if i == RELAY_WRITER.0 {
+            a.extend([
+                "--relay-owner".into(),
+                RELAY_WRITER.1.into(),
+                "--relay-transport".into(),
+                writer_transport.display().to_string(),
+            ]);
+        }
         writers.push(Proc::new(name.clone(), me.clone(), a, dir.join(format!("{name}.log"))));
     }
     let mut consumers = Vec::new();
@@ -314,12 +335,17 @@ async fn run_load(
             p.supervise(Duration::from_millis(300))?;
         }
         if now >= next_kill {
-            let i = rng.gen_range(0..relays.len());
-            if relays[i].running() {
-                relays[i].sigkill().await;
-                chaos.relay_sigkills += 1;
+            // One of the daemons, or the writer whose process runs a relay.
+            let i = rng.gen_range(0..=relays.len());
+            let (p, count) = match relays.get_mut(i) {
+                Some(r) => (r, &mut chaos.relay_sigkills),
+                None => (&mut writers[RELAY_WRITER.0], &mut chaos.relay_writer_sigkills),
+            };
+            if p.running() {
+                p.sigkill().await;
+                *count += 1;
             }
-            relays[i].restart_at = Some(Instant::now() + Duration::from_millis(rng.gen_range(0..1500)));
+            p.restart_at = Some(Instant::now() + Duration::from_millis(rng.gen_range(0..1500)));
             let gap = match profile {
                 Profile::Short => rng.gen_range(800..2500),
                 Profile::Long => rng.gen_range(400..1600),
@@ -496,19 +522,37 @@ async fn run_load(
     }
     for r in &relays {
         chaos.relay_exits += r.exits;
-        let text = std::fs::read_to_string(r.log()).unwrap_or_default();
+    }
+    for p in relays.iter().chain(&writers) {
+        let text = std::fs::read_to_string(p.log()).unwrap_or_default();
         chaos.relay_panics += text.lines().filter(|l| l.contains("panicked")).count() as u32;
     }
 
+    chaos.relay_writer_sent =
+        relay_writer_sent(&db_url).await.context("counting what the writer's relay sent")?;
     let snapshot = Snapshot::load(&db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
-    let passed =
-        drained && report.violations().is_empty() && chaos.bad_graceful_stops == 0 && chaos.relay_panics == 0;
+    let passed = drained
+        && report.violations().is_empty()
+        && chaos.bad_graceful_stops == 0
+        && chaos.relay_panics == 0
+        && chaos.relay_writer_sent > 0;
     if passed && !args.keep && own.db.is_none() {
         combo::teardown_broker(combo.broker, names).await.ok();
         combo::drop_database(combo.dialect, names).await.ok();
     }
     Ok((report, chaos, drain_time, passed))
+}
+
+/// The messages in the table that the relay of the writer's process settled as sent.
+async fn relay_writer_sent(url: &str) -> anyhow::Result<i64> {
+    let db = crate::db::Db::connect(url).await?;
+    let q =
+        db.sql("SELECT COUNT(*) FROM outbox_message WHERE status IN ('sent', 'acked') AND updated_by = ?");
+    let n: i64 =
+        crate::db::on_pool!(&db, pool => sqlx::query_scalar(&q).bind(RELAY_WRITER.1).fetch_one(pool).await?);
+    db.close().await;
+    Ok(n)
 }
 
 /// Prints one combo's screen.
@@ -525,11 +569,17 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
     if c.db_restarts + c.broker_restarts > 0 {
         println!("          longest time a crashed server took to come back: {:.1?}", c.longest_restart);
     }
+    println!(
+        "          the writer that runs a relay in its process: {} SIGKILLs, {} messages its relay sent",
+        c.relay_writer_sigkills, c.relay_writer_sent
+    );
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
     print!("{}", r.table());
     let v = r.violations();
-    if v.is_empty() && c.bad_graceful_stops == 0 && c.relay_panics == 0 {
+    if v.is_empty() && c.bad_graceful_stops == 0 && c.relay_panics == 0 && c.relay_writer_sent > 0 {
         println!("  PASS");
+    } else if c.relay_writer_sent == 0 && v.is_empty() {
+        println!("  FAIL: the relay in the writer's process sent nothing");
     } else {
         println!("  FAIL: {}", v.join("; "));
     }

@@ -8,8 +8,10 @@ use anyhow::{bail, Context};
 use crate::combo::{Broker, Combo, Names};
 use crate::db::{on_pool, Db};
 
-pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: &str, i: usize) -> String {
-    let transport = match combo.broker {
+/// The relays' transport, as `[destinations.bus.transport]` in `outbox relay`'s configuration
+/// (also the file a writer that runs a relay in its own process reads: `writer --relay-transport`).
+pub(crate) fn transport_toml(combo: Combo, names: &Names, broker_url: &str) -> String {
+    match combo.broker {
         Broker::Nats => format!(
             "type = \"nats\"\nurl = \"{broker_url}\"\nsubject_prefix = \"{}\"\nstream = \"{}\"\ntimeout = \"1500ms\"\nconnect_timeout = \"2s\"",
             names.subject_prefix(),
@@ -22,7 +24,11 @@ pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: 
             "type = \"redis\"\nurl = \"{broker_url}\"\nstream = \"{}\"\ntimeout = \"1500ms\"\nconnect_timeout = \"2s\"",
             names.redis_stream()
         ),
-    };
+    }
+}
+
+pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: &str, i: usize) -> String {
+    let transport = transport_toml(combo, names, broker_url);
     // The last relay leases its claims while the others hold row locks: both protocols share
     // the table, as in a rolling change of `lock_claims` or beside a foreign relay that leases.
     let lock_claims = i + 1 < crate::run::RELAYS;

@@ -6,12 +6,24 @@
 //! transaction. A share of the transactions is rolled back on purpose after the enqueue; their
 //! message ids go to `chaos_rolledback` afterwards, outside the transaction. Any error ends the
 //! process (the harness restarts it): a transaction that was not committed left nothing.
+//!
+//! A `lib` writer may also run a relay in its own process (`--relay-owner`), as a Rust service
+//! that publishes its own messages does: the relay is woken by this writer's commits and claims
+//! their ids first (the fast path, and on PostgreSQL the claims by id of an idle relay), beside
+//! the `outbox relay` daemons, which see this process's commits only as rows in the table. It
+//! dies with the writer (a SIGKILL of the harness, or any error), mid-claim or mid-publish.
 
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use outbox_core::RetryPolicy;
+use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
 use outbox_store::{NewMessage, Outbox};
+use outbox_transport::TransportConfig;
 use rand::{Rng, SeedableRng};
+use tokio_util::sync::CancellationToken;
 
 use crate::db::{on_pool, Db};
 
@@ -48,6 +60,87 @@ pub(crate) struct WriterArgs {
     /// Name recorded in the ledger.
     #[arg(long)]
     pub(crate) name: String,
+    /// Also run a relay in this process under this owner (`lib` mode only), woken by this
+    /// writer's commits.
+    #[arg(long, requires = "relay_transport")]
+    pub(crate) relay_owner: Option<String>,
+    /// The relay's transport: a TOML file holding what `[destinations.<name>.transport]` holds
+    /// in `outbox relay`'s configuration.
+    #[arg(long)]
+    pub(crate) relay_transport: Option<PathBuf>,
+}
+
+/// Connections of a writer that runs a relay: its transactions, the relay's claim (held through
+/// the publish with locked claims) and settlements of two batches in flight, and the listening
+/// connection.
+const RELAY_WRITER_POOL: u32 = 6;
+
+/// Starts the relay of a writer that runs one, over `outbox`: tuned as `setup::relay_toml`
+/// tunes the daemons (locked claims), publishing `topic` to the transport in `transport`.
+/// Returns what stops it.
+async fn start_relay<S>(
+    outbox: &S,
+    owner: &str,
+    transport: &Path,
+    topic: &str,
+) -> anyhow::Result<CancellationToken>
+where
+    S: outbox_store::RelayStore + outbox_store::Signalled + 'static,
+{
+    let text =
+        std::fs::read_to_string(transport).with_context(|| format!("reading {}", transport.display()))?;
+    let transport: TransportConfig =
+        toml::from_str(&text).with_context(|| format!("parsing {}", transport.display()))?;
+    let transport = transport.build().await.context("connecting the relay's transport")?;
+    let retry = RetryPolicy {
+        max_attempts: 100_000,
+        initial: Duration::from_millis(100),
+        max_delay: Duration::from_secs(2),
+        multiplier: 2.0,
+        jitter: 0.5,
+    };
+    let breaker = BreakerConfig {
+        failure_threshold: 3,
+        cooldown: Duration::from_millis(300),
+        max_cooldown: Duration::from_secs(2),
+    };
+    let relay = Relay::builder(outbox)
+        .config(RelayConfig {
+            owner: owner.to_owned(),
+            batch_size: 100,
+            lease: Duration::from_secs(5),
+            lock_claims: true,
+            idle_interval: Duration::from_millis(250),
+            max_in_flight_batches: 2,
+            publish_timeout: Duration::from_secs(2),
+            shutdown_timeout: Duration::from_secs(3),
+            ..RelayConfig::default()
+        })
+        .destination(Destination::new("bus", Arc::clone(&transport)).retry(retry).breaker(breaker))
+        .route(Route::new(topic, ["bus"]))
+        .build()
+        .context("building the relay")?;
+    // Its claims by why they ran, to this writer's log every 5 s (the last line before a kill
+    // says how this process's messages were claimed: by id, or by a look for due messages).
+    let stats = relay.stats();
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            every.tick().await;
+            let kinds: Vec<String> = stats
+                .claim_kinds()
+                .iter()
+                .filter(|k| k.claims > 0)
+                .map(|k| format!("{:?}={}/{}", k.kind, k.claims, k.empty))
+                .collect();
+            if !kinds.is_empty() {
+                eprintln!("relay claims (kind=claims/empty): {}", kinds.join(" "));
+            }
+        }
+    });
+    let stop = CancellationToken::new();
+    tokio::spawn(relay.run(stop.clone()));
+    Ok(stop)
 }
 
 fn payload(k: i32, seq: i64, writer: &str) -> String {
@@ -94,13 +187,28 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
     let period = Duration::from_secs_f64(1.0 / f64::from(args.rate.max(1)));
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let db = Db::connect_small(&args.db_url).await.context("connecting")?;
+    let relay = args.relay_owner.as_deref().zip(args.relay_transport.as_deref());
+    if relay.is_some() && args.mode != Mode::Lib {
+        anyhow::bail!(
+            "--relay-owner needs --mode lib (a relay in the process is woken by the library's commits)"
+        );
+    }
+    let db = match relay {
+        Some(_) => Db::connect_sized(&args.db_url, RELAY_WRITER_POOL).await,
+        None => Db::connect_small(&args.db_url).await,
+    }
+    .context("connecting")?;
     let lock_key = db.sql("SELECT seq FROM chaos_biz WHERE k = ? FOR UPDATE");
     let bump_key = db.sql("UPDATE chaos_biz SET seq = ? WHERE k = ?");
     let record = db.sql("INSERT INTO chaos_ledger (msg_id, k, seq, writer) VALUES (?, ?, ?, ?)");
     let record_rollback = db.sql("INSERT INTO chaos_rolledback (msg_id) VALUES (?)");
     on_pool!(&db, pool => {
         let outbox = Outbox::new(pool.clone());
+        // Stopped only by the process's end (the writer runs until killed).
+        let _relay = match relay {
+            Some((owner, transport)) => Some(start_relay(&outbox, owner, transport, &args.topic).await?),
+            None => None,
+        };
         loop {
             tick.tick().await;
             let k = rng.gen_range(0..args.keys) as i32;
