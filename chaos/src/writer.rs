@@ -14,7 +14,6 @@
 //! dies with the writer (a SIGKILL of the harness, or any error), mid-claim or mid-publish.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -76,22 +75,20 @@ pub(crate) struct WriterArgs {
 const RELAY_WRITER_POOL: u32 = 6;
 
 /// Starts the relay of a writer that runs one, over `outbox`: tuned as `setup::relay_toml`
-/// tunes the daemons (locked claims), publishing `topic` to the transport in `transport`.
-/// Returns what stops it.
-async fn start_relay<S>(
-    outbox: &S,
-    owner: &str,
-    transport: &Path,
-    topic: &str,
-) -> anyhow::Result<CancellationToken>
+/// tunes the daemons (locked claims), publishing `topic` to the transport in `transport`. The
+/// file is read at once (a bad one ends the writer); the broker is connected in the background,
+/// again every 500 ms while it cannot be reached, so that the writer commits meanwhile, as a
+/// service whose broker is down at its start keeps taking business (guarantee 3). Returns what
+/// stops it.
+fn start_relay<S>(outbox: &S, owner: &str, transport: &Path, topic: &str) -> anyhow::Result<CancellationToken>
 where
     S: outbox_store::RelayStore + outbox_store::Signalled + 'static,
 {
     let text =
         std::fs::read_to_string(transport).with_context(|| format!("reading {}", transport.display()))?;
-    let transport: TransportConfig =
+    let config: TransportConfig =
         toml::from_str(&text).with_context(|| format!("parsing {}", transport.display()))?;
-    let transport = transport.build().await.context("connecting the relay's transport")?;
+    config.validate().with_context(|| format!("checking {}", transport.display()))?;
     let retry = RetryPolicy {
         max_attempts: 100_000,
         initial: Duration::from_millis(100),
@@ -104,42 +101,63 @@ where
         cooldown: Duration::from_millis(300),
         max_cooldown: Duration::from_secs(2),
     };
-    let relay = Relay::builder(outbox)
-        .config(RelayConfig {
-            owner: owner.to_owned(),
-            batch_size: 100,
-            lease: Duration::from_secs(5),
-            lock_claims: true,
-            idle_interval: Duration::from_millis(250),
-            max_in_flight_batches: 2,
-            publish_timeout: Duration::from_secs(2),
-            shutdown_timeout: Duration::from_secs(3),
-            ..RelayConfig::default()
-        })
-        .destination(Destination::new("bus", Arc::clone(&transport)).retry(retry).breaker(breaker))
-        .route(Route::new(topic, ["bus"]))
-        .build()
-        .context("building the relay")?;
-    // Its claims by why they ran, to this writer's log every 5 s (the last line before a kill
-    // says how this process's messages were claimed: by id, or by a look for due messages).
-    let stats = relay.stats();
+    let relay_config = RelayConfig {
+        owner: owner.to_owned(),
+        batch_size: 100,
+        lease: Duration::from_secs(5),
+        lock_claims: true,
+        idle_interval: Duration::from_millis(250),
+        max_in_flight_batches: 2,
+        publish_timeout: Duration::from_secs(2),
+        shutdown_timeout: Duration::from_secs(3),
+        ..RelayConfig::default()
+    };
+    let (outbox, topic, stop) = (outbox.clone(), topic.to_owned(), CancellationToken::new());
+    let stopped = stop.clone();
     tokio::spawn(async move {
-        let mut every = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            every.tick().await;
-            let kinds: Vec<String> = stats
-                .claim_kinds()
-                .iter()
-                .filter(|k| k.claims > 0)
-                .map(|k| format!("{:?}={}/{}", k.kind, k.claims, k.empty))
-                .collect();
-            if !kinds.is_empty() {
-                eprintln!("relay claims (kind=claims/empty): {}", kinds.join(" "));
+        let transport = loop {
+            match config.clone().build().await {
+                Ok(t) => break t,
+                Err(e) => {
+                    eprintln!("relay: the broker cannot be reached ({e}); trying again in 500 ms");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
             }
-        }
+        };
+        let relay = match Relay::builder(&outbox)
+            .config(relay_config)
+            .destination(Destination::new("bus", transport).retry(retry).breaker(breaker))
+            .route(Route::new(topic, ["bus"]))
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                // Caught by the run: a writer's relay that never starts sends nothing.
+                eprintln!("relay: cannot be built: {e}");
+                return;
+            }
+        };
+        // Its claims by why they ran, to this writer's log every 5 s (the last line before a
+        // kill says how this process's messages were claimed: by id, or by a look for due
+        // messages).
+        let stats = relay.stats();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                let kinds: Vec<String> = stats
+                    .claim_kinds()
+                    .iter()
+                    .filter(|k| k.claims > 0)
+                    .map(|k| format!("{:?}={}/{}", k.kind, k.claims, k.empty))
+                    .collect();
+                if !kinds.is_empty() {
+                    eprintln!("relay claims (kind=claims/empty): {}", kinds.join(" "));
+                }
+            }
+        });
+        relay.run(stopped).await;
     });
-    let stop = CancellationToken::new();
-    tokio::spawn(relay.run(stop.clone()));
     Ok(stop)
 }
 
@@ -206,7 +224,7 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
         let outbox = Outbox::new(pool.clone());
         // Stopped only by the process's end (the writer runs until killed).
         let _relay = match relay {
-            Some((owner, transport)) => Some(start_relay(&outbox, owner, transport, &args.topic).await?),
+            Some((owner, transport)) => Some(start_relay(&outbox, owner, transport, &args.topic)?),
             None => None,
         };
         loop {
