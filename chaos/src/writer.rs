@@ -17,8 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::Context;
-use outbox_core::RetryPolicy;
-use outbox_relay::{BreakerConfig, Destination, Relay, RelayConfig, Route};
+use outbox_relay::{Destination, Relay, Route};
 use outbox_store::{NewMessage, Outbox};
 use outbox_transport::TransportConfig;
 use rand::{Rng, SeedableRng};
@@ -74,8 +73,8 @@ pub(crate) struct WriterArgs {
 /// connection.
 const RELAY_WRITER_POOL: u32 = 6;
 
-/// Starts the relay of a writer that runs one, over `outbox`: tuned as `setup::relay_toml`
-/// tunes the daemons (locked claims), publishing `topic` to the transport in `transport`. The
+/// Starts the relay of a writer that runs one, over `outbox`: tuned as the daemons are
+/// (`setup::relay_config`, locked claims), publishing `topic` to the transport in `transport`. The
 /// file is read at once (a bad one ends the writer); the broker is connected in the background,
 /// again every 500 ms while it cannot be reached, so that the writer commits meanwhile, as a
 /// service whose broker is down at its start keeps taking business (guarantee 3). Returns what
@@ -89,29 +88,7 @@ where
     let config: TransportConfig =
         toml::from_str(&text).with_context(|| format!("parsing {}", transport.display()))?;
     config.validate().with_context(|| format!("checking {}", transport.display()))?;
-    let retry = RetryPolicy {
-        max_attempts: 100_000,
-        initial: Duration::from_millis(100),
-        max_delay: Duration::from_secs(2),
-        multiplier: 2.0,
-        jitter: 0.5,
-    };
-    let breaker = BreakerConfig {
-        failure_threshold: 3,
-        cooldown: Duration::from_millis(300),
-        max_cooldown: Duration::from_secs(2),
-    };
-    let relay_config = RelayConfig {
-        owner: owner.to_owned(),
-        batch_size: 100,
-        lease: Duration::from_secs(5),
-        lock_claims: true,
-        idle_interval: Duration::from_millis(250),
-        max_in_flight_batches: 2,
-        publish_timeout: Duration::from_secs(2),
-        shutdown_timeout: Duration::from_secs(3),
-        ..RelayConfig::default()
-    };
+    let relay_config = crate::setup::relay_config(owner, true);
     let (outbox, topic, stop) = (outbox.clone(), topic.to_owned(), CancellationToken::new());
     let stopped = stop.clone();
     tokio::spawn(async move {
@@ -126,7 +103,11 @@ where
         };
         let relay = match Relay::builder(&outbox)
             .config(relay_config)
-            .destination(Destination::new("bus", transport).retry(retry).breaker(breaker))
+            .destination(
+                Destination::new("bus", transport)
+                    .retry(crate::setup::relay_retry())
+                    .breaker(crate::setup::relay_breaker()),
+            )
             .route(Route::new(topic, ["bus"]))
             .build()
         {
