@@ -73,6 +73,26 @@ pub(crate) struct WriterArgs {
 /// connection.
 const RELAY_WRITER_POOL: u32 = 6;
 
+/// A parse error of the transport file `file` (holding `text`): where, by line and column, and
+/// what, without the source line or any quoted value (a URL there may carry a password), control
+/// characters escaped.
+fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let mut what = String::new();
+    for (i, part) in e.message().split('"').enumerate() {
+        what.push_str(if i % 2 == 1 { "***" } else { part });
+    }
+    let what = outbox_core::text::printable(what.trim(), 500);
+    match e.span() {
+        Some(span) => {
+            let before = text.get(..span.start).unwrap_or_default();
+            let line = before.matches('\n').count() + 1;
+            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            anyhow::anyhow!("parsing {}: line {line}, column {column}: {what}", file.display())
+        }
+        None => anyhow::anyhow!("parsing {}: {what}", file.display()),
+    }
+}
+
 /// Starts the relay of a writer that runs one, over `outbox`: tuned as the daemons are
 /// (`setup::relay_config`, locked claims), publishing `topic` to the transport in `transport`. The
 /// file is read at once (a bad one ends the writer); the broker is connected in the background,
@@ -85,8 +105,7 @@ where
 {
     let text =
         std::fs::read_to_string(transport).with_context(|| format!("reading {}", transport.display()))?;
-    let config: TransportConfig =
-        toml::from_str(&text).with_context(|| format!("parsing {}", transport.display()))?;
+    let config: TransportConfig = toml::from_str(&text).map_err(|e| toml_error(transport, &text, &e))?;
     config.validate().with_context(|| format!("checking {}", transport.display()))?;
     let relay_config = crate::setup::relay_config(owner, true);
     let (outbox, topic, stop) = (outbox.clone(), topic.to_owned(), CancellationToken::new());
@@ -231,4 +250,30 @@ pub(crate) async fn run(args: WriterArgs) -> anyhow::Result<()> {
             }
         }
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// A broken transport file is reported by line and column, never with its source line (a
+    /// password in a URL, a control character) or a quoted value.
+    #[test]
+    fn a_broken_transport_file_is_reported_without_its_values() {
+        let file = Path::new("/x/t.toml");
+        for text in [
+            "type = \"nats\"\nurl = \"nats://u:s3cret@\u{1}host:4222\"\n",
+            "type = \"nats\"\nurl = \"nats://u:s3cret@host:4222\"\ntimeout = \"s3cret\"\n",
+            "type = \"nats\"\nurl = \"nats://u:s3cret@h:4222\n",
+        ] {
+            let e = toml::from_str::<TransportConfig>(text).expect_err("broken");
+            let said = toml_error(file, text, &e).to_string();
+            assert!(said.starts_with("parsing /x/t.toml"), "{said}");
+            assert!(!said.contains("s3cret") && !said.contains('\u{1}'), "{said}");
+        }
+        let text = "type = \"nats\"\nurl = \"a\u{1}b\"\n";
+        let e = toml::from_str::<TransportConfig>(text).expect_err("a control character");
+        assert!(toml_error(file, text, &e).to_string().contains("line 2, column"), "{e}");
+    }
 }
