@@ -45,6 +45,7 @@ macro_rules! outbox_migrations {
             7 "0007_relay_presence.sql" "relay presence",
             8 "0008_push_rows.sql" "push rows",
             9 "0009_key_index.sql" "key index",
+            10 "0010_cheap_checks.sql" "cheap checks",
         )
     };
     (@ $dir:literal; $($version:literal $file:literal $description:literal,)*) => {

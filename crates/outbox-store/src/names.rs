@@ -70,7 +70,8 @@ const TABLES: &[&str] = &[
 ];
 
 /// PostgreSQL functions: qualified with the schema when one is set.
-const FUNCTIONS: &[&str] = &["outbox_notify_relay", "outbox_text_ok", "outbox_headers_ok"];
+const FUNCTIONS: &[&str] =
+    &["outbox_notify_relay", "outbox_text_ok", "outbox_headers_ok", "outbox_fields_ok", "outbox_times_ok"];
 
 /// MySQL/MariaDB triggers: qualified with the schema when one is set (a trigger lives in the
 /// schema its name names, which must be its table's).
