@@ -15,7 +15,7 @@
 -- business type and key and created_by, and `outbox_headers_ok`'s limits on the headers) and
 -- `outbox_times_ok`. Their bodies call no function of ours (PL/pgSQL resolves names when it
 -- runs, with the inserting session's search_path; built-in functions always resolve).
--- `outbox_text_ok` and `outbox_headers_ok` stay (the adoption bridge's triggers call the first).
+-- `outbox_text_ok` and `outbox_headers_ok` stay (the adoption bridge calls the first).
 --
 -- The constraints are replaced without reading the table (`NOT VALID`): the rows already there
 -- met the same rules under version 5, and every row written from now on is checked. A table
