@@ -668,7 +668,7 @@ async fn mysql_key_index_migration_drops_the_status_and_can_run_again() {
         // Back to version 8, as a table that has lived before this release, with messages in it.
         sqlx::raw_sql(&format!(
             "ALTER TABLE {table} DROP INDEX {index}, ADD INDEX {index} (msg_key, status, id); \
-             DELETE FROM {prefix}schema_migrations WHERE version = 9"
+             DELETE FROM {prefix}schema_migrations WHERE version >= 9"
         ))
         .execute(&db.pool)
         .await
@@ -679,9 +679,10 @@ async fn mysql_key_index_migration_drops_the_status_and_can_run_again() {
 
         for attempt in ["from version 8", "after a stop between the rebuild and the version row"] {
             let report = outbox.migrate().await.unwrap();
-            assert_eq!((report.from, report.applied.as_slice()), (8, &[9][..]), "{prefix} {attempt}");
+            let later: Vec<i64> = (9..=outbox_store::SCHEMA_VERSION).collect();
+            assert_eq!((report.from, &report.applied), (8, &later), "{prefix} {attempt}");
             assert_eq!(columns().await, ["msg_key", "id"], "{prefix} {attempt}");
-            sqlx::raw_sql(&format!("DELETE FROM {prefix}schema_migrations WHERE version = 9"))
+            sqlx::raw_sql(&format!("DELETE FROM {prefix}schema_migrations WHERE version >= 9"))
                 .execute(&db.pool)
                 .await
                 .unwrap();
