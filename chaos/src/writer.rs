@@ -84,9 +84,7 @@ fn toml_error(file: &Path, text: &str, e: &toml::de::Error) -> anyhow::Error {
     let what = outbox_core::text::printable(what.trim(), 500);
     match e.span() {
         Some(span) => {
-            let before = text.get(..span.start).unwrap_or_default();
-            let line = before.matches('\n').count() + 1;
-            let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+            let (line, column) = outbox_core::text::line_col(text, span.start);
             anyhow::anyhow!("parsing {}: line {line}, column {column}: {what}", file.display())
         }
         None => anyhow::anyhow!("parsing {}: {what}", file.display()),

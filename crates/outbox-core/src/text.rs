@@ -10,8 +10,9 @@
 //!   escaped (CR/LF cannot forge a log line, ESC cannot drive a terminal) and is cut to a
 //!   length.
 //!
-//! And one reading aid of the redaction scanners: [`run_start`] finds the name before a
-//! delimiter (`password` before `=`, `postgres` before `://`).
+//! And two reading aids: [`run_start`] finds the name before a delimiter (`password` before
+//! `=`, `postgres` before `://`) for the redaction scanners, and [`line_col`] turns a parser's
+//! byte offset into the line and column a person looks for.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -78,6 +79,19 @@ pub fn run_start(s: &str, end: usize, part: impl Fn(char) -> bool) -> usize {
     s[..end].char_indices().rev().take_while(|&(_, c)| part(c)).last().map_or(end, |(i, _)| i)
 }
 
+/// Line and column (1-based, in characters) of byte `offset` of `text`; an offset past the end
+/// or inside a character counts from the start of that character or the end of the text.
+pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
+    let col = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
+    (line, col)
+}
+
 fn is_unsafe(c: char) -> bool {
     c.is_control()
         || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
@@ -137,5 +151,14 @@ mod tests {
         assert!(e.chars().count() <= crate::limits::ERROR);
         assert!(e.starts_with("\\u{0}"));
         assert_eq!(bounded_error("timeout"), "timeout");
+    }
+
+    #[test]
+    fn line_numbers() {
+        assert_eq!(line_col("a\nb\nc", 0), (1, 1));
+        assert_eq!(line_col("a\nb\nc", 2), (2, 1));
+        assert_eq!(line_col("a\nbé c", 6), (2, 4));
+        assert_eq!(line_col("a\nbé c", 4), (2, 2), "inside `é`: counted from its start");
+        assert_eq!(line_col("a\nb", 99), (2, 2), "past the end: counted from the end");
     }
 }

@@ -9,6 +9,7 @@ use std::ops::Range;
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use super::env::{push_index, push_key};
+use outbox_core::text::line_col;
 
 // The names `toml::Spanned` (serde_spanned) uses to ask the parser for a value's span.
 const NAME: &str = "$__serde_spanned_private_Spanned";
@@ -204,18 +205,6 @@ pub(super) fn key_on_line(text: &str, line: usize) -> Option<String> {
     })
 }
 
-/// Line and column (1-based, in characters) of a byte offset in `text`.
-pub(super) fn line_col(text: &str, offset: usize) -> (usize, usize) {
-    let mut offset = offset.min(text.len());
-    while !text.is_char_boundary(offset) {
-        offset -= 1;
-    }
-    let before = &text[..offset];
-    let line = before.bytes().filter(|b| *b == b'\n').count() + 1;
-    let col = before.rsplit('\n').next().unwrap_or_default().chars().count() + 1;
-    (line, col)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,12 +219,5 @@ mod tests {
         assert_eq!(key_on_line(text, 9), None);
         assert_eq!(key_on_line(text, 99), None);
         assert_eq!(key_on_line("\"quoted key\" = 1", 1), None);
-    }
-
-    #[test]
-    fn line_numbers() {
-        assert_eq!(line_col("a\nb\nc", 0), (1, 1));
-        assert_eq!(line_col("a\nb\nc", 2), (2, 1));
-        assert_eq!(line_col("a\nbé c", 6), (2, 4));
     }
 }

@@ -5,7 +5,8 @@ use std::ops::Range;
 use std::sync::OnceLock;
 
 use super::env::Override;
-use super::locate::{key_at, key_on_line, line_col, locate};
+use super::locate::{key_at, key_on_line, locate};
+use outbox_core::text::line_col;
 
 /// Where the configuration's values come from, to say where a wrong one is: the file (with
 /// its line), or the environment variable that set it.

@@ -1,5 +1,5 @@
-use super::locate::line_col;
 use super::*;
+use outbox_core::text::line_col;
 
 const GOOD: &str = r#"
 [relay]
