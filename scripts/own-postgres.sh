@@ -8,7 +8,9 @@
 # The settings are the shared server's (128 MB of shared buffers, 1 GB max_wal_size, the
 # defaults otherwise), plus what a profile needs: pg_stat_statements (each statement's total
 # time, buffers and WAL), track_io_timing, and autovacuum and checkpoints logged to
-# /tmp/own-postgres-PORT/log. OWN_POSTGRES_ARGS adds server options (`-c name=value ...`).
+# /tmp/own-postgres-PORT/log. OWN_POSTGRES_ARGS adds server options (`-c name=value ...`),
+# OWN_POSTGRES_INITDB_ARGS options of initdb (`--locale=C` for a cluster whose databases compare
+# text in the C collation; the default is the environment's locale, C.UTF-8 like the shared server).
 # The URL is postgres://postgres@127.0.0.1:PORT/test?sslmode=disable. Not part of CI.
 set -euo pipefail
 cmd="${1:?start|stop}"; port="${2:?port}"
@@ -20,7 +22,7 @@ case "$cmd" in
 start)
   rm -rf "$dir"; mkdir -p "$dir"
   if [ "$(id -u)" = 0 ]; then chown postgres: "$dir"; fi
-  as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust >"$dir/initdb.log" 2>&1
+  as_pg "$bin/initdb" -D "$dir/data" -U postgres --auth=trust ${OWN_POSTGRES_INITDB_ARGS:-} >"$dir/initdb.log" 2>&1
   as_pg "$bin/postgres" -D "$dir/data" -p "$port" -k "$dir" -c listen_addresses=127.0.0.1 \
     -c shared_buffers=128MB -c max_wal_size=1GB -c max_connections=200 \
     -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.max=1000 \
