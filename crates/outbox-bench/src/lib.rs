@@ -39,6 +39,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 mod broker;
+mod confirmed;
 mod db;
 mod null;
 pub mod report;
@@ -243,6 +244,11 @@ pub struct BenchConfig {
     /// keep coming). Defaults to the relay's default (50 ms); the relay's `idle_interval` (1 s)
     /// measures the stores without the quicker looks.
     pub active_scan_interval: Duration,
+    /// The drain's consumer reads while the relays drain, sharing the machine with them,
+    /// instead of once they have stopped. Defaults to false: neither raw limit a drain is
+    /// compared with carries a consumer (the broker's raw loop only publishes). The null
+    /// transport is always read during the drain (it reports its own publishes).
+    pub consume_during_drain: bool,
     /// A label for this run (e.g. `before`, `after`), copied into the report.
     pub label: String,
 }
@@ -281,6 +287,7 @@ impl Default for BenchConfig {
             stores_big: 4,
             stores_trickle_period: Duration::from_secs(1),
             active_scan_interval: relay.active_scan_interval,
+            consume_during_drain: false,
             label: String::new(),
         }
     }

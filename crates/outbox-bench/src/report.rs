@@ -60,6 +60,8 @@ fn throughput_bars(r: &Report) -> Vec<(String, f64)> {
 fn latency_bars(r: &Report) -> Vec<(String, f64)> {
     let mut v = Vec::new();
     if let Some(l) = &r.latency {
+        let b = &l.commit_to_confirmed;
+        v.extend([("commit→confirmed p50".to_owned(), b.p50_ms), ("p99".to_owned(), b.p99_ms)]);
         let s = &l.commit_to_consumer;
         v.extend([
             ("commit→consumer p50".to_owned(), s.p50_ms),
@@ -165,7 +167,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
     );
     let _ = writeln!(
         md,
-        "Backlog n = {} on {} keys, batch size {}, {} batches in flight, runs of up to {} messages per key, {}, offered load {} msg/s for {} s.\n",
+        "Backlog n = {} on {} keys, batch size {}, {} batches in flight, runs of up to {} messages per key, {}, the drain's consumer reading {}, offered load {} msg/s for {} s.\n",
         c.n,
         c.keys,
         c.batch_size,
@@ -175,6 +177,11 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             "claimed rows locked through the publish (where the store can)"
         } else {
             "leases"
+        },
+        if c.consume_during_drain || c.transport == crate::TransportKind::Null {
+            "during the drain"
+        } else {
+            "once the relays have stopped"
         },
         c.rate,
         c.latency_duration.as_secs()
@@ -251,6 +258,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             l.peak_rss_mib
         );
         md.push_str(lat_head);
+        md.push_str(&summary_row("commit returned → broker confirmed", &l.commit_to_confirmed));
         md.push_str(&summary_row("commit returned → consumer received", &l.commit_to_consumer));
         md.push_str(&summary_row("scheduled start → consumer received", &l.scheduled_to_consumer));
         md.push_str(&summary_row("business transaction", &l.transaction));

@@ -72,7 +72,9 @@ pub struct LatencyResult {
     pub left_behind: u64,
     /// Consumer received more than once.
     pub duplicates: u64,
-    /// Commit returned to consumer received.
+    /// Commit returned to the broker's confirmation reaching the relay: the SPEC's latency.
+    pub commit_to_confirmed: Summary,
+    /// Commit returned to consumer received (the confirmation plus the broker's delivery).
     pub commit_to_consumer: Summary,
     /// Scheduled start of the transaction to consumer received (includes the transaction itself
     /// and any lag of the load generator: immune to coordinated omission).

@@ -238,7 +238,12 @@ async fn drain_on(
     let broker = Broker::new(cfg);
     let result = async {
         let transport = broker.transport().await?;
-        let mut arrivals = broker.consume().await?;
+        // A consumer reading during the drain would share the two cores with the relays, the
+        // database and the broker, which neither raw limit does: by default it reads the
+        // stream (queue) once the relays have stopped. The null transport reports its
+        // publishes as they happen, so it is tapped from the start.
+        let during = cfg.consume_during_drain || cfg.transport == crate::TransportKind::Null;
+        let mut arrivals = if during { Some(broker.consume().await?) } else { None };
         let mut stores = vec![db.outbox.clone()];
         for _ in 1..relays {
             stores.push(AnyOutbox::connect(&db.url, 8).await?);
@@ -270,6 +275,10 @@ async fn drain_on(
         for r in running {
             r.stop().await;
         }
+        let mut arrivals = match arrivals.take() {
+            Some(a) => a,
+            None => broker.consume().await?,
+        };
         let mut seen = Seen::default();
         seen.collect(&mut arrivals, cfg.n, Duration::from_secs(30)).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -317,7 +326,9 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
     db.create_business_table().await?;
     let broker = Broker::new(cfg);
     let result = async {
-        let transport = broker.transport().await?;
+        let (confirm_tx, mut confirmations) = tokio::sync::mpsc::unbounded_channel();
+        let transport: Arc<dyn Transport> =
+            Arc::new(crate::confirmed::Confirmed::new(broker.transport().await?, confirm_tx));
         let mut arrivals = broker.consume().await?;
         let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
         // Let the relay settle into its idle state.
@@ -373,6 +384,9 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let gen_secs = start.elapsed().as_secs_f64();
         let mut seen = Seen::default();
         seen.collect(&mut arrivals, commits.len(), Duration::from_secs(30)).await;
+        // Every confirmation precedes its message's arrival at the consumer.
+        let mut confirmed = Seen::default();
+        confirmed.drain(&mut confirmations);
         let claimed = RelayStats::get(&relay.stats.claimed) - claimed0;
         let on_scan = RelayStats::get(&relay.stats.claimed_on_scan) - scan0;
         let claims = RelayStats::get(&relay.stats.claims) - claims0;
@@ -402,9 +416,13 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         };
 
         let (mut c2c, mut s2c, mut txd) = (Recorder::new(), Recorder::new(), Recorder::new());
+        let mut c2b = Recorder::new();
         let mut left = 0_u64;
         for (id, scheduled, begun, committed) in &commits {
             txd.record(committed.saturating_duration_since(*begun));
+            if let Some(at) = confirmed.first.get(&id.0) {
+                c2b.record(at.saturating_duration_since(*committed));
+            }
             match seen.first.get(&id.0) {
                 Some(at) => {
                     c2c.record(at.saturating_duration_since(*committed));
@@ -423,6 +441,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             received: seen.first.len() as u64,
             left_behind: left,
             duplicates: seen.duplicates,
+            commit_to_confirmed: c2b.summary(),
             commit_to_consumer: c2c.summary(),
             scheduled_to_consumer: s2c.summary(),
             transaction: txd.summary(),

@@ -475,6 +475,10 @@ pub(crate) struct BenchArgs {
     /// publish (the protocol before locked claims; SQLite always uses leases).
     #[arg(long)]
     pub(crate) leases: bool,
+    /// The drain's consumer reads while the relays drain instead of once they have stopped
+    /// (the bench's way before 2026-12-02; neither raw limit carries a consumer).
+    #[arg(long)]
+    pub(crate) consume_during_drain: bool,
     /// NATS URL.
     #[arg(
         long,

@@ -46,6 +46,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         stores_big: args.stores_big,
         stores_trickle_period: Duration::from_millis(args.stores_trickle_ms.max(1)),
         active_scan_interval: Duration::from_millis(args.active_scan_ms.max(1)),
+        consume_during_drain: args.consume_during_drain,
         label: args.label,
     };
     let report = outbox_bench::run(&cfg).await.context("the bench failed")?;
