@@ -160,7 +160,12 @@ impl BenchDb {
     /// The server's version string.
     pub(crate) async fn version(&self) -> Result<String> {
         Ok(match &self.outbox {
-            AnyOutbox::Postgres(o) => sqlx::query_scalar("SELECT version()").fetch_one(o.pool()).await?,
+            AnyOutbox::Postgres(o) => {
+                // Autovacuum decides how a deep backlog drains: say whether it ran.
+                sqlx::query_scalar("SELECT version() || ', autovacuum ' || current_setting('autovacuum')")
+                    .fetch_one(o.pool())
+                    .await?
+            }
             AnyOutbox::MySql(o) => sqlx::query_scalar("SELECT version()").fetch_one(o.pool()).await?,
             AnyOutbox::Sqlite(o) => {
                 let v: String = sqlx::query_scalar("SELECT sqlite_version()").fetch_one(o.pool()).await?;

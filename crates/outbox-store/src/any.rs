@@ -199,6 +199,27 @@ impl AnyOutbox {
         each!(self, o => o.check_schema().await)
     }
 
+    /// PostgreSQL: whether the server runs autovacuum (`SHOW autovacuum`); `None` on the other
+    /// databases, which need nothing of the kind. With it off, nothing reclaims the dead rows
+    /// every sent message leaves or refreshes the table's statistics unless an operator runs
+    /// `VACUUM (ANALYZE)`: the table and its indexes bloat, and stale statistics once made the
+    /// planner re-check every due row in each claim (docs/schema.md, "PostgreSQL maintenance").
+    /// The relay warns about it at start.
+    pub async fn autovacuum_on(&self) -> Result<Option<bool>> {
+        match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => {
+                let v: String = sqlx::query_scalar("SELECT current_setting('autovacuum')")
+                    .fetch_one(o.pool())
+                    .await
+                    .map_err(crate::error::db)?;
+                Ok(Some(v == "on"))
+            }
+            #[allow(unreachable_patterns)]
+            _ => Ok(None),
+        }
+    }
+
     /// The after-commit signal of the underlying outbox.
     pub fn signal(&self) -> &crate::CommitSignal {
         each!(self, o => o.signal())

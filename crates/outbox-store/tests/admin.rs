@@ -549,3 +549,18 @@ suite!(
     sqlx::Sqlite,
     ago = |s| format!("(CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER) - ({s}) * 1000)")
 );
+
+/// The relay's start-up warning reads the server's own setting, and only PostgreSQL has one.
+#[tokio::test]
+async fn autovacuum_on_reports_the_postgres_setting_and_nothing_elsewhere() {
+    let pg = outbox_testkit::fresh_pg().await;
+    let shown: String = sqlx::query_scalar("SHOW autovacuum").fetch_one(&pg.pool).await.unwrap();
+    let outbox = outbox_store::AnyOutbox::connect(&pg.url, 2).await.unwrap();
+    assert_eq!(outbox.autovacuum_on().await.unwrap(), Some(shown == "on"), "SHOW autovacuum = {shown}");
+    pg.drop_db().await;
+
+    let lite = outbox_testkit::fresh_sqlite().await;
+    let outbox = outbox_store::AnyOutbox::connect(&lite.url, 2).await.unwrap();
+    assert_eq!(outbox.autovacuum_on().await.unwrap(), None);
+    lite.drop_db().await;
+}

@@ -85,6 +85,16 @@ async fn start(
         } else {
             outbox.check_schema().await.with_context(|| format!("store {name:?} ({shown})"))?;
         }
+        match outbox.autovacuum_on().await {
+            Ok(Some(false)) => tracing::warn!(
+                store = %name,
+                "autovacuum is off on this PostgreSQL server: the outbox table's dead rows and \
+                 statistics are left to you; without a regular VACUUM (ANALYZE) of it, the table \
+                 bloats and claims slow down (docs/schema.md, \"PostgreSQL maintenance\")"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(store = %name, error = %e, "cannot read the autovacuum setting"),
+        }
         let mut builder = Relay::builder(&outbox).config(config.relay_config(name)).budget(budget.clone());
         for d in &destinations {
             let mut d = d.clone();
