@@ -1,42 +1,48 @@
 #!/usr/bin/env bash
-# Two PostgreSQL clusters of our own that differ in one setting, drained in turn: 2·10^4 and
-# 10^6 messages, 1,000 keys, NATS, alternating, ROUNDS rounds. What differs is given as
+# Two PostgreSQL arms drained in turn: 2·10^4 and 10^6 messages, 1,000 keys, NATS, alternating,
+# ROUNDS rounds. Each arm is a cluster of our own (scripts/own-postgres.sh) or a running server,
+# and what differs between them is given as
 #   A=name B=name                       the runs' file names (A-20k-1.txt, B-1m-2.txt, ...)
 #   A_INITDB / B_INITDB                 initdb options (OWN_POSTGRES_INITDB_ARGS)
 #   A_ARGS / B_ARGS                     server options (OWN_POSTGRES_ARGS)
-#   A_URL                               instead of a cluster of our own, A is this running server
-#                                       (the shared one, say: it is only read and written, never
-#                                       restarted or reconfigured)
-# with B=<outbox binary> as BIN and OUT=<absolute dir>. A on port 54331, B on 54332; each
-# cluster's server log is kept as OUT/<name>-server.log. Used by docs/bench/issue19-2026-12-02-*.
+#   A_URL / B_URL                       instead of a cluster of our own, this running server (the
+#                                       shared one, say: it is only read and written, never
+#                                       restarted or reconfigured); both may name the same one
+#   A_SCENARIO / B_SCENARIO             the bench's --scenario (default `drain`; `raw,drain` runs
+#                                       the raw limits first, as the targets and depth runs do)
+# with the outbox binary as BIN and OUT=<absolute dir>. Own clusters: A on port 54331, B on 54332,
+# each one's server log kept as OUT/<name>-server.log. Used by docs/bench/issue19-2026-12-02-*.
 set -u
 BIN=${BIN:?outbox binary}; OUT=${OUT:?absolute output dir}; ROUNDS=${ROUNDS:-2}
-A=${A:?name of cluster A}; B=${B:?name of cluster B}
+A=${A:?name of arm A}; B=${B:?name of arm B}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"; cd "$OUT"  # the bench writes bench-results/ in its working directory
-A_URL=${A_URL:-}
 url() { echo "postgres://postgres@127.0.0.1:$1/test?sslmode=disable"; }
-if [ -z "$A_URL" ]; then
-  OWN_POSTGRES_INITDB_ARGS=${A_INITDB:-} OWN_POSTGRES_ARGS=${A_ARGS:-} "$here/scripts/own-postgres.sh" start 54331
-  A_URL=$(url 54331)
-  own_a=1
-else
-  own_a=0
-fi
-OWN_POSTGRES_INITDB_ARGS=${B_INITDB:-} OWN_POSTGRES_ARGS=${B_ARGS:-} "$here/scripts/own-postgres.sh" start 54332
+own_ports=()
+# arm NAME PORT GIVEN_URL INITDB ARGS: prints the arm's URL, starting a cluster when none is given.
+arm() {
+  if [ -n "$3" ]; then echo "$3"; return; fi
+  OWN_POSTGRES_INITDB_ARGS=$4 OWN_POSTGRES_ARGS=$5 "$here/scripts/own-postgres.sh" start "$2" >&2
+  url "$2"
+}
 stop() {
-  if [ "$own_a" = 1 ]; then
-    cp /tmp/own-postgres-54331/log "$OUT/$A-server.log"; "$here/scripts/own-postgres.sh" stop 54331
-  fi
-  cp /tmp/own-postgres-54332/log "$OUT/$B-server.log"; "$here/scripts/own-postgres.sh" stop 54332
+  for p in "${own_ports[@]}"; do
+    cp "/tmp/own-postgres-$p/log" "$OUT/$([ "$p" = 54331 ] && echo "$A" || echo "$B")-server.log"
+    "$here/scripts/own-postgres.sh" stop "$p"
+  done
 }
 trap stop EXIT
+A_URL=$(arm "$A" 54331 "${A_URL:-}" "${A_INITDB:-}" "${A_ARGS:-}") || exit 1
+[ "$A_URL" = "$(url 54331)" ] && own_ports+=(54331)
+B_URL=$(arm "$B" 54332 "${B_URL:-}" "${B_INITDB:-}" "${B_ARGS:-}") || exit 1
+[ "$B_URL" = "$(url 54332)" ] && own_ports+=(54332)
 run() { local name=$1; shift; echo "== $(date -u +%H:%M:%S) $name: $*"; uptime
   "$BIN" bench "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"; echo "   exit $?"
   grep -E '^\| 1 \|' "$OUT/$name.txt"; }
 for r in $(seq 1 "$ROUNDS"); do
-  run "$A-20k-$r" --store "$A_URL" --transport nats --scenario drain --n 20000
-  run "$B-20k-$r" --store "$(url 54332)" --transport nats --scenario drain --n 20000
-  run "$A-1m-$r"  --store "$A_URL" --transport nats --scenario drain --n 1000000
-  run "$B-1m-$r"  --store "$(url 54332)" --transport nats --scenario drain --n 1000000
+  for n in 20000 1000000; do
+    size=$([ "$n" = 20000 ] && echo 20k || echo 1m)
+    run "$A-$size-$r" --store "$A_URL" --transport nats --scenario "${A_SCENARIO:-drain}" --n "$n"
+    run "$B-$size-$r" --store "$B_URL" --transport nats --scenario "${B_SCENARIO:-drain}" --n "$n"
+  done
 done
