@@ -36,7 +36,9 @@ A_URL=$(arm "$A" 54331 "${A_URL:-}" "${A_INITDB:-}" "${A_ARGS:-}") || exit 1
 [ "$A_URL" = "$(url 54331)" ] && own_ports+=(54331)
 B_URL=$(arm "$B" 54332 "${B_URL:-}" "${B_INITDB:-}" "${B_ARGS:-}") || exit 1
 [ "$B_URL" = "$(url 54332)" ] && own_ports+=(54332)
-run() { local name=$1; shift; echo "== $(date -u +%H:%M:%S) $name: $*"; uptime
+# The log line shows a URL's password as *** (a URL given by A_URL or B_URL may carry one).
+run() { local name=$1; shift
+  echo "== $(date -u +%H:%M:%S) $name: $(echo "$*" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#g')"; uptime
   "$BIN" bench "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"; echo "   exit $?"
   grep -E '^\| 1 \|' "$OUT/$name.txt"; }
 for r in $(seq 1 "$ROUNDS"); do
