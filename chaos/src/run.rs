@@ -91,6 +91,10 @@ pub(crate) struct Chaos {
     /// Messages still in the table that the relay in the writer's process settled as sent
     /// (`updated_by`): none means the path it stands for was not exercised, and the run fails.
     pub(crate) relay_writer_sent: i64,
+    /// When, after the load stopped, the drain first found nothing left to publish (no
+    /// `pending` or `sending` row): the relays' part of the drain time, the rest being the
+    /// consumers catching up. `None` when that never happened within the drain's timeout.
+    pub(crate) nothing_left_after: Option<Duration>,
 }
 
 /// The writer (index into the writers, a `lib` one) that also runs a relay in its own process,
@@ -469,6 +473,9 @@ async fn run_load(
             Ok(s) => {
                 last = s;
                 let (open, sent, raw, eff) = s;
+                if open == 0 && chaos.nothing_left_after.is_none() {
+                    chaos.nothing_left_after = Some(drain_started.elapsed());
+                }
                 if open == 0 && raw >= sent && eff >= sent {
                     drained = true;
                     break;
@@ -557,7 +564,15 @@ async fn relay_writer_sent(url: &str) -> anyhow::Result<i64> {
 
 /// Prints one combo's screen.
 pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report, c: &Chaos, drain: Duration) {
-    println!("-- {combo} (seed {seed}, load {}s, drained in {:.1}s)", load.as_secs(), drain.as_secs_f64());
+    let relays = match c.nothing_left_after {
+        Some(t) => format!("nothing left to publish after {:.1}s", t.as_secs_f64()),
+        None => "the relays never emptied the table".to_owned(),
+    };
+    println!(
+        "-- {combo} (seed {seed}, load {}s, drained in {:.1}s: {relays}, the rest the consumers catching up)",
+        load.as_secs(),
+        drain.as_secs_f64()
+    );
     println!(
         "  faults: {} relay SIGKILLs, {} relay SIGTERMs ({} not graceful), {} relay start-up refusals/exits",
         c.relay_sigkills, c.relay_sigterms, c.bad_graceful_stops, c.relay_exits
