@@ -18,13 +18,9 @@ A=${A:?name of arm A}; B=${B:?name of arm B}
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"; cd "$OUT"  # the bench writes bench-results/ in its working directory
 url() { echo "postgres://postgres@127.0.0.1:$1/test?sslmode=disable"; }
+# The ports of the clusters of our own started here, stopped (and their logs kept) on exit,
+# also when a start fails halfway.
 own_ports=()
-# arm NAME PORT GIVEN_URL INITDB ARGS: prints the arm's URL, starting a cluster when none is given.
-arm() {
-  if [ -n "$3" ]; then echo "$3"; return; fi
-  OWN_POSTGRES_INITDB_ARGS=$4 OWN_POSTGRES_ARGS=$5 "$here/scripts/own-postgres.sh" start "$2" >&2
-  url "$2"
-}
 stop() {
   for p in "${own_ports[@]}"; do
     cp "/tmp/own-postgres-$p/log" "$OUT/$([ "$p" = 54331 ] && echo "$A" || echo "$B")-server.log"
@@ -32,10 +28,10 @@ stop() {
   done
 }
 trap stop EXIT
-A_URL=$(arm "$A" 54331 "${A_URL:-}" "${A_INITDB:-}" "${A_ARGS:-}") || exit 1
-[ "$A_URL" = "$(url 54331)" ] && own_ports+=(54331)
-B_URL=$(arm "$B" 54332 "${B_URL:-}" "${B_INITDB:-}" "${B_ARGS:-}") || exit 1
-[ "$B_URL" = "$(url 54332)" ] && own_ports+=(54332)
+# own PORT INITDB ARGS: starts a cluster of our own there.
+own() { own_ports+=("$1"); OWN_POSTGRES_INITDB_ARGS=$2 OWN_POSTGRES_ARGS=$3 "$here/scripts/own-postgres.sh" start "$1"; }
+if [ -z "${A_URL:-}" ]; then own 54331 "${A_INITDB:-}" "${A_ARGS:-}" || exit 1; A_URL=$(url 54331); fi
+if [ -z "${B_URL:-}" ]; then own 54332 "${B_INITDB:-}" "${B_ARGS:-}" || exit 1; B_URL=$(url 54332); fi
 # The log line shows a URL's password as *** (a URL given by A_URL or B_URL may carry one).
 run() { local name=$1; shift
   echo "== $(date -u +%H:%M:%S) $name: $(echo "$*" | sed -E 's#(://[^:/@]*):[^@/]*@#\1:***@#g')"; uptime
