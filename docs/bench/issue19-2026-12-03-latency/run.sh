@@ -4,6 +4,9 @@
 # (the order of the two alternating by round), at each RATE, ROUNDS rounds; then the latency
 # scenario at 1,000 msg/s on PostgreSQL + Redis and MariaDB + NATS.
 # BIN=<release outbox> PEER=<release peer-sqlxmq, built from bench/peers/sqlxmq> OUT=<absolute dir>.
+# Not scripts/peers.sh: that one builds the full release `outbox` itself, always runs outbox first,
+# and prints commit → consumer only; this one takes built binaries, alternates which goes first,
+# and prints commit → broker confirmed (the SPEC's measure) beside it.
 set -u
 BIN=${BIN:?outbox binary}; PEER=${PEER:?peer-sqlxmq binary}; OUT=${OUT:?absolute output dir}
 ROUNDS=${ROUNDS:-3}; RATES=${RATES:-500 1000}
