@@ -243,7 +243,8 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             md,
             "## Latency\n\nOffered {} msg/s (open loop), achieved {:.0}/s; {} sent, {} received, {} left behind, \
              {} duplicates; fast-path share {:.1}%; {:.2} relay claims and {} database transactions per message; \
-             a claim took {:.2} ms and a settlement {:.2} ms on average; peak RSS {:.0} MiB.\n",
+             a claim took {:.2} ms and a settlement {:.2} ms on average; database server CPU {} µs per message; \
+             peak RSS {:.0} MiB.\n",
             l.offered_per_s,
             l.achieved_per_s,
             l.sent,
@@ -255,6 +256,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             l.db_xacts_per_msg.map_or("-".into(), |x| format!("{x:.2}")),
             l.claim_ms_mean,
             l.settle_ms_mean,
+            l.db_server_cpu_us_per_msg.map_or("-".into(), |x| format!("{x:.0}")),
             l.peak_rss_mib
         );
         md.push_str(lat_head);

@@ -104,6 +104,10 @@ pub struct LatencyResult {
     /// Database transactions per message counted by the server, the business transaction
     /// included (PostgreSQL only; less sensitive to a noisy machine than the latencies).
     pub db_xacts_per_msg: Option<f64>,
+    /// CPU time of the database server's processes per message from the load's start until the
+    /// consumer has received every message, µs: the business transactions' and the relay's
+    /// (None for SQLite, which runs in the process).
+    pub db_server_cpu_us_per_msg: Option<f64>,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
 }

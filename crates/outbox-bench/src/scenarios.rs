@@ -346,6 +346,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             ((c.count, c.sum_secs), (s.count, s.sum_secs))
         };
         let times0 = times();
+        let db_cpu = sys::ServersCpu::start(db_servers(db.dialect));
 
         let total = (u64::from(cfg.rate) * cfg.latency_duration.as_secs().max(1)) as usize;
         let period = Duration::from_secs_f64(1.0 / f64::from(cfg.rate));
@@ -405,6 +406,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             RelayStats::get(&relay.stats.ids_left_to_the_window).saturating_sub(left0);
         let wake_ups_held = RelayStats::get(&relay.stats.wake_ups_held).saturating_sub(held0);
         let times1 = times();
+        let db_cpu = db_cpu.seconds();
         let (claim_ms_mean, settle_ms_mean) =
             (mean_ms_between(times0.0, times1.0), mean_ms_between(times0.1, times1.1));
         let xacts1 = if xacts0.is_some() { db.server_queries().await? } else { None };
@@ -453,6 +455,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             claim_ms_mean,
             settle_ms_mean,
             db_xacts_per_msg,
+            db_server_cpu_us_per_msg: (!db_servers(db.dialect).is_empty())
+                .then(|| cpu_per(db_cpu, commits.len() as u64)),
             peak_rss_mib: sys::peak_rss_mib(),
         })
     }

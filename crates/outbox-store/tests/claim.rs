@@ -480,6 +480,122 @@ suite!(
 /// MySQL/MariaDB (schema 4): `open_key` is kept by triggers whoever writes the row, so a foreign
 /// application's plain INSERT takes part in per-key order, and a finished message stops holding
 /// its key back.
+/// MySQL/MariaDB: a settlement of a few sent messages goes as one text query with the reset of
+/// the idle bound (then the `COMMIT`), its ids and owner written in, and records an owner full
+/// of quotes, backslashes and non-ASCII exactly, whether `sql_mode` has `NO_BACKSLASH_ESCAPES`
+/// or not; a settlement above the one-trip size and a mixed one take the statements' own round
+/// trips, with the same outcome; and the session's idle bound is the server's default after each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_small_settlement_goes_in_one_query_and_keeps_an_owner_exactly() {
+    let db = outbox_testkit::fresh_mysql().await;
+    // One connection: the session's `sql_mode` is the claims' and settlements'.
+    let pool = sqlx::mysql::MySqlPoolOptions::new().max_connections(1).connect(&db.url).await.unwrap();
+    let outbox: Outbox<sqlx::MySql> = Outbox::new(pool.clone());
+    outbox.migrate().await.unwrap();
+    let owner = "relay 'a' \\x\\' ? %s \"b\" caf\u{e9} \u{2603}";
+    let by = |id: MessageId| {
+        let pool = pool.clone();
+        async move {
+            // utf8mb4_bin text arrives as bytes.
+            let (status, by): (Vec<u8>, Option<Vec<u8>>) =
+                sqlx::query_as("SELECT status, updated_by FROM outbox_message WHERE id = ?")
+                    .bind(id.0)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            (String::from_utf8(status).unwrap(), by.map(|b| String::from_utf8(b).unwrap()))
+        }
+    };
+    let defaults = || {
+        let pool = pool.clone();
+        async move {
+            let both = "SELECT @@session.wait_timeout = @@global.wait_timeout \
+                        AND @@session.idle_transaction_timeout = @@global.idle_transaction_timeout";
+            match sqlx::query_scalar::<_, i64>(both).fetch_one(&pool).await {
+                Ok(same) => same,
+                // MySQL: no idle_transaction_timeout.
+                Err(_) => {
+                    sqlx::query_scalar::<_, i64>("SELECT @@session.wait_timeout = @@global.wait_timeout")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap()
+                }
+            }
+        }
+    };
+    // The one-trip settlement takes no savepoint (nor does a claim without poison); the others do.
+    let savepoints = || {
+        let pool = pool.clone();
+        async move {
+            let (_, n): (Vec<u8>, Vec<u8>) =
+                sqlx::query_as("SHOW SESSION STATUS LIKE 'Com_savepoint'").fetch_one(&pool).await.unwrap();
+            String::from_utf8(n).unwrap().parse::<u64>().unwrap()
+        }
+    };
+    for mode in ["", ",NO_BACKSLASH_ESCAPES"] {
+        sqlx::query(&format!("SET SESSION sql_mode = CONCAT(@@global.sql_mode, '{mode}')"))
+            .execute(&pool)
+            .await
+            .unwrap();
+        // The first claim learns which variable bounds an idle transaction; each settlement after
+        // it is one of a few sent messages.
+        for round in 0..3 {
+            let id = outbox.enqueue(&NewMessage::new("t", "{}").key(format!("k{round}"))).await.unwrap().id;
+            // Counted on the pool's one connection, which the claim holds until it settles.
+            let before = savepoints().await;
+            let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
+            assert_eq!(claimed.len(), 1);
+            let report = outbox
+                .settle_held(hold, owner, &Settlement { sent: vec![id], ..Settlement::default() })
+                .await
+                .unwrap();
+            assert_eq!((report.settled, report.lost_lease.len()), (1, 0), "{mode} {round}: {report:?}");
+            assert_eq!(savepoints().await, before, "{mode} {round}: written in one query, no savepoint");
+            assert_eq!(by(id).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode} {round}");
+            assert_eq!(defaults().await, 1, "{mode} {round}: the idle bound is back to the default");
+        }
+        let mut tx = outbox.begin().await.unwrap();
+        let mut many = Vec::new();
+        for _ in 0..70 {
+            many.push(tx.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id);
+        }
+        tx.commit().await.unwrap();
+        let before = savepoints().await;
+        let (claimed, hold) = lock(&outbox, owner, 100).await.expect("claimed");
+        assert_eq!(claimed.len(), 70);
+        let report = outbox
+            .settle_held(hold, owner, &Settlement { sent: many.clone(), ..Settlement::default() })
+            .await
+            .unwrap();
+        assert_eq!(report.settled, 70, "{mode}: {report:?}");
+        assert!(savepoints().await > before, "{mode}: 70 sent are written in a savepoint");
+        for id in &many {
+            assert_eq!(by(*id).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode}");
+        }
+        assert_eq!(defaults().await, 1, "{mode}: the idle bound is back to the default");
+        let sent = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+        let retried = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+        let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
+        assert_eq!(claimed.len(), 2);
+        let retry = MessageWrite {
+            id: retried,
+            status: Status::Pending,
+            attempts: 1,
+            retry_in: Duration::from_secs(3600),
+            last_error: Some("broker said no".into()),
+            attempted: true,
+        };
+        let mixed = Settlement { sent: vec![sent], messages: vec![retry], ..Settlement::default() };
+        assert_eq!(outbox.settle_held(hold, owner, &mixed).await.unwrap().settled, 2);
+        assert_eq!(by(sent).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode}");
+        assert_eq!(by(retried).await.0, "pending");
+        assert!(lock(&outbox, owner, 10).await.is_none(), "{mode}: the retry is not due yet");
+    }
+    drop(outbox);
+    drop(pool);
+    db.drop_db().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_open_key_follows_the_status_whoever_writes_it() {
     let db = outbox_testkit::fresh_mysql().await;
@@ -876,6 +992,144 @@ async fn postgres_a_claim_by_id_reads_every_column_and_prepares_again_when_its_s
         };
         assert_ne!(xid().await, xid().await, "the pool's connection is not left inside a transaction");
         assert_ne!(pid().await, session, "the dropped claim's session was closed, not reused");
+    }
+    drop(pool);
+    db.drop_db().await;
+}
+
+/// PostgreSQL: a locked claim with no ids to claim by id sends its window's first pass with its
+/// `BEGIN` (one simple query, the statement prepared once per connection by name, its rows read
+/// in text format), and a settlement of a few sent messages goes with its `COMMIT`, the ids and
+/// the owner written into the query. Messages claimed that way read exactly as stored, the
+/// window's statement is prepared again on a session that lost it, and an owner full of quotes,
+/// backslashes and placeholders is recorded exactly, on a session with
+/// `standard_conforming_strings` off (where a backslash in a plain literal is an escape). A
+/// settlement above the one-trip size and a mixed one (a retry beside the sent) take the
+/// statements' own round trips, with the same outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_window_claim_goes_with_its_begin_and_a_small_settlement_with_its_commit() {
+    let db = outbox_testkit::fresh_pg().await;
+    // One connection: every statement below runs in the session the claims use.
+    let pool = sqlx::postgres::PgPoolOptions::new().max_connections(1).connect(&db.url).await.unwrap();
+    let both = [outbox_store::Tables::default(), outbox_store::Tables::new(Some("win_s"), "win_").unwrap()];
+    for tables in &both {
+        Outbox::new(db.pool.clone()).with_tables(tables.clone()).unwrap().migrate().await.unwrap();
+    }
+    sqlx::query("SET standard_conforming_strings = off").execute(&pool).await.unwrap();
+    let owner = "relay 'a' \\x\\' $1 $2 E'\\n' caf\u{e9}";
+    for tables in both {
+        let outbox = Outbox::new(pool.clone()).with_tables(tables.clone()).unwrap();
+        let table = tables.table(outbox_store::Dialect::Postgres, "outbox_message");
+        let msg = NewMessage::new("orders.created", "{\"note\": \"caf\u{e9} \u{2603} 'quoted'\"}")
+            .key("customer-7")
+            .tag("eu")
+            .biz("order", "o-1001")
+            .header("trace-id", "a b c")
+            .max_attempts(9)
+            .created_by("svc-a");
+        let first = outbox.enqueue(&msg).await.unwrap().id;
+        let stored = outbox.get(first).await.unwrap().unwrap();
+        let statements = || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, String>("SELECT name FROM pg_prepared_statements WHERE name LIKE $1")
+                    .bind("outbox\\_claim\\_window\\_%")
+                    .fetch_all(&pool)
+                    .await
+                    .unwrap()
+            }
+        };
+        let before = statements().await;
+        for round in ["prepared on the first claim", "prepared again after DEALLOCATE"] {
+            let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
+            assert_eq!(
+                claimed,
+                vec![stored.clone()],
+                "{round}: the window's first pass reads the row as stored"
+            );
+            // Nothing settled: the message is due again.
+            outbox.settle_held(hold, owner, &Settlement::default()).await.unwrap();
+            let now = statements().await;
+            assert_eq!(now.len(), before.len() + 1, "{round}: one statement of this outbox's: {now:?}");
+            let ours: Vec<&String> = now.iter().filter(|n| !before.contains(n)).collect();
+            sqlx::query(&format!("DEALLOCATE {}", ours[0])).execute(&pool).await.unwrap();
+        }
+
+        // The statement a settlement prepares (sqlx's own, by protocol) when it is not written
+        // with its `COMMIT`.
+        let mark_prepared = || {
+            let pool = pool.clone();
+            async move {
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE $1",
+                )
+                .bind("%SET status = 'sent'%")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        let prepared_before = mark_prepared().await;
+        // Sent in one round trip: the owner exactly as given.
+        let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
+        assert_eq!(claimed.len(), 1);
+        let report = outbox
+            .settle_held(hold, owner, &Settlement { sent: vec![first], ..Settlement::default() })
+            .await
+            .unwrap();
+        assert_eq!((report.settled, report.lost_lease.len()), (1, 0), "{report:?}");
+        let by = |id: MessageId| {
+            let pool = pool.clone();
+            let table = table.clone();
+            async move {
+                sqlx::query_as::<_, (String, Option<String>)>(&format!(
+                    "SELECT status, updated_by FROM {table} WHERE id = $1"
+                ))
+                .bind(id.0)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+            }
+        };
+        assert_eq!(by(first).await, ("sent".to_owned(), Some(owner.to_owned())));
+        assert_eq!(mark_prepared().await, prepared_before, "written with its COMMIT: nothing prepared");
+
+        // 70 sent (above the one-trip size), then a retry beside a sent one: the same outcome.
+        let mut tx = outbox.begin().await.unwrap();
+        let mut many = Vec::new();
+        for i in 0..70 {
+            many.push(tx.enqueue(&NewMessage::new("t", "{}").key(format!("k{i}"))).await.unwrap().id);
+        }
+        tx.commit().await.unwrap();
+        let (claimed, hold) = lock(&outbox, owner, 100).await.expect("claimed");
+        assert_eq!(claimed.len(), 70);
+        let report = outbox
+            .settle_held(hold, owner, &Settlement { sent: many.clone(), ..Settlement::default() })
+            .await
+            .unwrap();
+        assert_eq!(report.settled, 70, "{report:?}");
+        assert_eq!(mark_prepared().await, prepared_before + 1, "70 sent: the prepared statement");
+        for id in &many {
+            assert_eq!(by(*id).await, ("sent".to_owned(), Some(owner.to_owned())));
+        }
+        let sent = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+        let retried = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+        let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
+        assert_eq!(claimed.len(), 2);
+        let retry = MessageWrite {
+            id: retried,
+            status: Status::Pending,
+            attempts: 1,
+            retry_in: Duration::from_secs(60),
+            last_error: Some("broker said no".into()),
+            attempted: true,
+        };
+        let mixed = Settlement { sent: vec![sent], messages: vec![retry], ..Settlement::default() };
+        assert_eq!(outbox.settle_held(hold, owner, &mixed).await.unwrap().settled, 2);
+        assert_eq!(by(sent).await, ("sent".to_owned(), Some(owner.to_owned())));
+        let r = outbox.get(retried).await.unwrap().unwrap();
+        assert_eq!((r.status, r.attempts), (Status::Pending, 1));
+        assert!(lock(&outbox, owner, 10).await.is_none(), "the retry is not due yet");
     }
     drop(pool);
     db.drop_db().await;

@@ -38,7 +38,7 @@ use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{
     serve, ClaimMode, Claimed, DeliveryState, Hold, Keeper, KeeperSql, Listening, SettleReport, Settlement,
-    Wakeups,
+    Wakeups, ONE_TRIP_SETTLEMENT,
 };
 use crate::signal::CommitSignal;
 
@@ -462,6 +462,11 @@ impl SettleWrites<MySql> for MySqlWrites<'_> {
     }
 }
 
+/// The sent mark, up to its owner (`updated_by = `), the ids after it.
+const MARK_SENT: &str = "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
+     next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
+     updated_at = UTC_TIMESTAMP(6), updated_by = ";
+
 /// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
 /// `tx`.
 async fn write_settlement(
@@ -511,15 +516,7 @@ async fn write_settlement(
     }
     let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| owned.contains(i)).collect();
     if !sent.is_empty() {
-        let mut qb = QueryBuilder::<MySql>::new(
-            render(
-                tables,
-                "UPDATE outbox_message SET status = 'sent', lease_owner = NULL, lease_until = NULL, \
-             next_attempt_at = UTC_TIMESTAMP(6), last_attempt_at = UTC_TIMESTAMP(6), \
-             updated_at = UTC_TIMESTAMP(6), updated_by = ",
-            )
-            .into_owned(),
-        );
+        let mut qb = QueryBuilder::<MySql>::new(render(tables, MARK_SENT).into_owned());
         qb.push_bind(owner.to_owned());
         qb.push(" WHERE id IN ");
         in_list(&mut qb, sent);
@@ -778,6 +775,21 @@ impl Outbox<MySql> {
         let tables = self.tables();
         let mut tx = claim.tx;
         let held: HashSet<i64> = claim.ids.iter().map(|i| i.0).collect();
+        if let Some(sql) = sent_and_unbound(self, tables, owner, s, &held) {
+            match run_text(&mut tx, &sql).await {
+                Ok(_) => {
+                    tx.commit().await.map_err(db)?;
+                    return Ok(SettleReport::of(&s.ids(), &held));
+                }
+                // The whole transaction is gone with its locks: nothing left to write in.
+                Err(e) if rolled_back(&e) => return Err(db(e)),
+                // A statement that fails is undone alone and the transaction goes on: written
+                // again below, message by message where the batch fails.
+                Err(e) => {
+                    tracing::debug!(error = %outbox_core::text::bounded_error(&e.to_string()), "a one-trip settlement failed: writing it in savepoints");
+                }
+            }
+        }
         let report = settle_isolated(&mut *tx, &MySqlWrites { tables, owner, owned: &held }, s).await?;
         // Back to the server's default before the connection returns to the pool, where the
         // application's own transactions may use it (MySQL: see `claim_locked`).
@@ -807,6 +819,63 @@ impl Outbox<MySql> {
         tx.commit().await.map_err(db)?;
         Ok(report)
     }
+}
+
+/// The settlement of a locked claim whose messages were all sent, with the idle bound set back
+/// to the server's default, as one text query of two statements (against a savepoint, the
+/// update, its release and the reset: four round trips), the `COMMIT` after it: the sent mark
+/// with the ids and the owner written in, the owner as a hexadecimal string literal, which reads
+/// the same whatever `sql_mode` says of backslashes. `None` when the settlement writes anything
+/// else, above [`ONE_TRIP_SETTLEMENT`] messages, or before a claim has learned which variable
+/// bounds the idle transaction on this server ([`set_idle_bound`]).
+fn sent_and_unbound(
+    outbox: &Outbox<MySql>,
+    tables: &Tables,
+    owner: &str,
+    s: &Settlement,
+    held: &HashSet<i64>,
+) -> Option<String> {
+    use std::fmt::Write as _;
+    if !s.messages.is_empty() || !s.deliveries.is_empty() {
+        return None;
+    }
+    let sent: Vec<i64> = s.sent.iter().map(|i| i.0).filter(|i| held.contains(i)).collect();
+    if sent.is_empty() || sent.len() > ONE_TRIP_SETTLEMENT {
+        return None;
+    }
+    let variable = if outbox.has_idle_transaction_timeout.load(Ordering::Relaxed) {
+        "idle_transaction_timeout"
+    } else if outbox.no_idle_transaction_timeout.load(Ordering::Relaxed) {
+        "wait_timeout"
+    } else {
+        return None;
+    };
+    let mut sql = render(tables, MARK_SENT).into_owned();
+    sql.push_str("_utf8mb4 X'");
+    for b in owner.bytes() {
+        let _ = write!(sql, "{b:02x}");
+    }
+    sql.push_str("' WHERE id IN (");
+    for (i, id) in sent.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(sql, "{sep}{id}");
+    }
+    let _ = write!(sql, "); SET SESSION {variable} = DEFAULT");
+    Some(sql)
+}
+
+/// Runs `sql` as a text query (several statements, one round trip).
+async fn run_text(conn: &mut MySqlConnection, sql: &str) -> sqlx::Result<()> {
+    use sqlx::Executor as _;
+    conn.execute(sql).await.map(drop)
+}
+
+/// A deadlock (1213), or a lock wait timeout (1205, which rolls back the whole transaction where
+/// `innodb_rollback_on_timeout` is on): the transaction may be gone with its locks.
+fn rolled_back(e: &sqlx::Error) -> bool {
+    e.as_database_error()
+        .and_then(|d| d.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|d| matches!(d.number(), 1205 | 1213))
 }
 
 /// Sets how long this session's transaction may sit idle to `value` (seconds, or `DEFAULT`):
