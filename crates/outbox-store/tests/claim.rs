@@ -480,6 +480,52 @@ suite!(
 /// MySQL/MariaDB (schema 4): `open_key` is kept by triggers whoever writes the row, so a foreign
 /// application's plain INSERT takes part in per-key order, and a finished message stops holding
 /// its key back.
+/// 70 messages (more than a settlement written in one trip holds) claimed and settled sent by
+/// `owner` in one batch; their ids.
+async fn settle_more_than_one_trip<DB: OutboxDatabase>(outbox: &Outbox<DB>, owner: &str) -> Vec<MessageId>
+where
+    Outbox<DB>: Claims,
+{
+    let mut tx = outbox.begin().await.unwrap();
+    let mut many = Vec::new();
+    for i in 0..70 {
+        many.push(tx.enqueue(&NewMessage::new("t", "{}").key(format!("k{i}"))).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let (claimed, hold) = lock(outbox, owner, 100).await.expect("claimed");
+    assert_eq!(claimed.len(), 70);
+    let sent = Settlement { sent: many.clone(), ..Settlement::default() };
+    let report = outbox.settle_held(hold, owner, &sent).await.unwrap();
+    assert_eq!(report.settled, 70, "{report:?}");
+    many
+}
+
+/// A message settled sent beside one retried in an hour, in one batch of `owner`'s: the retry is
+/// written and not due; the sent message's id.
+async fn settle_sent_beside_a_retry<DB: OutboxDatabase>(outbox: &Outbox<DB>, owner: &str) -> MessageId
+where
+    Outbox<DB>: Claims,
+{
+    let sent = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+    let retried = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
+    let (claimed, hold) = lock(outbox, owner, 10).await.expect("claimed");
+    assert_eq!(claimed.len(), 2);
+    let retry = MessageWrite {
+        id: retried,
+        status: Status::Pending,
+        attempts: 1,
+        retry_in: Duration::from_secs(3600),
+        last_error: Some("broker said no".into()),
+        attempted: true,
+    };
+    let mixed = Settlement { sent: vec![sent], messages: vec![retry], ..Settlement::default() };
+    assert_eq!(outbox.settle_held(hold, owner, &mixed).await.unwrap().settled, 2);
+    let r = outbox.get(retried).await.unwrap().unwrap();
+    assert_eq!((r.status, r.attempts), (Status::Pending, 1));
+    assert!(lock(outbox, owner, 10).await.is_none(), "the retry is not due yet");
+    sent
+}
+
 /// MySQL/MariaDB: a settlement of a few sent messages goes as one text query with the reset of
 /// the idle bound (then the `COMMIT`), its ids and owner written in, and records an owner full
 /// of quotes, backslashes and non-ASCII exactly, whether `sql_mode` has `NO_BACKSLASH_ESCAPES`
@@ -554,42 +600,14 @@ async fn mysql_a_small_settlement_goes_in_one_query_and_keeps_an_owner_exactly()
             assert_eq!(by(id).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode} {round}");
             assert_eq!(defaults().await, 1, "{mode} {round}: the idle bound is back to the default");
         }
-        let mut tx = outbox.begin().await.unwrap();
-        let mut many = Vec::new();
-        for _ in 0..70 {
-            many.push(tx.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id);
-        }
-        tx.commit().await.unwrap();
         let before = savepoints().await;
-        let (claimed, hold) = lock(&outbox, owner, 100).await.expect("claimed");
-        assert_eq!(claimed.len(), 70);
-        let report = outbox
-            .settle_held(hold, owner, &Settlement { sent: many.clone(), ..Settlement::default() })
-            .await
-            .unwrap();
-        assert_eq!(report.settled, 70, "{mode}: {report:?}");
-        assert!(savepoints().await > before, "{mode}: 70 sent are written in a savepoint");
-        for id in &many {
-            assert_eq!(by(*id).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode}");
+        for id in settle_more_than_one_trip(&outbox, owner).await {
+            assert_eq!(by(id).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode}");
         }
+        assert!(savepoints().await > before, "{mode}: more than one trip holds are written in a savepoint");
         assert_eq!(defaults().await, 1, "{mode}: the idle bound is back to the default");
-        let sent = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
-        let retried = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
-        let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
-        assert_eq!(claimed.len(), 2);
-        let retry = MessageWrite {
-            id: retried,
-            status: Status::Pending,
-            attempts: 1,
-            retry_in: Duration::from_secs(3600),
-            last_error: Some("broker said no".into()),
-            attempted: true,
-        };
-        let mixed = Settlement { sent: vec![sent], messages: vec![retry], ..Settlement::default() };
-        assert_eq!(outbox.settle_held(hold, owner, &mixed).await.unwrap().settled, 2);
+        let sent = settle_sent_beside_a_retry(&outbox, owner).await;
         assert_eq!(by(sent).await, ("sent".to_owned(), Some(owner.to_owned())), "{mode}");
-        assert_eq!(by(retried).await.0, "pending");
-        assert!(lock(&outbox, owner, 10).await.is_none(), "{mode}: the retry is not due yet");
     }
     drop(outbox);
     drop(pool);
@@ -1094,42 +1112,17 @@ async fn postgres_a_window_claim_goes_with_its_begin_and_a_small_settlement_with
         assert_eq!(by(first).await, ("sent".to_owned(), Some(owner.to_owned())));
         assert_eq!(mark_prepared().await, prepared_before, "written with its COMMIT: nothing prepared");
 
-        // 70 sent (above the one-trip size), then a retry beside a sent one: the same outcome.
-        let mut tx = outbox.begin().await.unwrap();
-        let mut many = Vec::new();
-        for i in 0..70 {
-            many.push(tx.enqueue(&NewMessage::new("t", "{}").key(format!("k{i}"))).await.unwrap().id);
+        // Above the one-trip size, then a retry beside a sent one: the same outcome.
+        for id in settle_more_than_one_trip(&outbox, owner).await {
+            assert_eq!(by(id).await, ("sent".to_owned(), Some(owner.to_owned())));
         }
-        tx.commit().await.unwrap();
-        let (claimed, hold) = lock(&outbox, owner, 100).await.expect("claimed");
-        assert_eq!(claimed.len(), 70);
-        let report = outbox
-            .settle_held(hold, owner, &Settlement { sent: many.clone(), ..Settlement::default() })
-            .await
-            .unwrap();
-        assert_eq!(report.settled, 70, "{report:?}");
-        assert_eq!(mark_prepared().await, prepared_before + 1, "70 sent: the prepared statement");
-        for id in &many {
-            assert_eq!(by(*id).await, ("sent".to_owned(), Some(owner.to_owned())));
-        }
-        let sent = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
-        let retried = outbox.enqueue(&NewMessage::new("t", "{}")).await.unwrap().id;
-        let (claimed, hold) = lock(&outbox, owner, 10).await.expect("claimed");
-        assert_eq!(claimed.len(), 2);
-        let retry = MessageWrite {
-            id: retried,
-            status: Status::Pending,
-            attempts: 1,
-            retry_in: Duration::from_secs(60),
-            last_error: Some("broker said no".into()),
-            attempted: true,
-        };
-        let mixed = Settlement { sent: vec![sent], messages: vec![retry], ..Settlement::default() };
-        assert_eq!(outbox.settle_held(hold, owner, &mixed).await.unwrap().settled, 2);
+        assert_eq!(
+            mark_prepared().await,
+            prepared_before + 1,
+            "more than one trip holds: the prepared statement"
+        );
+        let sent = settle_sent_beside_a_retry(&outbox, owner).await;
         assert_eq!(by(sent).await, ("sent".to_owned(), Some(owner.to_owned())));
-        let r = outbox.get(retried).await.unwrap().unwrap();
-        assert_eq!((r.status, r.attempts), (Status::Pending, 1));
-        assert!(lock(&outbox, owner, 10).await.is_none(), "the retry is not due yet");
     }
     drop(pool);
     db.drop_db().await;
