@@ -12,6 +12,7 @@ use outbox_core::{MessageId, Status};
 /// server: worth it where the wait for the round trip is on the way of the next message, the
 /// small settlements of messages that come one by one (docs/benchmarks.md, "A claim and a
 /// settlement of one round trip each").
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) const ONE_TRIP_SETTLEMENT: usize = 64;
 
 /// The state of one destination's delivery of a message (a row of `outbox_delivery`).
