@@ -930,6 +930,18 @@ async fn postgres_a_window_starts_where_the_last_began_and_a_message_before_it_w
     db.drop_db().await;
 }
 
+/// A message with every optional field set, text with quotes and non-ASCII: read back through
+/// a claim's text-format path, it must equal the row as stored.
+fn every_field() -> NewMessage {
+    NewMessage::new("orders.created", "{\"total\": 12.5, \"note\": \"caf\u{e9} \u{2603} 'quoted'\"}")
+        .key("customer-7")
+        .tag("eu")
+        .biz("order", "o-1001")
+        .header("trace-id", "a b c")
+        .max_attempts(9)
+        .created_by("svc-a")
+}
+
 /// PostgreSQL: the claim by id travels with its `BEGIN` as one simple query, its statement
 /// prepared once per connection by name and its rows read in text format. A message claimed that
 /// way reads exactly as the table holds it (every column, the times to the microsecond), with
@@ -947,14 +959,7 @@ async fn postgres_a_claim_by_id_reads_every_column_and_prepares_again_when_its_s
     {
         let outbox = Outbox::new(pool.clone()).with_tables(tables.clone()).unwrap();
         outbox.migrate().await.unwrap();
-        let msg =
-            NewMessage::new("orders.created", "{\"total\": 12.5, \"note\": \"caf\u{e9} \u{2603} 'quoted'\"}")
-                .key("customer-7")
-                .tag("eu")
-                .biz("order", "o-1001")
-                .header("trace-id", "a b c")
-                .max_attempts(9)
-                .created_by("svc-a");
+        let msg = every_field();
         let id = outbox.enqueue(&msg).await.unwrap().id;
         let stored = outbox.get(id).await.unwrap().unwrap();
         let statements = || {
@@ -1038,13 +1043,7 @@ async fn postgres_a_window_claim_goes_with_its_begin_and_a_small_settlement_with
     for tables in both {
         let outbox = Outbox::new(pool.clone()).with_tables(tables.clone()).unwrap();
         let table = tables.table(outbox_store::Dialect::Postgres, "outbox_message");
-        let msg = NewMessage::new("orders.created", "{\"note\": \"caf\u{e9} \u{2603} 'quoted'\"}")
-            .key("customer-7")
-            .tag("eu")
-            .biz("order", "o-1001")
-            .header("trace-id", "a b c")
-            .max_attempts(9)
-            .created_by("svc-a");
+        let msg = every_field();
         let first = outbox.enqueue(&msg).await.unwrap().id;
         let stored = outbox.get(first).await.unwrap().unwrap();
         let statements = || {
