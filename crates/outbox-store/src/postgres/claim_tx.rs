@@ -104,17 +104,6 @@ impl ClaimTx {
         Ok(())
     }
 
-    /// Runs `sql` (several statements, the last of them a `COMMIT`) as one simple query: the
-    /// transaction's last writes and its commit in one round trip. Once it succeeded the
-    /// transaction is over; should it fail, the transaction is still open (a statement before
-    /// the `COMMIT` failed, the rest skipped) or rolled back (the `COMMIT` failed), and
-    /// [`ClaimTx::rollback`] ends it either way.
-    pub(crate) async fn commit_after(&mut self, sql: &str) -> sqlx::Result<()> {
-        self.conn.execute(sql).await?;
-        self.open = false;
-        Ok(())
-    }
-
     /// Rolls back.
     pub(crate) async fn rollback(mut self) -> sqlx::Result<()> {
         self.conn.execute("ROLLBACK").await?;

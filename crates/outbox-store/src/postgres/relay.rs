@@ -26,7 +26,7 @@ use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{
     serve, ClaimMode, Claimed, DeliveryState, Hold, Job, Keeper, KeeperSql, Listening, SettleReport,
-    Settlement, Wakeups, ONE_TRIP_SETTLEMENT,
+    Settlement, Wakeups,
 };
 use crate::signal::CommitSignal;
 use sqlx::postgres::PgConnection;
@@ -343,26 +343,6 @@ fn int8_array(ids: impl IntoIterator<Item = i64>) -> String {
     out
 }
 
-/// `text` as a string literal PostgreSQL reads the same whatever `standard_conforming_strings`
-/// says (an escape string, `E'...'`, its backslashes and quotes doubled); `None` for a text
-/// holding NUL, which no PostgreSQL text can.
-fn text_literal(text: &str) -> Option<String> {
-    if text.contains('\0') {
-        return None;
-    }
-    let mut out = String::with_capacity(text.len() + 3);
-    out.push_str("E'");
-    for c in text.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\'' => out.push_str("''"),
-            c => out.push(c),
-        }
-    }
-    out.push('\'');
-    Some(out)
-}
-
 /// [`CLAIM_COMMITTED`] for [`ClaimTx::begin`]: the ids (`$1`) and the limit (`$2`) written in.
 fn by_id_claim(tables: &Tables, committed: &[MessageId], limit: i64) -> (String, String) {
     let args = format!("{}, {limit}", int8_array(committed.iter().map(|i| i.0)));
@@ -386,22 +366,6 @@ fn window_claim(
         "int8, int8, int8, int8[], timestamptz, int8",
         &args,
     )
-}
-
-/// The settlement of a locked claim whose messages were all sent, and its `COMMIT`, as one
-/// simple query ([`ClaimTx::commit_after`]): [`MARK_SENT_LOCKED`] with the ids and the owner
-/// written in. Planned on every run (about 0.06 ms for a few ids, 0.3 ms for 500, measured with
-/// `EXPLAIN (SUMMARY)`): `None` above [`ONE_TRIP_SETTLEMENT`] ids, or for an owner no literal
-/// can hold.
-fn sent_and_commit(tables: &Tables, ids: &[i64], owner: &str) -> Option<String> {
-    if ids.len() > ONE_TRIP_SETTLEMENT {
-        return None;
-    }
-    let owner = text_literal(owner)?;
-    let sql = render(tables, MARK_SENT_LOCKED)
-        .replacen("ANY($1)", &format!("ANY({}::int8[])", int8_array(ids.iter().copied())), 1)
-        .replacen("= $2", &format!("= {owner}"), 1);
-    Some(format!("{sql}; COMMIT"))
 }
 
 /// The open messages that follow each head (`$1` keys, `$2` head ids) in its key, at most `$3`
@@ -1201,31 +1165,19 @@ impl Outbox<Postgres> {
             return Ok(report);
         }
         let bounded = s.bounded();
-        let one_trip = (bounded.messages.is_empty() && bounded.deliveries.is_empty())
-            .then(|| {
-                let sent: Vec<i64> = bounded.sent.iter().map(|i| i.0).filter(|i| held.contains(i)).collect();
-                sent_and_commit(tables, &sent, owner)
-            })
-            .flatten();
-        let batch_error = match one_trip {
-            // A failure here (the update refused, or the commit) is written again below, as a
-            // failed batch is: a commit that failed ended the transaction, and the `ROLLBACK`
-            // after it only warns.
-            Some(sql) => match tx.commit_after(&sql).await {
-                Ok(()) => {
-                    let held: HashSet<i64> = held.iter().copied().collect();
-                    return Ok(SettleReport::of(&bounded.ids(), &held));
-                }
-                Err(e) => db(e),
-            },
-            None => match write_settlement(&mut tx, tables, owner, &bounded, &held, MARK_SENT_LOCKED).await {
+        // Prepared statements in their own round trips, `UPDATE` then `COMMIT`: written with
+        // its `COMMIT` as one simple query, with the ids and the owner as literals, the
+        // settlement saved a round trip but was planned on every run, 117-130 µs of the server's
+        // time per message at 500 msg/s, more than the round trip, for no latency measured
+        // (docs/benchmarks.md, "Tried and not kept: the settlement with its COMMIT").
+        let batch_error =
+            match write_settlement(&mut tx, tables, owner, &bounded, &held, MARK_SENT_LOCKED).await {
                 Ok(report) => {
                     tx.commit().await.map_err(db)?;
                     return Ok(report);
                 }
                 Err(e) => e,
-            },
-        };
+            };
         self.plain.forget();
         tx.rollback().await.map_err(db)?;
         let batch_error = outbox_core::text::bounded_error(&batch_error.to_string());
@@ -1287,24 +1239,6 @@ impl Outbox<Postgres> {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-    #[test]
-    fn a_literal_reads_back_as_its_text_and_a_small_settlement_carries_its_ids_and_owner() {
-        use super::{sent_and_commit, text_literal, ONE_TRIP_SETTLEMENT};
-        assert_eq!(text_literal("relay-1").as_deref(), Some("E'relay-1'"));
-        assert_eq!(text_literal("a'b\\c").as_deref(), Some("E'a''b\\\\c'"));
-        assert_eq!(text_literal("nul\0"), None, "no PostgreSQL text holds NUL");
-        let tables = crate::Tables::default();
-        let sql = sent_and_commit(&tables, &[3, 9], "o'w $1 $2").unwrap();
-        assert!(sql.contains("WHERE id = ANY('{3,9}'::int8[]) AND"), "{sql}");
-        assert!(sql.contains("updated_by = E'o''w $1 $2'\n"), "{sql}");
-        assert!(sql.ends_with("; COMMIT"), "{sql}");
-        let ids: Vec<i64> = (1..=ONE_TRIP_SETTLEMENT as i64).collect();
-        assert!(sent_and_commit(&tables, &ids, "o").is_some());
-        let ids: Vec<i64> = (0..=ONE_TRIP_SETTLEMENT as i64).collect();
-        assert!(sent_and_commit(&tables, &ids, "o").is_none(), "above the one-trip size");
-        assert!(sent_and_commit(&tables, &[1], "o\0").is_none());
-    }
-
     #[test]
     fn a_push_payload_is_believed_only_when_it_can_name_an_inserts_rows() {
         use super::{pushed_rows, PushedRows};
