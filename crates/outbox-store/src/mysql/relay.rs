@@ -38,9 +38,19 @@ use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{
     serve, ClaimMode, Claimed, DeliveryState, Hold, Keeper, KeeperSql, Listening, SettleReport, Settlement,
-    Wakeups, ONE_TRIP_SETTLEMENT,
+    Wakeups,
 };
 use crate::signal::CommitSignal;
+
+/// At most this many messages in a locked claim's settlement written in fewer round trips on
+/// MySQL/MariaDB (the `UPDATE` with the reset of the idle bound, its ids written into the
+/// statement as literals): MySQL parses and optimises a statement on every run either way, so
+/// the literals cost it nothing a prepared statement would save, and the round trips saved are
+/// on the way of the next message (docs/benchmarks.md, "A claim and a settlement of one round
+/// trip each"). PostgreSQL's settlement stays prepared: its plan is kept per connection, and
+/// one planned on every run cost more than the round trip ("Tried and not kept: the settlement
+/// with its COMMIT").
+const ONE_TRIP_SETTLEMENT: usize = 64;
 
 /// Step 1: `(id, source, key, due)` of the window (`sending`, `pending`, `?` rows each) and of
 /// the first due rows without a key (`?` rows), `due` being `next_attempt_at` in microseconds

@@ -53,8 +53,6 @@ pub(crate) use listening::Job;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub(crate) use listening::{serve, KeeperSql, PAUSED};
 pub use listening::{Keeper, Listening};
-#[cfg(feature = "mysql")]
-pub(crate) use settlement::ONE_TRIP_SETTLEMENT;
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
 pub(crate) use window_memo::WindowMemo;
 

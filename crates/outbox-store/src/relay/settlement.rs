@@ -5,17 +5,6 @@ use std::time::Duration;
 
 use outbox_core::{MessageId, Status};
 
-/// At most this many messages in a locked claim's settlement written in fewer round trips on
-/// MySQL/MariaDB (the `UPDATE` with the reset of the idle bound, its ids written into the
-/// statement as literals): MySQL parses and optimises a statement on every run either way, so
-/// the literals cost it nothing a prepared statement would save, and the round trips saved are
-/// on the way of the next message (docs/benchmarks.md, "A claim and a settlement of one round
-/// trip each"). PostgreSQL's settlement stays prepared: its plan is kept per connection, and
-/// one planned on every run cost more than the round trip ("Tried and not kept: the settlement
-/// with its COMMIT").
-#[cfg(feature = "mysql")]
-pub(crate) const ONE_TRIP_SETTLEMENT: usize = 64;
-
 /// The state of one destination's delivery of a message (a row of `outbox_delivery`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeliveryState {
