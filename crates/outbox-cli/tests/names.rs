@@ -24,7 +24,8 @@ fn status(url: &str, names: &[&str]) -> Value {
 fn migrate_print_renders_every_migration_for_the_names() {
     let sql =
         ok(&["migrate", "--print", "--dialect", "postgres", "--schema", "billing", "--table-prefix", "app_"]);
-    assert!(sql.starts_with("-- outbox schema, versions 1 to 10"), "{sql}");
+    let head = format!("-- outbox schema, versions 1 to {}", outbox_store::SCHEMA_VERSION);
+    assert!(sql.starts_with(&head), "{sql}");
     assert!(sql.contains("CREATE SCHEMA IF NOT EXISTS \"billing\";"), "{sql}");
     assert!(sql.contains("CREATE TABLE \"billing\".app_message ("), "{sql}");
     assert!(sql.contains("CREATE INDEX app_message_due_idx ON \"billing\".app_message"), "{sql}");
@@ -67,7 +68,8 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
     // From the command line.
     for prefix in ["a_", "b_"] {
         let out = ok(&["migrate", "--database-url", &url, "--table-prefix", prefix]);
-        assert!(out.contains("migrated from version 0 to 10"), "{out}");
+        let migrated = format!("migrated from version 0 to {}", outbox_store::SCHEMA_VERSION);
+        assert!(out.contains(&migrated), "{out}");
     }
     // From the printed script, applied by hand (psql -1 -f, in effect).
     let script =
@@ -82,6 +84,13 @@ async fn two_prefixes_migrate_and_report_apart_and_the_printed_script_is_an_outb
         .execute(&db.pool)
         .await
         .unwrap();
+    // The printed script's one check names the broken rule with the script's prefix.
+    let refused = sqlx::query("INSERT INTO ops.c_message (topic, payload) VALUES ('', '{}')")
+        .execute(&db.pool)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("\"c_message_topic_not_blank\""), "{refused}");
     assert_eq!(status(&url, &["--table-prefix", "a_"])["total"], 2);
     assert_eq!(status(&url, &["--table-prefix", "b_"])["total"], 1);
     assert_eq!(status(&url, &["--schema", "ops", "--table-prefix", "c_"])["total"], 1);

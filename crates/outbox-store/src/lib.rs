@@ -62,7 +62,7 @@ pub use relay::{
 pub use signal::{CommitSignal, Signalled};
 
 /// Highest schema version this build knows.
-pub const SCHEMA_VERSION: i64 = 10;
+pub const SCHEMA_VERSION: i64 = 11;
 
 /// Maps a sqlx error the way the library does (for tests of the error mapping; not API).
 #[doc(hidden)]

@@ -46,6 +46,7 @@ macro_rules! outbox_migrations {
             8 "0008_push_rows.sql" "push rows",
             9 "0009_key_index.sql" "key index",
             10 "0010_cheap_checks.sql" "cheap checks",
+            11 "0011_one_check.sql" "one check",
         )
     };
     (@ $dir:literal; $($version:literal $file:literal $description:literal,)*) => {

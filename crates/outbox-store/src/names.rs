@@ -70,8 +70,14 @@ const TABLES: &[&str] = &[
 ];
 
 /// PostgreSQL functions: qualified with the schema when one is set.
-const FUNCTIONS: &[&str] =
-    &["outbox_notify_relay", "outbox_text_ok", "outbox_headers_ok", "outbox_fields_ok", "outbox_times_ok"];
+const FUNCTIONS: &[&str] = &[
+    "outbox_notify_relay",
+    "outbox_text_ok",
+    "outbox_headers_ok",
+    "outbox_fields_ok",
+    "outbox_times_ok",
+    "outbox_message_rules_ok",
+];
 
 /// MySQL/MariaDB triggers: qualified with the schema when one is set (a trigger lives in the
 /// schema its name names, which must be its table's).
@@ -96,6 +102,7 @@ pub(crate) const OTHER_SUFFIXES: &[&str] = &[
     "message_times_in_range",
     "message_well_formed",
     "message_last_error_bounded",
+    "message_rules",
     "message_due_idx",
     "message_due_nokey_idx",
     "message_open_key_idx",
