@@ -3,14 +3,16 @@
 # confirmed and commit → consumer beside sqlxmq's commit → job on the same shared PostgreSQL
 # (the order of the two alternating by round), at each RATE, ROUNDS rounds; then the latency
 # scenario at 1,000 msg/s on PostgreSQL + Redis and MariaDB + NATS.
-# BIN=<release outbox> PEER=<release peer-sqlxmq, built from bench/peers/sqlxmq> OUT=<absolute dir>.
+# BIN=<release outbox> PEER=<release peer-sqlxmq, built from bench/peers/sqlxmq> OUT=<absolute dir>;
+# PG=<url> for another PostgreSQL URL (the default negotiates TLS with a server that has `ssl = on`,
+# as the shared one does: append `?sslmode=disable` for plain TCP, for both programs alike).
 # Not scripts/peers.sh: that one builds the full release `outbox` itself, always runs outbox first,
 # and prints commit → consumer only; this one takes built binaries, alternates which goes first,
 # and prints commit → broker confirmed (the SPEC's measure) beside it.
 set -u
 BIN=${BIN:?outbox binary}; PEER=${PEER:?peer-sqlxmq binary}; OUT=${OUT:?absolute output dir}
 ROUNDS=${ROUNDS:-3}; RATES=${RATES:-500 1000}
-PG='postgres://postgres@127.0.0.1:5432/test'; MY='mysql://root@127.0.0.1:3306/test'
+PG=${PG:-postgres://postgres@127.0.0.1:5432/test}; MY='mysql://root@127.0.0.1:3306/test'
 M=$(ls -d ~/.cargo/registry/src/*/sqlxmq-0.6.0 | head -1)/migrations
 mkdir -p "$OUT"; cd "$OUT"
 outbox() { # name, store, transport, rate
