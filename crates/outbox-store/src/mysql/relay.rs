@@ -307,7 +307,6 @@ async fn lock_candidates(
     bound: Option<Duration>,
 ) -> Result<Candidates> {
     let tables = outbox.tables();
-    let window = limit.saturating_mul(2).max(256);
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut tx = match bound {
         Some(lease) => begin_bounded(outbox, lease).await?,
@@ -316,6 +315,8 @@ async fn lock_candidates(
     // What this process's other locked claims hold (none in lease mode): left out of the
     // candidates instead of refused one by one by `SKIP LOCKED` (see `crate::relay::InFlight`).
     let (held, committed) = outbox.in_flight.leave_out(committed);
+    // The window reaches past the rows held as far as it would without them.
+    let window = crate::relay::held_window(limit, limit.saturating_mul(2).max(256), held.len());
     if !committed.is_empty() && committed.len() <= limit {
         // The key is not known yet: every locked row is probed (a keyless one passes).
         let probe: Vec<Candidate> = committed.iter().map(|id| (id.0, 2, Some(Vec::new()), None)).collect();

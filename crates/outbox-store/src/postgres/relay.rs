@@ -534,6 +534,13 @@ fn claim_sizes(limit: usize) -> (i64, i64) {
     (limit, limit.saturating_mul(2).max(256))
 }
 
+/// The window of a locked claim that leaves `held` rows out (see [`crate::relay::held_window`]).
+fn locked_window(limit: i64, window: i64, held: usize) -> i64 {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let window = usize::try_from(window).unwrap_or(usize::MAX);
+    i64::try_from(crate::relay::held_window(limit, window, held)).unwrap_or(i64::MAX)
+}
+
 /// Writes a settlement for the messages in `owned` (the caller holds their row locks) inside
 /// `tx`; `mark_sent` is [`MARK_SENT`] (lease) or [`MARK_SENT_LOCKED`].
 async fn write_settlement(
@@ -994,6 +1001,8 @@ impl Outbox<Postgres> {
         // in the same transaction.
         // What this process's other claims hold: left out of this claim's candidates.
         let (held, committed) = self.in_flight.leave_out(committed);
+        // The window reaches past the rows held as far as it would without them.
+        let window = locked_window(limit, window, held.len());
         // Where the window starts: where the last one began, in a backlog (see `WindowMemo`).
         let from = self.window.start(std::time::Instant::now());
         let by_id =

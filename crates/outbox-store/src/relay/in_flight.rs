@@ -81,6 +81,27 @@ impl InFlight {
     }
 }
 
+/// The window of due rows a locked claim reads when it leaves `held` rows out: `window` (what it
+/// reads with nothing held) plus the rows held, at most `MAX_WINDOW_GROWTH` times `window`.
+///
+/// The rows this process holds are still due `pending` rows, in the due index where the window
+/// reads (their claims have written nothing), and they are the oldest: the window starts where
+/// the last one began. With its size fixed, every batch in flight beyond the first took the place
+/// of rows the claim could have taken; with 4 batches of 500 in flight a window of 1,000 rows held
+/// nothing else, and the claim read further windows (`OFFSET`, reading the first ones again) or
+/// walked every key's head; with more rows held than its passes read, it took nothing at all
+/// while due rows waited behind them. Grown by what is held, the rows the claim can take are as
+/// many as with nothing in flight, for one read of an index entry and its row per row held (no
+/// lock, no head probe: they are left out before either). `limit` is the claim's batch size.
+pub(crate) fn held_window(limit: usize, window: usize, held: usize) -> usize {
+    let window = window.max(limit);
+    window.saturating_add(held).min(window.saturating_mul(MAX_WINDOW_GROWTH))
+}
+
+/// See [`held_window`]: a bound on the rows one window reads, however many are held (a relay
+/// configured with many batches in flight, or relays of one process sharing an outbox).
+const MAX_WINDOW_GROWTH: usize = 8;
+
 /// The ids one claim holds: taken out of the [`InFlight`] set when dropped, which a
 /// [`super::RowLock`] does after its transaction has ended (committed by the settlement, or
 /// dropped and so rolled back). An id registered again since by another claim (this one's
@@ -108,6 +129,16 @@ impl Drop for Held {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+
+    #[test]
+    fn the_window_grows_by_the_rows_held_within_a_bound() {
+        assert_eq!(held_window(500, 1000, 0), 1000);
+        assert_eq!(held_window(500, 1000, 1500), 2500, "three batches of 500 in flight");
+        assert_eq!(held_window(500, 1000, 100_000), 8000, "at most 8 windows");
+        assert_eq!(held_window(10, 256, 1100), 1356);
+        assert_eq!(held_window(10, 256, 10_000), 2048);
+        assert_eq!(held_window(usize::MAX, usize::MAX, usize::MAX), usize::MAX);
+    }
 
     #[test]
     fn ids_are_held_until_their_guard_is_dropped_or_their_lease_runs_out() {
@@ -208,6 +239,47 @@ mod claims {
             drop(again);
             tokio::task::yield_now().await;
         }
+    }
+
+    /// More rows held than a window of twice the batch, with its further passes, reads: the
+    /// claim still takes the due rows behind them, in one window grown by the rows held.
+    async fn rows_behind_many_held_are_claimed<DB: OutboxDatabase>(outbox: Outbox<DB>)
+    where
+        Outbox<DB>: Claims,
+    {
+        outbox.migrate().await.unwrap();
+        // 1,100 rows held: a window of 256 rows (batch 10) and its three further passes read
+        // 1,024 rows, all of them held, and the walk's keyless rows are the first 10, held too.
+        let msgs: Vec<NewMessage> =
+            (0..1_105).map(|i| NewMessage::new("t", format!("{{\"n\":{i}}}"))).collect();
+        let mut tx = outbox.begin().await.unwrap();
+        let all: Vec<i64> = tx.enqueue_batch(&msgs).await.unwrap().iter().map(|e| e.id.0).collect();
+        tx.commit().await.unwrap();
+        let (held, free) = all.split_at(1_100);
+        let held: Vec<MessageId> = held.iter().copied().map(MessageId).collect();
+        let _fake = outbox.in_flight.hold(&held, LEASE);
+        let claim = outbox.claim_with(ClaimMode::Lock, "r", 10, LEASE).await.unwrap();
+        assert_eq!(
+            ids(&claim),
+            free.iter().copied().collect::<HashSet<_>>(),
+            "the five rows behind those held"
+        );
+    }
+
+    #[cfg(feature = "postgres")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_rows_behind_many_held_rows_are_claimed() {
+        let db = outbox_testkit::fresh_pg().await;
+        rows_behind_many_held_are_claimed(Outbox::new(db.pool.clone())).await;
+        db.drop_db().await;
+    }
+
+    #[cfg(feature = "mysql")]
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn mysql_rows_behind_many_held_rows_are_claimed() {
+        let db = outbox_testkit::fresh_mysql().await;
+        rows_behind_many_held_are_claimed(Outbox::new(db.pool.clone())).await;
+        db.drop_db().await;
     }
 
     #[cfg(feature = "postgres")]

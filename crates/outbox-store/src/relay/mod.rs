@@ -44,7 +44,7 @@ pub(crate) use head_memo::HeadMemo;
 #[cfg(feature = "mysql")]
 pub(crate) use head_memo::Walk;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_imports))]
-pub(crate) use in_flight::{Held, InFlight};
+pub(crate) use in_flight::{held_window, Held, InFlight};
 pub(crate) use isolate::PlainTable;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
