@@ -81,8 +81,9 @@ impl InFlight {
     }
 }
 
-/// The window of due rows a locked claim reads when it leaves `held` rows out: `window` (what it
-/// reads with nothing held) plus the rows held, at most `MAX_WINDOW_GROWTH` times `window`.
+/// The window of due rows a locked claim reads when it leaves `held` rows out: `window` (twice
+/// the batch, which leaves a batch's worth of rows beside one batch in flight) plus the rows held
+/// beyond one batch (`limit`), at most `MAX_WINDOW_GROWTH` times `window`.
 ///
 /// The rows this process holds are still due `pending` rows, in the due index where the window
 /// reads (their claims have written nothing), and they are the oldest: the window starts where
@@ -95,7 +96,7 @@ impl InFlight {
 /// lock, no head probe: they are left out before either). `limit` is the claim's batch size.
 pub(crate) fn held_window(limit: usize, window: usize, held: usize) -> usize {
     let window = window.max(limit);
-    window.saturating_add(held).min(window.saturating_mul(MAX_WINDOW_GROWTH))
+    window.saturating_add(held.saturating_sub(limit)).min(window.saturating_mul(MAX_WINDOW_GROWTH))
 }
 
 /// See [`held_window`]: a bound on the rows one window reads, however many are held (a relay
@@ -133,9 +134,10 @@ mod tests {
     #[test]
     fn the_window_grows_by_the_rows_held_within_a_bound() {
         assert_eq!(held_window(500, 1000, 0), 1000);
-        assert_eq!(held_window(500, 1000, 1500), 2500, "three batches of 500 in flight");
+        assert_eq!(held_window(500, 1000, 500), 1000, "one batch in flight: as before");
+        assert_eq!(held_window(500, 1000, 1500), 2000, "three batches of 500 in flight");
         assert_eq!(held_window(500, 1000, 100_000), 8000, "at most 8 windows");
-        assert_eq!(held_window(10, 256, 1100), 1356);
+        assert_eq!(held_window(10, 256, 1100), 1346);
         assert_eq!(held_window(10, 256, 10_000), 2048);
         assert_eq!(held_window(usize::MAX, usize::MAX, usize::MAX), usize::MAX);
     }
