@@ -315,7 +315,7 @@ async fn lock_candidates(
     // What this process's other locked claims hold (none in lease mode): left out of the
     // candidates instead of refused one by one by `SKIP LOCKED` (see `crate::relay::InFlight`).
     let (held, committed) = outbox.in_flight.leave_out(committed);
-    // The window reaches past the rows held as far as it would without them.
+    // The window reaches as far past the rows held as it does past one batch in flight.
     let window = crate::relay::held_window(limit, limit.saturating_mul(2).max(256), held.len());
     if !committed.is_empty() && committed.len() <= limit {
         // The key is not known yet: every locked row is probed (a keyless one passes).

@@ -1001,7 +1001,7 @@ impl Outbox<Postgres> {
         // in the same transaction.
         // What this process's other claims hold: left out of this claim's candidates.
         let (held, committed) = self.in_flight.leave_out(committed);
-        // The window reaches past the rows held as far as it would without them.
+        // The window reaches as far past the rows held as it does past one batch in flight.
         let window = locked_window(limit, window, held.len());
         // Where the window starts: where the last one began, in a backlog (see `WindowMemo`).
         let from = self.window.start(std::time::Instant::now());

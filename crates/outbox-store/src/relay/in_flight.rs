@@ -91,8 +91,8 @@ impl InFlight {
 /// of rows the claim could have taken; with 4 batches of 500 in flight a window of 1,000 rows held
 /// nothing else, and the claim read further windows (`OFFSET`, reading the first ones again) or
 /// walked every key's head; with more rows held than its passes read, it took nothing at all
-/// while due rows waited behind them. Grown by what is held, the rows the claim can take are as
-/// many as with nothing in flight, for one read of an index entry and its row per row held (no
+/// while due rows waited behind them. Grown by what is held beyond one batch, the rows the claim
+/// can take are as many as beside one batch in flight, for one read of an index entry and its row per row held (no
 /// lock, no head probe: they are left out before either). `limit` is the claim's batch size.
 pub(crate) fn held_window(limit: usize, window: usize, held: usize) -> usize {
     let window = window.max(limit);
@@ -250,8 +250,9 @@ mod claims {
         Outbox<DB>: Claims,
     {
         outbox.migrate().await.unwrap();
-        // 1,100 rows held: a window of 256 rows (batch 10) and its three further passes read
-        // 1,024 rows, all of them held, and the walk's keyless rows are the first 10, held too.
+        // 1,100 rows held: a window of 256 rows (batch 10), with PostgreSQL's three further
+        // passes 1,024 rows, holds only rows held, and the walk's keyless rows are the first 10,
+        // held too.
         let msgs: Vec<NewMessage> =
             (0..1_105).map(|i| NewMessage::new("t", format!("{{\"n\":{i}}}"))).collect();
         let mut tx = outbox.begin().await.unwrap();
