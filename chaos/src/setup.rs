@@ -30,17 +30,22 @@ pub(crate) fn transport_toml(combo: Combo, names: &Names, broker_url: &str) -> S
     }
 }
 
+/// How many batches each daemon keeps in flight, by its index. Two is the default; four (a
+/// locked claim) and three (a leasing one) make the claims run with their window grown by the
+/// rows their process holds beyond one batch, under the same faults as the default.
+pub(crate) const DAEMON_IN_FLIGHT: [usize; crate::run::RELAYS] = [2, 4, 3];
+
 /// Every relay's tuning, the daemons' (rendered into their TOML by [`relay_toml`]) and the one a
 /// writer runs in its own process (`writer --relay-owner`), under `owner`, with locked claims
-/// or leases.
-pub(crate) fn relay_config(owner: &str, lock_claims: bool) -> RelayConfig {
+/// or leases and `in_flight` batches in flight.
+pub(crate) fn relay_config(owner: &str, lock_claims: bool, in_flight: usize) -> RelayConfig {
     RelayConfig {
         owner: owner.to_owned(),
         batch_size: 100,
         lease: Duration::from_secs(5),
         lock_claims,
         idle_interval: Duration::from_millis(250),
-        max_in_flight_batches: 2,
+        max_in_flight_batches: in_flight,
         publish_timeout: Duration::from_secs(2),
         shutdown_timeout: Duration::from_secs(3),
         ..RelayConfig::default()
@@ -71,7 +76,7 @@ pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: 
     let transport = transport_toml(combo, names, broker_url);
     // The last relay leases its claims while the others hold row locks: both protocols share
     // the table, as in a rolling change of `lock_claims` or beside a foreign relay that leases.
-    let c = relay_config(&format!("chaos-r{i}"), i + 1 < crate::run::RELAYS);
+    let c = relay_config(&format!("chaos-r{i}"), i + 1 < crate::run::RELAYS, DAEMON_IN_FLIGHT[i]);
     let (r, b) = (relay_retry(), relay_breaker());
     let ms = |d: Duration| format!("\"{}ms\"", d.as_millis());
     format!(

@@ -105,7 +105,8 @@ where
         std::fs::read_to_string(transport).with_context(|| format!("reading {}", transport.display()))?;
     let config: TransportConfig = toml::from_str(&text).map_err(|e| toml_error(transport, &text, &e))?;
     config.validate().with_context(|| format!("checking {}", transport.display()))?;
-    let relay_config = crate::setup::relay_config(owner, true);
+    let relay_config =
+        crate::setup::relay_config(owner, true, outbox_relay::RelayConfig::default().max_in_flight_batches);
     let (outbox, topic, stop) = (outbox.clone(), topic.to_owned(), CancellationToken::new());
     let stopped = stop.clone();
     tokio::spawn(async move {
