@@ -91,6 +91,9 @@ pub(crate) struct Chaos {
     /// Messages still in the table that the relay in the writer's process settled as sent
     /// (`updated_by`): none means the path it stands for was not exercised, and the run fails.
     pub(crate) relay_writer_sent: i64,
+    /// The same for each `outbox relay` daemon, by index: a daemon that sent nothing never
+    /// ran its part (refused at every start, say), and the run fails.
+    pub(crate) daemon_sent: Vec<i64>,
     /// When, after the load stopped, the drain first found nothing left to publish (no
     /// `pending` or `sending` row): the relays' part of the drain time, the rest being the
     /// consumers catching up. `None` when that never happened within the drain's timeout.
@@ -239,6 +242,16 @@ async fn run_load(
     for i in 0..RELAYS {
         let cfg = dir.join(format!("relay-{i}.toml"));
         std::fs::write(&cfg, relay_toml(combo, names, &proxied_db, &proxied_broker, i))?;
+        // A configuration `outbox relay` refuses would look like a relay refused at start during
+        // an outage, at every start, for the whole run: refuse the run instead.
+        let check = std::process::Command::new(outbox).arg("check").arg("--config").arg(&cfg).output()?;
+        if !check.status.success() {
+            anyhow::bail!(
+                "outbox check refused relay-{i}'s configuration ({}): {}",
+                cfg.display(),
+                String::from_utf8_lossy(&check.stderr).trim()
+            );
+        }
         let args = vec!["relay".into(), "--config".into(), cfg.display().to_string()];
         relays.push(Proc::new(
             format!("relay-{i}"),
@@ -536,14 +549,15 @@ async fn run_load(
     }
 
     chaos.relay_writer_sent =
-        relay_writer_sent(&db_url).await.context("counting what the writer's relay sent")?;
+        sent_by(&db_url, RELAY_WRITER.1).await.context("counting what the writer's relay sent")?;
+    for i in 0..RELAYS {
+        let owner = daemon_owner(i);
+        let n = sent_by(&db_url, &owner).await.with_context(|| format!("counting what {owner} sent"))?;
+        chaos.daemon_sent.push(n);
+    }
     let snapshot = Snapshot::load(&db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
-    let passed = drained
-        && report.violations().is_empty()
-        && chaos.bad_graceful_stops == 0
-        && chaos.relay_panics == 0
-        && chaos.relay_writer_sent > 0;
+    let passed = drained && report.violations().is_empty() && chaos.failures().is_empty();
     if passed && !args.keep && own.db.is_none() {
         combo::teardown_broker(combo.broker, names).await.ok();
         combo::drop_database(combo.dialect, names).await.ok();
@@ -551,13 +565,18 @@ async fn run_load(
     Ok((report, chaos, drain_time, passed))
 }
 
-/// The messages in the table that the relay of the writer's process settled as sent.
-async fn relay_writer_sent(url: &str) -> anyhow::Result<i64> {
+/// The owner daemon `i` records in `updated_by`: `<relay.owner>-<store name>`
+/// ([`relay_toml`] names the relay `chaos-r<i>` and its one store `chaos`).
+fn daemon_owner(i: usize) -> String {
+    format!("chaos-r{i}-chaos")
+}
+
+/// The messages in the table that the relay under `owner` settled as sent.
+async fn sent_by(url: &str, owner: &str) -> anyhow::Result<i64> {
     let db = crate::db::Db::connect(url).await?;
     let q =
         db.sql("SELECT COUNT(*) FROM outbox_message WHERE status IN ('sent', 'acked') AND updated_by = ?");
-    let n: i64 =
-        crate::db::on_pool!(&db, pool => sqlx::query_scalar(&q).bind(RELAY_WRITER.1).fetch_one(pool).await?);
+    let n: i64 = crate::db::on_pool!(&db, pool => sqlx::query_scalar(&q).bind(owner).fetch_one(pool).await?);
     db.close().await;
     Ok(n)
 }
@@ -588,14 +607,38 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
         "          the writer that runs a relay in its process: {} SIGKILLs, {} messages its relay sent",
         c.relay_writer_sigkills, c.relay_writer_sent
     );
+    let sent: Vec<String> = c.daemon_sent.iter().enumerate().map(|(i, n)| format!("r{i} {n}")).collect();
+    println!("          messages each daemon sent: {}", sent.join(", "));
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
     print!("{}", r.table());
-    let v = r.violations();
-    if v.is_empty() && c.bad_graceful_stops == 0 && c.relay_panics == 0 && c.relay_writer_sent > 0 {
+    let mut failed = r.violations();
+    failed.extend(c.failures());
+    if failed.is_empty() {
         println!("  PASS");
-    } else if c.relay_writer_sent == 0 && v.is_empty() {
-        println!("  FAIL: the relay in the writer's process sent nothing");
     } else {
-        println!("  FAIL: {}", v.join("; "));
+        println!("  FAIL: {}", failed.join("; "));
+    }
+}
+
+impl Chaos {
+    /// What failed beside the guarantees: graceful stops, panics, and relays whose part never
+    /// ran (empty when none).
+    pub(crate) fn failures(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.bad_graceful_stops > 0 {
+            out.push(format!("{} graceful stops did not exit 0 in time", self.bad_graceful_stops));
+        }
+        if self.relay_panics > 0 {
+            out.push(format!("{} relay log lines show a panic", self.relay_panics));
+        }
+        if self.relay_writer_sent == 0 {
+            out.push("the relay in the writer's process sent nothing".to_owned());
+        }
+        for (i, n) in self.daemon_sent.iter().enumerate() {
+            if *n == 0 {
+                out.push(format!("relay-{i} sent nothing (see relay-{i}.log: refused at every start?)"));
+            }
+        }
+        out
     }
 }

@@ -94,7 +94,7 @@ shutdown_timeout = {shutdown_timeout}
 [[stores]]
 name = "chaos"
 url = "{db_url}"
-max_connections = 4
+max_connections = {pool}
 
 [destinations.bus]
 retry = {{ max_attempts = {max_attempts}, initial = {initial}, max_delay = {max_delay}, multiplier = {multiplier:?}, jitter = {jitter:?} }}
@@ -115,6 +115,9 @@ finished_after = "0s"
         lock_claims = c.lock_claims,
         idle_interval = ms(c.idle_interval),
         in_flight = c.max_in_flight_batches,
+        // A locked batch in flight holds a connection, the listener one more (`outbox relay`
+        // refuses a smaller pool); one spare for the keeper's turns.
+        pool = (c.max_in_flight_batches + 2).max(4),
         publish_timeout = ms(c.publish_timeout),
         shutdown_timeout = ms(c.shutdown_timeout),
         max_attempts = r.max_attempts,
