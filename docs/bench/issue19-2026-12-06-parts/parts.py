@@ -14,6 +14,7 @@ read before and after each statement) is divided by the rows drained:
   P    the claim marking its rows sent in the same statement (no settlement statement)
   L    the window of 500 locked by its own scan, then only each key's first row probed
   L2   the same with a window of 1,000
+  T    each key's first row locked by one set-based statement, a window of 500 (as W)
   C    rows found by ctid: the window carries ctids, the lock and the settlement use them
   raw  the bench's raw claim-and-mark loop (`raw_claim_loop` of crates/outbox-bench/src/db.rs)
 
@@ -102,6 +103,23 @@ SELECT NULL::int8, NULL::int8, NULL::bool, NULL::timestamptz, NULL::int8, l.* FR
 ORDER BY l.next_attempt_at, l.id
 LIMIT $1"""
 
+# T: each key's first row of the window locked by one set-based statement (no lateral lookup
+# per row), the probe on the rows locked, with a window of the batch's size (W's), so that
+# locking every first locks at most a batch. Only firsts are locked, as in A.
+TAKEN_LATERAL = """    SELECT l.* FROM firsts k
+    CROSS JOIN LATERAL (
+        SELECT """ + message_columns('x') + """ FROM outbox_message x
+        WHERE x.id = k.id AND (x.status IN ('pending', 'sending') AND x.next_attempt_at <= now()) IS TRUE
+        FOR UPDATE SKIP LOCKED) l
+"""
+CLAIM_T = replaced(CLAIM, TAKEN_LATERAL, """    SELECT l.* FROM (
+        SELECT """ + message_columns('x') + """ FROM outbox_message x
+        WHERE x.id = ANY (ARRAY(SELECT id FROM firsts))
+          AND (x.status IN ('pending', 'sending') AND x.next_attempt_at <= now()) IS TRUE
+        ORDER BY x.next_attempt_at, x.id
+        FOR UPDATE SKIP LOCKED) l
+""")
+
 RAW = ("WITH c AS (SELECT id FROM outbox_message WHERE status IN ('pending', 'sending') AND next_attempt_at <= now() "
        "ORDER BY next_attempt_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
        "UPDATE outbox_message m SET status = 'sent', updated_at = now() FROM c WHERE m.id = c.id RETURNING m.id, m.payload")
@@ -115,6 +133,7 @@ VARIANTS = {
     'P': (CLAIM_P, None, 2 * LIMIT, 'int8[]', 5),
     'L': (CLAIM_L, SETTLE, LIMIT, 'int8[]', 5),
     'L2': (CLAIM_L, SETTLE, 2 * LIMIT, 'int8[]', 5),
+    'T': (CLAIM_T, SETTLE, LIMIT, 'int8[]', 5),
     'C': (CLAIM_C, SETTLE_C, 2 * LIMIT, 'text[]', 5),
 }
 
