@@ -22,6 +22,9 @@ Every variant starts from the same fresh backlog (N rows, K keys, a 200-byte pay
 ANALYZE and CHECKPOINT after the fill) in a database of its own, on a PostgreSQL of our own
 (scripts/own-postgres.sh start 54331), and must leave no row unsent.
 
+With IN_FLIGHT=2 every claim is made while another connection's batch is still locked, as the
+relay's second batch in flight is (its ids left out of the claim), then that batch settles.
+
   pip install 'psycopg[binary]'
   scripts/own-postgres.sh start 54331
   N=100000 K=1000 python3 docs/bench/issue19-2026-12-06-parts/parts.py A N W S P C raw A N W S P C raw
@@ -200,8 +203,67 @@ def run(variant, db):
           f"backend CPU {us(c1 - c0):.1f} µs/row{parts}", flush=True)
 
 
+def run_pipelined(variant, db):
+    """As the relay with 2 batches in flight: two connections, each claim made while the other
+    connection's batch is still locked (its ids left out, as the relay's `InFlight` does), then
+    the other batch settled; so every claim meets a batch in flight."""
+    fill(db)
+    claim, settle, window, ptype, first = VARIANTS[variant]
+    conns = [psycopg.connect(DSN % db, cursor_factory=psycopg.ClientCursor) for _ in range(2)]
+    pids = []
+    for c in conns:
+        pids.append(c.execute("SELECT pg_backend_pid()").fetchone()[0])
+        c.execute("PREPARE cl(int8, int8, int8, int8[], timestamptz, int8) AS " + claim)
+        if settle:
+            c.execute(f"PREPARE st({ptype}, text) AS " + settle)
+        c.commit()
+    total = lambda: sum(cpu(p) for p in pids)  # noqa: E731
+    c0, t0 = total(), time.perf_counter()
+    held = [[], []]
+    done = claims = empty = 0
+    claimed = settled = 0.0
+    i = 0
+    while True:
+        c, other = conns[i], 1 - i
+        ca = total()
+        ids = '{' + ','.join(str(x) for x in held[other]) + '}'
+        rows = c.execute(f"EXECUTE cl({LIMIT}, {window}, 0, '{ids}', NULL, 0)").fetchall()
+        rows = [r for r in rows if r[first] is not None]
+        held[i] = [r[first] for r in rows]
+        claims += 1
+        cb = total()
+        claimed += cb - ca
+        if not rows:
+            c.commit()
+        # the other batch settles
+        if held[other] and settle:
+            conns[other].execute("EXECUTE st(%s, 'parts')", (held[other],))
+        conns[other].commit()
+        settled += total() - cb
+        done += len(held[other])
+        held[other] = []
+        if not rows:
+            empty += 1
+            if empty >= 2:
+                break
+        else:
+            empty = 0
+        i = other
+    t1, c1 = time.perf_counter(), total()
+    left = conns[0].execute("SELECT count(*) FROM outbox_message WHERE status <> 'sent'").fetchone()[0]
+    for c in conns:
+        c.close()
+    assert done == N and left == 0, f"{variant}: drained {done} of {N}, {left} left"
+    us = lambda s: 1e6 * s / done  # noqa: E731
+    print(f"{variant:>3} (2 in flight): {done} rows in {t1 - t0:.2f} s ({done / (t1 - t0):,.0f} rows/s), {claims} claims, "
+          f"backend CPU {us(c1 - c0):.1f} µs/row; claim {us(claimed):.1f}, settlement and COMMIT {us(settled):.1f}", flush=True)
+
+
 if __name__ == '__main__':
     for i, v in enumerate(sys.argv[1:]):
         if v != 'raw' and v not in VARIANTS:
             sys.exit(f"unknown variant {v!r}: one of {', '.join(VARIANTS)}, raw")
-        run(v, f"parts{i % 2}")
+        if os.environ.get('IN_FLIGHT') == '2' and v != 'raw':
+            run_pipelined(v, f"parts{i % 2}")
+        else:
+            run(v, f"parts{i % 2}")
