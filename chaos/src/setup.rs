@@ -72,11 +72,25 @@ pub(crate) fn relay_breaker() -> BreakerConfig {
     }
 }
 
+/// The name of the one store in every daemon's configuration.
+const STORE: &str = "chaos";
+
+/// `relay.owner` of daemon `i`.
+fn daemon_relay_owner(i: usize) -> String {
+    format!("chaos-r{i}")
+}
+
+/// The owner daemon `i` records in `updated_by`: `<relay.owner>-<store name>`, as `outbox relay`
+/// names the relay of each store.
+pub(crate) fn daemon_owner(i: usize) -> String {
+    format!("{}-{STORE}", daemon_relay_owner(i))
+}
+
 pub(crate) fn relay_toml(combo: Combo, names: &Names, db_url: &str, broker_url: &str, i: usize) -> String {
     let transport = transport_toml(combo, names, broker_url);
     // The last relay leases its claims while the others hold row locks: both protocols share
     // the table, as in a rolling change of `lock_claims` or beside a foreign relay that leases.
-    let c = relay_config(&format!("chaos-r{i}"), i + 1 < crate::run::RELAYS, DAEMON_IN_FLIGHT[i]);
+    let c = relay_config(&daemon_relay_owner(i), i + 1 < crate::run::RELAYS, DAEMON_IN_FLIGHT[i]);
     let (r, b) = (relay_retry(), relay_breaker());
     let ms = |d: Duration| format!("\"{}ms\"", d.as_millis());
     format!(
@@ -92,7 +106,7 @@ publish_timeout = {publish_timeout}
 shutdown_timeout = {shutdown_timeout}
 
 [[stores]]
-name = "chaos"
+name = "{STORE}"
 url = "{db_url}"
 max_connections = {pool}
 

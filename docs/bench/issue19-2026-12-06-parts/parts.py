@@ -43,6 +43,7 @@ DSN = f"host=127.0.0.1 port={PORT} user=postgres dbname=%s"
 N = int(os.environ.get('N', 100000))
 K = int(os.environ.get('K', 1000))
 LIMIT = 500
+FIRST = 5
 
 CLAIM = const('CLAIM_LOCKED')
 SETTLE = const('MARK_SENT_LOCKED')
@@ -127,17 +128,18 @@ RAW = ("WITH c AS (SELECT id FROM outbox_message WHERE status IN ('pending', 'se
        "ORDER BY next_attempt_at, id LIMIT %s FOR UPDATE SKIP LOCKED) "
        "UPDATE outbox_message m SET status = 'sent', updated_at = now() FROM c WHERE m.id = c.id RETURNING m.id, m.payload")
 
-# variant: (claim, settlement or None, window, settlement's parameter type, first message column)
+# variant: (claim, settlement or None, window, settlement's parameter type). Every claim returns its
+# message columns from the sixth on (`FIRST`), after the window's figures; C puts its `tid` there.
 VARIANTS = {
-    'A': (CLAIM, SETTLE, 2 * LIMIT, 'int8[]', 5),
-    'N': (CLAIM_N, SETTLE, 2 * LIMIT, 'int8[]', 5),
-    'W': (CLAIM, SETTLE, LIMIT, 'int8[]', 5),
-    'S': (CLAIM_S, SETTLE, 2 * LIMIT, 'int8[]', 5),
-    'P': (CLAIM_P, None, 2 * LIMIT, 'int8[]', 5),
-    'L': (CLAIM_L, SETTLE, LIMIT, 'int8[]', 5),
-    'L2': (CLAIM_L, SETTLE, 2 * LIMIT, 'int8[]', 5),
-    'T': (CLAIM_T, SETTLE, LIMIT, 'int8[]', 5),
-    'C': (CLAIM_C, SETTLE_C, 2 * LIMIT, 'text[]', 5),
+    'A': (CLAIM, SETTLE, 2 * LIMIT, 'int8[]'),
+    'N': (CLAIM_N, SETTLE, 2 * LIMIT, 'int8[]'),
+    'W': (CLAIM, SETTLE, LIMIT, 'int8[]'),
+    'S': (CLAIM_S, SETTLE, 2 * LIMIT, 'int8[]'),
+    'P': (CLAIM_P, None, 2 * LIMIT, 'int8[]'),
+    'L': (CLAIM_L, SETTLE, LIMIT, 'int8[]'),
+    'L2': (CLAIM_L, SETTLE, 2 * LIMIT, 'int8[]'),
+    'T': (CLAIM_T, SETTLE, LIMIT, 'int8[]'),
+    'C': (CLAIM_C, SETTLE_C, 2 * LIMIT, 'text[]'),
 }
 
 
@@ -145,6 +147,14 @@ def cpu(pid):
     """The backend's CPU time so far, seconds: the scheduler's count in nanoseconds
     (/proc/PID/schedstat), not utime + stime, whose 10 ms ticks are too coarse per statement."""
     return int(open(f'/proc/{pid}/schedstat').read().split()[0]) / 1e9
+
+
+def taken(variant, rows):
+    """The rows a claim took (not the one row of NULLs of a claim that took nothing): their ids,
+    and what the variant's settlement finds them by (C: the ctid before the id)."""
+    at = FIRST + (1 if variant == 'C' else 0)
+    rows = [r for r in rows if r[at] is not None]
+    return [r[at] for r in rows], ([str(r[FIRST]) for r in rows] if variant == 'C' else [r[at] for r in rows])
 
 
 def fill(db):
@@ -167,7 +177,7 @@ def run(variant, db):
     with psycopg.connect(DSN % db, cursor_factory=psycopg.ClientCursor) as c:
         pid = c.execute("SELECT pg_backend_pid()").fetchone()[0]
         if variant != 'raw':
-            claim, settle, window, ptype, first = VARIANTS[variant]
+            claim, settle, window, ptype = VARIANTS[variant]
             c.execute("PREPARE cl(int8, int8, int8, int8[], timestamptz, int8) AS " + claim)
             if settle:
                 c.execute(f"PREPARE st({ptype}, text) AS " + settle)
@@ -182,11 +192,10 @@ def run(variant, db):
             else:
                 ca = cpu(pid)
                 rows = c.execute(f"EXECUTE cl({LIMIT}, {window}, 0, '{{}}', NULL, 0)").fetchall()
-                rows = [r for r in rows if r[first + (1 if variant == 'C' else 0)] is not None]
-                n = len(rows)
+                ids, keys = taken(variant, rows)
+                n = len(ids)
                 cb = cpu(pid)
                 if n and settle:
-                    keys = [str(r[first]) for r in rows] if variant == 'C' else [r[first] for r in rows]
                     c.execute("EXECUTE st(%s, 'parts')", (keys,))
                 c.commit()
                 claimed += cb - ca
@@ -208,7 +217,7 @@ def run_pipelined(variant, db):
     connection's batch is still locked (its ids left out, as the relay's `InFlight` does), then
     the other batch settled; so every claim meets a batch in flight."""
     fill(db)
-    claim, settle, window, ptype, first = VARIANTS[variant]
+    claim, settle, window, ptype = VARIANTS[variant]
     conns = [psycopg.connect(DSN % db, cursor_factory=psycopg.ClientCursor) for _ in range(2)]
     pids = []
     for c in conns:
@@ -220,6 +229,7 @@ def run_pipelined(variant, db):
     total = lambda: sum(cpu(p) for p in pids)  # noqa: E731
     c0, t0 = total(), time.perf_counter()
     held = [[], []]
+    to_settle = [[], []]
     done = claims = empty = 0
     claimed = settled = 0.0
     i = 0
@@ -228,21 +238,21 @@ def run_pipelined(variant, db):
         ca = total()
         ids = '{' + ','.join(str(x) for x in held[other]) + '}'
         rows = c.execute(f"EXECUTE cl({LIMIT}, {window}, 0, '{ids}', NULL, 0)").fetchall()
-        rows = [r for r in rows if r[first] is not None]
-        held[i] = [r[first] for r in rows]
+        ids, keys = taken(variant, rows)
+        held[i], to_settle[i] = ids, keys
         claims += 1
         cb = total()
         claimed += cb - ca
-        if not rows:
+        if not ids:
             c.commit()
         # the other batch settles
         if held[other] and settle:
-            conns[other].execute("EXECUTE st(%s, 'parts')", (held[other],))
+            conns[other].execute("EXECUTE st(%s, 'parts')", (to_settle[other],))
         conns[other].commit()
         settled += total() - cb
         done += len(held[other])
-        held[other] = []
-        if not rows:
+        held[other] = to_settle[other] = []
+        if not ids:
             empty += 1
             if empty >= 2:
                 break

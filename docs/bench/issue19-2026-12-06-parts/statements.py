@@ -2,7 +2,8 @@
 
 `const(NAME)` expands a `const NAME: &str = concat!(...)` of
 crates/outbox-store/src/postgres/relay.rs: string literals (with Rust's escapes and line
-continuations), `message_columns!("x")` and the file's argument-less macros (`walk_heads!()`...).
+continuations), `message_columns!("x")` (and the `pg_time!` it calls, from postgres/mod.rs) and
+relay.rs's argument-less macros (`walk_heads!()`...).
 Reading the source, not a copy, keeps the measurement on the code of record.
 """
 import os
@@ -31,22 +32,38 @@ def unescape(body):
     return ''.join(out)
 
 
-def pg_time(a, col):
-    """`pg_time!` of crates/outbox-store/src/postgres/mod.rs."""
-    return (f"CASE WHEN {a}.{col} < '1970-01-01 00:00:00+00'::timestamptz THEN '1970-01-01 00:00:00+00'::timestamptz "
-            f"WHEN {a}.{col} > '9999-12-31 00:00:00+00'::timestamptz THEN '9999-12-31 00:00:00+00'::timestamptz "
-            f"ELSE {a}.{col} END AS {col}")
+MOD = open(os.path.join(ROOT, 'crates/outbox-store/src/postgres/mod.rs')).read()
+
+
+def _macro_arms(name):
+    """The body of `macro_rules! name` in mod.rs with one arm."""
+    return re.search(r'macro_rules! ' + name + r' \{\s*\((.*?)\) => \{(.*?)\n    \};\n\}', MOD, re.S).groups()
+
+
+def _expand_mod(body, args):
+    """A mod.rs macro's `concat!` body with its `$params` bound to `args` (names to strings)."""
+    out = []
+    for var, call, call_args, lit in re.findall(
+            r'\$(\w+)|(\w+)!\(((?:[^()"]|"(?:[^"\\]|\\.)*")*)\)|"((?:[^"\\]|\\.)*)"', body, re.S):
+        if var:
+            out.append(args[var])
+        elif call == 'concat':
+            out.append(_expand_mod(call_args, args))
+        elif call:
+            params, inner = _macro_arms(call)
+            names = re.findall(r'\$(\w+)', params)
+            values = [args[v[1:]] if v.startswith('$') else unescape(v.strip('"'))
+                      for v in (x.strip() for x in call_args.split(','))]
+            out.append(_expand_mod(inner, dict(zip(names, values))))
+        else:
+            out.append(unescape(lit))
+    return ''.join(out)
 
 
 def message_columns(a):
-    """`message_columns!` of crates/outbox-store/src/postgres/mod.rs."""
-    cols = [f"{a}.{c}" for c in ('id', 'biz_type', 'biz_key', 'topic', 'msg_key', 'tag')]
-    cols += [f"{a}.headers::text AS headers"]
-    cols += [f"{a}.{c}" for c in ('payload', 'status', 'attempts', 'max_attempts')]
-    cols += [pg_time(a, 'next_attempt_at'), pg_time(a, 'last_attempt_at'), f"{a}.last_error", f"{a}.lease_owner",
-             pg_time(a, 'lease_until'), f"{a}.created_by", f"{a}.updated_by", pg_time(a, 'created_at'),
-             pg_time(a, 'updated_at')]
-    return ', '.join(cols)
+    """`message_columns!(a)` of crates/outbox-store/src/postgres/mod.rs, expanded from its source."""
+    params, body = _macro_arms('message_columns')
+    return _expand_mod(body, {re.findall(r'\$(\w+)', params)[0]: a})
 
 
 def _macro(name):
