@@ -3,7 +3,6 @@
 //! injects faults on a seeded random schedule, stops the load, waits for the drain, and runs the
 //! checker.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -549,10 +548,13 @@ async fn run_load(
         chaos.relay_panics += text.lines().filter(|l| l.contains("panicked")).count() as u32;
     }
 
-    let sent = sent_by_owner(&db_url).await.context("counting what each relay sent")?;
-    let sent_by = |owner: &str| sent.get(owner).copied().unwrap_or(0);
-    chaos.relay_writer_sent = sent_by(RELAY_WRITER.1);
-    chaos.daemon_sent = (0..RELAYS).map(|i| sent_by(&daemon_owner(i))).collect();
+    chaos.relay_writer_sent =
+        sent_by(&db_url, RELAY_WRITER.1).await.context("counting what the writer's relay sent")?;
+    for i in 0..RELAYS {
+        let owner = daemon_owner(i);
+        let n = sent_by(&db_url, &owner).await.with_context(|| format!("counting what {owner} sent"))?;
+        chaos.daemon_sent.push(n);
+    }
     let snapshot = Snapshot::load(&db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
     let passed = drained && report.violations().is_empty() && chaos.failures().is_empty();
@@ -563,18 +565,14 @@ async fn run_load(
     Ok((report, chaos, drain_time, passed))
 }
 
-/// The messages in the table that each relay settled as sent, by the owner it recorded
-/// (`updated_by`).
-async fn sent_by_owner(url: &str) -> anyhow::Result<HashMap<String, i64>> {
+/// The messages in the table that the relay under `owner` settled as sent.
+async fn sent_by(url: &str, owner: &str) -> anyhow::Result<i64> {
     let db = crate::db::Db::connect(url).await?;
-    let q = db.sql(
-        "SELECT updated_by, COUNT(*) FROM outbox_message \
-         WHERE status IN ('sent', 'acked') AND updated_by IS NOT NULL GROUP BY updated_by",
-    );
-    let rows: Vec<(String, i64)> =
-        crate::db::on_pool!(&db, pool => sqlx::query_as(&q).fetch_all(pool).await?);
+    let q =
+        db.sql("SELECT COUNT(*) FROM outbox_message WHERE status IN ('sent', 'acked') AND updated_by = ?");
+    let n: i64 = crate::db::on_pool!(&db, pool => sqlx::query_scalar(&q).bind(owner).fetch_one(pool).await?);
     db.close().await;
-    Ok(rows.into_iter().collect())
+    Ok(n)
 }
 
 /// Prints one combo's screen.
