@@ -11,6 +11,8 @@ read before and after each statement) is divided by the rows drained:
   N    the claim without its head probe (NOT a valid claim: it measures the probe's cost)
   W    the window of 500 rows instead of 1,000
   S    the claim returning id, key and payload instead of the 20 message columns
+  R    the claim returning the columns a publish reads, the bookkeeping ones NULL
+  H    R without the headers' jsonb
   P    the claim marking its rows sent in the same statement (no settlement statement)
   L    the window of 500 locked by its own scan, then only each key's first row probed
   L2   the same with a window of 1,000
@@ -65,6 +67,20 @@ for a in 'xm':
     CLAIM_S = replaced(CLAIM_S, message_columns(a), ", ".join(
         [f"{a}.id", "NULL::text AS biz_type", "NULL::text AS biz_key", "NULL::text AS topic", f"{a}.msg_key",
          f"{a}.payload"]))
+
+# R: the columns a publish reads (the bookkeeping ones NULL); H: R without the headers' jsonb.
+def _trimmed(a, headers=True):
+    keep = [f"{a}.id", f"{a}.biz_type", f"{a}.biz_key", f"{a}.topic", f"{a}.msg_key", f"{a}.tag",
+            f"{a}.headers::text AS headers" if headers else "NULL::text AS headers", f"{a}.payload",
+            f"{a}.status", f"{a}.attempts", f"{a}.max_attempts", f"{a}.last_error", f"{a}.created_at"]
+    return ", ".join(keep)
+
+
+CLAIM_R = CLAIM
+CLAIM_H = CLAIM
+for a in 'xm':
+    CLAIM_R = replaced(CLAIM_R, message_columns(a), _trimmed(a))
+    CLAIM_H = replaced(CLAIM_H, message_columns(a), _trimmed(a, headers=False))
 
 PICKED = """), picked AS (
     SELECT * FROM taken UNION ALL SELECT * FROM more
@@ -135,6 +151,8 @@ VARIANTS = {
     'N': (CLAIM_N, SETTLE, 2 * LIMIT, 'int8[]'),
     'W': (CLAIM, SETTLE, LIMIT, 'int8[]'),
     'S': (CLAIM_S, SETTLE, 2 * LIMIT, 'int8[]'),
+    'R': (CLAIM_R, SETTLE, 2 * LIMIT, 'int8[]'),
+    'H': (CLAIM_H, SETTLE, 2 * LIMIT, 'int8[]'),
     'P': (CLAIM_P, None, 2 * LIMIT, 'int8[]'),
     'L': (CLAIM_L, SETTLE, LIMIT, 'int8[]'),
     'L2': (CLAIM_L, SETTLE, 2 * LIMIT, 'int8[]'),
