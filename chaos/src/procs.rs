@@ -34,6 +34,12 @@ pub(crate) struct Proc {
     pub(crate) starts: u32,
     /// Exits the harness did not cause (start-up refused during an outage, crashes).
     pub(crate) exits: u32,
+    /// The log line that says its start-up is over (`None`: not told apart).
+    ready: Option<&'static str>,
+    /// Its log's length when it was last started: where that run's lines begin.
+    log_from: u64,
+    /// Of [`exits`](Self::exits), those after its log said it was ready: not a start-up refused.
+    pub(crate) exits_when_ready: u32,
 }
 
 impl Proc {
@@ -49,7 +55,37 @@ impl Proc {
             restart_at: None,
             starts: 0,
             exits: 0,
+            ready: None,
+            log_from: 0,
+            exits_when_ready: 0,
         }
+    }
+
+    /// Tells its exits apart by whether this line was in its log since it was started.
+    pub(crate) fn ready_when_logged(mut self, line: &'static str) -> Proc {
+        self.ready = Some(line);
+        self
+    }
+
+    /// Counts an exit the harness did not cause.
+    fn exited(&mut self) {
+        self.exits += 1;
+        if let Some(line) = self.ready {
+            if self.logged_since_start(line) {
+                self.exits_when_ready += 1;
+            }
+        }
+    }
+
+    /// Whether `line` is in what it logged since it was last started (not read: false).
+    fn logged_since_start(&self, line: &str) -> bool {
+        use std::io::{Read, Seek, SeekFrom};
+        let Ok(mut f) = std::fs::File::open(&self.log) else { return false };
+        let mut text = Vec::new();
+        if f.seek(SeekFrom::Start(self.log_from)).is_err() || f.read_to_end(&mut text).is_err() {
+            return false;
+        }
+        String::from_utf8_lossy(&text).contains(line)
     }
 
     /// Starts it (appending to its log).
@@ -59,6 +95,7 @@ impl Proc {
             .append(true)
             .open(&self.log)
             .with_context(|| format!("opening {}", self.log.display()))?;
+        self.log_from = log.metadata().map(|m| m.len()).unwrap_or(0);
         let child = Command::new(&self.program)
             .args(&self.args)
             .env("RUST_LOG", std::env::var("CHAOS_CHILD_LOG").unwrap_or_else(|_| "info".into()))
@@ -96,7 +133,7 @@ impl Proc {
     pub(crate) async fn sigterm(&mut self, within: Duration) -> Stopped {
         let Some(mut c) = self.child.take() else { return Stopped::NotRunning };
         if let Ok(Some(_)) = c.try_wait() {
-            self.exits += 1;
+            self.exited();
             return Stopped::NotRunning;
         }
         let Some(pid) = c.id() else { return Stopped::NotRunning };
@@ -116,7 +153,7 @@ impl Proc {
         if let Some(c) = &mut self.child {
             if let Ok(Some(_)) = c.try_wait() {
                 self.child = None;
-                self.exits += 1;
+                self.exited();
                 self.restart_at = Some(Instant::now() + delay);
             }
         }
@@ -138,5 +175,52 @@ impl Proc {
     /// The log file.
     pub(crate) fn log(&self) -> &PathBuf {
         &self.log
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used, clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Supervises `p` (no restart) until it has exited `n` times, within a generous deadline.
+    async fn until_exits(p: &mut Proc, n: u32) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while p.exits < n {
+            assert!(Instant::now() < deadline, "{} exited {} times, not {n}", p.name, p.exits);
+            p.supervise(Duration::from_secs(3600)).unwrap();
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// An exit after the ready line counts as one while ready; an exit without it since the
+    /// last start (a start-up refused) does not, even when an earlier run's lines hold it.
+    #[tokio::test]
+    async fn exits_are_told_apart_by_the_ready_line_since_the_last_start() {
+        let dir = std::env::temp_dir().join(format!("outbox-chaos-procs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("p.log");
+        std::fs::remove_file(&log).ok();
+        let flag = dir.join("second");
+        std::fs::remove_file(&flag).ok();
+        // The first run logs the ready line and exits 1; the second (once `flag` exists) exits
+        // 1 without it.
+        let script = format!(
+            "if [ -e {f} ]; then echo 'refused: unreachable'; else echo 'INFO Relaying store=a'; fi; exit 1",
+            f = flag.display()
+        );
+        let mut p = Proc::new("p", PathBuf::from("sh"), vec!["-c".into(), script], log.clone())
+            .ready_when_logged("Relaying");
+        p.start().unwrap();
+        until_exits(&mut p, 1).await;
+        assert_eq!((p.exits, p.exits_when_ready), (1, 1), "exited after its ready line");
+
+        std::fs::write(&flag, b"").unwrap();
+        p.start().unwrap();
+        until_exits(&mut p, 2).await;
+        assert_eq!((p.exits, p.exits_when_ready), (2, 1), "a start-up refused, the earlier run's line aside");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("Relaying") && text.contains("refused"), "{text}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 }

@@ -83,6 +83,9 @@ pub(crate) struct Chaos {
     pub(crate) consumer_kills: u32,
     /// Relay exits the harness did not cause (start-up refused during an outage).
     pub(crate) relay_exits: u32,
+    /// Of those, the exits of a daemon that had started relaying (its log said [`RELAYING`]
+    /// since its start): not a refusal at start.
+    pub(crate) relay_exits_relaying: u32,
     /// Relay log lines that show a panic (the daemons' and the writers', whose relay runs in
     /// their process).
     pub(crate) relay_panics: u32,
@@ -117,6 +120,10 @@ pub(crate) struct Outages {
 }
 
 pub(crate) const RELAYS: usize = 3;
+
+/// What `outbox relay` logs once a store's relay runs (`commands/relay.rs`): a daemon that
+/// exits after it has been relaying did not refuse its start.
+const RELAYING: &str = "Relaying";
 const KEYS: u32 = 24;
 
 /// The server whose connections a fault strikes.
@@ -253,12 +260,10 @@ async fn run_load(
             );
         }
         let args = vec!["relay".into(), "--config".into(), cfg.display().to_string()];
-        relays.push(Proc::new(
-            format!("relay-{i}"),
-            outbox.to_path_buf(),
-            args,
-            dir.join(format!("relay-{i}.log")),
-        ));
+        relays.push(
+            Proc::new(format!("relay-{i}"), outbox.to_path_buf(), args, dir.join(format!("relay-{i}.log")))
+                .ready_when_logged(RELAYING),
+        );
     }
     let rate = match profile {
         Profile::Short => 20,
@@ -542,6 +547,7 @@ async fn run_load(
     }
     for r in &relays {
         chaos.relay_exits += r.exits;
+        chaos.relay_exits_relaying += r.exits_when_ready;
     }
     for p in relays.iter().chain(&writers) {
         let text = std::fs::read_to_string(p.log()).unwrap_or_default();
@@ -587,8 +593,12 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
         drain.as_secs_f64()
     );
     println!(
-        "  faults: {} relay SIGKILLs, {} relay SIGTERMs ({} not graceful), {} relay start-up refusals/exits",
-        c.relay_sigkills, c.relay_sigterms, c.bad_graceful_stops, c.relay_exits
+        "  faults: {} relay SIGKILLs, {} relay SIGTERMs ({} not graceful); relay exits: {} start-ups refused, {} while relaying",
+        c.relay_sigkills,
+        c.relay_sigterms,
+        c.bad_graceful_stops,
+        c.relay_exits - c.relay_exits_relaying,
+        c.relay_exits_relaying
     );
     println!(
         "          broker: {} cuts, {} black-holes, {} slowdowns, {} server crashes; database: {} cuts, {} black-holes, {} slowdowns, {} server crashes",
@@ -615,8 +625,8 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
 }
 
 impl Chaos {
-    /// What failed beside the guarantees: graceful stops, panics, and relays whose part never
-    /// ran (empty when none).
+    /// What failed beside the guarantees: graceful stops, panics, daemons that exited on their
+    /// own after their start, and relays whose part never ran (empty when none).
     pub(crate) fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         if self.bad_graceful_stops > 0 {
@@ -624,6 +634,12 @@ impl Chaos {
         }
         if self.relay_panics > 0 {
             out.push(format!("{} relay log lines show a panic", self.relay_panics));
+        }
+        if self.relay_exits_relaying > 0 {
+            out.push(format!(
+                "{} times a relay daemon exited on its own after it had started relaying (see relay-*.log)",
+                self.relay_exits_relaying
+            ));
         }
         if self.relay_writer_sent == 0 {
             out.push("the relay in the writer's process sent nothing".to_owned());
@@ -634,5 +650,22 @@ impl Chaos {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A daemon that exited on its own while relaying fails the run; start-ups refused during
+    /// outages do not.
+    #[test]
+    fn a_daemon_exit_while_relaying_fails_the_run_and_refused_start_ups_do_not() {
+        let ran = Chaos { relay_writer_sent: 1, daemon_sent: vec![1; RELAYS], ..Chaos::default() };
+        let refused = Chaos { relay_exits: 40, ..ran.clone() };
+        assert!(refused.failures().is_empty(), "{:?}", refused.failures());
+        let exited = Chaos { relay_exits: 41, relay_exits_relaying: 1, ..ran };
+        let failed = exited.failures();
+        assert!(failed.len() == 1 && failed[0].contains("exited on its own"), "{failed:?}");
     }
 }
