@@ -2,13 +2,13 @@
 //! ([`crate::decide`]), gate and publish ([`crate::dispatch`]), plan the writes
 //! ([`crate::settle`]), write them back, then alert for what failed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use outbox_core::{MessageId, OutboxMessage, Outcome, Status};
-use outbox_store::{DeliveryState, Hold, RelayStore, SettleReport, Settlement};
+use outbox_store::{DeliveryState, Hold, RelayStore, RunAfter, RunsTold, SettleReport, Settlement};
 
 use crate::decide::{decide, Decision, Rules};
 use crate::dispatch::Item;
@@ -23,6 +23,21 @@ type Routes = Vec<Vec<usize>>;
 /// Per (message, destination): the result, once known.
 type Results = Vec<Vec<Option<TargetResult>>>;
 
+/// What a batch owes the runs of its keys across claims ([`outbox_store::Claimed::after`]).
+#[derive(Debug, Default)]
+pub(crate) struct Runs {
+    /// Keys whose older messages another batch in flight holds: none of the key's messages
+    /// here goes out before that batch has delivered all of its own.
+    pub(crate) after: Vec<RunAfter>,
+    /// Where this batch tells which of its keys it delivered in full.
+    pub(crate) told: Option<RunsTold>,
+    /// Keys of the claim not delivered in full whatever happens here: messages of them were
+    /// taken out of the batch (held back, see `Inner::without_held_back`).
+    pub(crate) blocked: HashSet<String>,
+    /// The claim's runs stopped at their length (see `outbox_store::Claimed::runs_cut`).
+    pub(crate) cut: bool,
+}
+
 /// Publishes and settles one claimed batch. A locked claim's transaction is committed by the
 /// settlement, or rolled back when this returns early (its rows are then due again).
 ///
@@ -31,11 +46,20 @@ pub(crate) async fn process<S: RelayStore>(
     inner: &Inner<S>,
     batch: Vec<OutboxMessage>,
     mut hold: Hold<S::Lock>,
+    runs: Runs,
 ) -> bool {
+    let Runs { after, told, mut blocked, cut: _ } = runs;
     let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
+    // Dropped untold on every early return: the batches continuing this one's runs then hold
+    // them back.
     let Some(prior) = read_state(inner, &batch, &routes, &mut hold).await else { return false };
     let (mut results, to_publish) = decide_all(inner, &batch, &routes, &prior);
-    publish_all(inner, &batch, to_publish, &mut results).await;
+    // Runs continued from a batch still in flight wait for its word on their keys.
+    blocked.extend(wait_for_runs(inner, after).await);
+    publish_all(inner, &batch, to_publish, &mut results, &blocked).await;
+    if let Some(told) = told {
+        told.tell(delivered_keys(&batch, &results, &blocked));
+    }
     let (settlement, alerts) = plan_writes(inner, &batch, &routes, &results);
     let Some(report) = write_back(inner, &batch, &settlement, hold).await else {
         let pause = inner.settle_failed();
@@ -49,6 +73,35 @@ pub(crate) async fn process<S: RelayStore>(
         && report.settled == batch.len();
     after_settle(inner, &batch, &report, alerts).await;
     all_sent
+}
+
+/// Waits for the word of the batches whose runs `after` continues, each at most the lease (a
+/// claim's transaction idle longer than that is ended by the database anyway): the keys not
+/// delivered in full there, whose messages here are held back.
+async fn wait_for_runs<S: RelayStore>(inner: &Inner<S>, after: Vec<RunAfter>) -> Vec<String> {
+    let mut not = Vec::new();
+    let deadline = Instant::now() + inner.cfg.lease;
+    for mut a in after {
+        let within = deadline.saturating_duration_since(Instant::now());
+        if !a.delivered(within).await {
+            not.push(a.key().to_owned());
+        }
+    }
+    not
+}
+
+/// The keys of `batch` whose every message was delivered to every destination (or found done),
+/// leaving out `blocked`.
+fn delivered_keys(batch: &[OutboxMessage], results: &Results, blocked: &HashSet<String>) -> HashSet<String> {
+    let mut keys: HashMap<&str, bool> = HashMap::new();
+    for (mi, m) in batch.iter().enumerate() {
+        let Some(k) = m.key.as_deref() else { continue };
+        let done = results[mi]
+            .iter()
+            .all(|r| matches!(r, Some(TargetResult::Delivered { .. } | TargetResult::AlreadyDone)));
+        *keys.entry(k).or_insert(true) &= done;
+    }
+    keys.into_iter().filter(|(k, done)| *done && !blocked.contains(*k)).map(|(k, _)| k.to_owned()).collect()
 }
 
 /// Whether a message routed to `route` keeps per-destination rows: it fans out, or one of its
@@ -132,9 +185,11 @@ async fn publish_all<S: RelayStore>(
     batch: &[OutboxMessage],
     to_publish: Vec<Vec<Item>>,
     results: &mut Results,
+    blocked: &HashSet<String>,
 ) {
     let mut waves = Waves::new(batch.iter().map(|m| (m.id.0, m.key.as_deref())));
-    if waves.count() <= 1 {
+    waves.hold_keys(blocked.iter().map(String::as_str));
+    if waves.count() <= 1 && blocked.is_empty() {
         return publish_wave(inner, batch, to_publish, results).await;
     }
     for w in 0..waves.count() {

@@ -12,7 +12,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
-use crate::batch::process;
+use crate::batch::{process, Runs};
 use crate::pace::ScanPace;
 use crate::relay::Relay;
 use crate::stats::{ClaimKind, RelayStats};
@@ -320,11 +320,18 @@ impl<S: RelayStore> Relay<S> {
             // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
             let claimed = claimed.map(|c| {
                 let n = c.messages.len();
-                let batch = inner.without_held_back(c.messages);
+                let (batch, blocked) = inner.without_held_back(c.messages);
+                if !c.after.is_empty() {
+                    let keys: std::collections::HashSet<&str> = c.after.iter().map(|a| a.key()).collect();
+                    let continued =
+                        batch.iter().filter(|m| m.key.as_deref().is_some_and(|k| keys.contains(k)));
+                    RelayStats::add(&inner.stats.runs_continued, continued.count());
+                }
+                let runs = Runs { after: c.after, told: c.told, blocked, cut: c.runs_cut };
                 if batch.is_empty() && n > 0 {
-                    (batch, Hold::Lease, true)
+                    (batch, Hold::Lease, true, runs)
                 } else {
-                    (batch, c.hold, c.left_behind)
+                    (batch, c.hold, c.left_behind, runs)
                 }
             });
             if claimed.is_ok() && !by_id {
@@ -335,7 +342,7 @@ impl<S: RelayStore> Relay<S> {
             let idle_by_id = pushes
                 && idle
                 && by_id
-                && claimed.as_ref().is_ok_and(|(batch, _, _)| {
+                && claimed.as_ref().is_ok_and(|(batch, _, _, _)| {
                     !batch.is_empty()
                         && batch.len() <= IDLE_BY_ID_MAX
                         && batch.len() == committed.len()
@@ -344,8 +351,9 @@ impl<S: RelayStore> Relay<S> {
                 });
             // Such a claim, covered: nothing left behind, no claim owed after it.
             let alone = idle_by_id && covered;
-            let claimed = claimed.map(|(batch, hold, left_behind)| (batch, hold, left_behind && !alone));
-            if let Ok((batch, _, left_behind)) = &claimed {
+            let claimed =
+                claimed.map(|(batch, hold, left_behind, runs)| (batch, hold, left_behind && !alone, runs));
+            if let Ok((batch, _, left_behind, _)) = &claimed {
                 inner.stats.count_claim(kind, batch.is_empty());
                 if !left_behind {
                     // It saw every due message and held none back behind a batch in flight
@@ -368,7 +376,7 @@ impl<S: RelayStore> Relay<S> {
                     }
                     store_backoff = (store_backoff * 2).min(Duration::from_secs(5));
                 }
-                Ok((batch, _, _)) if batch.is_empty() => {
+                Ok((batch, _, _, _)) if batch.is_empty() => {
                     drop(permit);
                     store_backoff = Duration::from_millis(100);
                     // What the look saw is not for this relay (held back, or another relay took
@@ -400,7 +408,8 @@ impl<S: RelayStore> Relay<S> {
                     inner.give_back(share).await;
                     wait_idle = true;
                 }
-                Ok((batch, hold, left_behind)) => {
+                Ok((batch, hold, left_behind, runs)) => {
+                    let runs_cut = runs.cut;
                     window_next = by_id && !alone;
                     let partial = batch.len() < cfg.batch_size;
                     pace.found(Instant::now());
@@ -431,7 +440,7 @@ impl<S: RelayStore> Relay<S> {
                     let (started, claims_at) =
                         (claims_unsure.clone(), claims_unsure.load(std::sync::atomic::Ordering::Acquire));
                     tasks.spawn(async move {
-                        let all_sent = process(&inner2, batch, hold).await;
+                        let all_sent = process(&inner2, batch, hold, runs).await;
                         drop(permit);
                         inner2.give_back(share).await;
                         // Younger messages with the same keys may be claimable now: a claim
@@ -464,8 +473,10 @@ impl<S: RelayStore> Relay<S> {
                     // one waits for a wake-up (a commit, a NOTIFY, this batch settling) or the
                     // scan, instead of finding nothing while this batch is out. A store with a
                     // trickle of messages so uses one pooled connection at a time.
+                    // Unless a key's run stopped at the run's length: a claim now continues it
+                    // behind this batch (published once this one has delivered the key's).
                     after_full = !partial;
-                    if partial {
+                    if partial && !runs_cut {
                         tokio::select! {
                             _ = shutdown.cancelled() => break,
                             _ = inner.signal.notified() => by_wake = true,

@@ -1,6 +1,6 @@
 //! The [`Relay`] and the state its claim loop and batches share.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -85,14 +85,39 @@ impl<S: RelayStore> Inner<S> {
     }
 
     /// Removes held-back messages from a claimed batch (they are left as they are).
-    pub(crate) fn without_held_back(&self, batch: Vec<OutboxMessage>) -> Vec<OutboxMessage> {
+    ///
+    /// A message held back holds back the younger ones of its key in the batch too (a run
+    /// claimed behind it), so that none overtakes it; their keys are returned, as keys whose
+    /// run this batch does not deliver in full.
+    pub(crate) fn without_held_back(
+        &self,
+        batch: Vec<OutboxMessage>,
+    ) -> (Vec<OutboxMessage>, HashSet<String>) {
         let mut h = self.health();
+        let mut blocked = HashSet::new();
         if h.held_back.is_empty() {
-            return batch;
+            return (batch, blocked);
         }
         let now = Instant::now();
         h.held_back.retain(|_, until| *until > now);
-        batch.into_iter().filter(|m| !h.held_back.contains_key(&m.id)).collect()
+        // The oldest held-back id of each key.
+        let mut first: HashMap<&str, i64> = HashMap::new();
+        for m in batch.iter().filter(|m| h.held_back.contains_key(&m.id)) {
+            if let Some(k) = m.key.as_deref() {
+                let e = first.entry(k).or_insert(m.id.0);
+                *e = (*e).min(m.id.0);
+            }
+        }
+        let keep: Vec<bool> = batch
+            .iter()
+            .map(|m| {
+                !h.held_back.contains_key(&m.id)
+                    && m.key.as_deref().and_then(|k| first.get(k)).is_none_or(|&f| m.id.0 < f)
+            })
+            .collect();
+        blocked.extend(first.keys().map(|k| (*k).to_owned()));
+        let batch = batch.into_iter().zip(keep).filter(|(_, k)| *k).map(|(m, _)| m).collect();
+        (batch, blocked)
     }
 
     /// Counts a share of the budget this relay took.

@@ -51,6 +51,12 @@ impl<'a> Waves<'a> {
         self.rank[mi]
     }
 
+    /// Holds back every message of `keys` from the start: their older messages, in another
+    /// batch, were not delivered.
+    pub(crate) fn hold_keys(&mut self, keys: impl IntoIterator<Item = &'a str>) {
+        self.held.extend(keys);
+    }
+
     /// Whether message `mi` is held back: an older message of its key was not delivered.
     pub(crate) fn is_held(&self, mi: usize) -> bool {
         self.keys[mi].is_some_and(|k| self.held.contains(k))

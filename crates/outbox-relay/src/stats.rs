@@ -97,6 +97,10 @@ pub struct RelayStats {
     pub idle_ticks: AtomicU64,
     /// Messages claimed.
     pub claimed: AtomicU64,
+    /// Messages claimed behind a batch of this relay still in flight that holds the older
+    /// messages of their key (a run continued across batches, published once that batch has
+    /// delivered the key's: `outbox_store::Claimed::after`).
+    pub runs_continued: AtomicU64,
     /// Messages claimed by a scan that the `idle_interval` timer started (no wake-up came):
     /// the slow path. The others were claimed on a wake-up (after-commit signal, `NOTIFY`) or
     /// while the relay was busy, so `1 - claimed_on_scan / claimed` is the fast-path share.

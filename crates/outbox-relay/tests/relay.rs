@@ -307,6 +307,51 @@ where
     assert_eq!(t.max_concurrent_same_id(), 1);
 }
 
+/// A few hot keys with batches of 8 and runs of 4: a key's run is cut at its length, and the
+/// relay's next claim, made while that batch is in flight, continues the run behind it (locked
+/// claims: PostgreSQL, MySQL/MariaDB). Failures injected mid-run must hold back the continuing batch's
+/// messages of that key: every key's deliveries strictly increase by id, each message is
+/// delivered once, and runs were continued (so the order was kept across batches, not by
+/// their absence).
+async fn runs_continued_behind_a_batch_in_flight_keep_key_order<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    // Publishing takes a while, so that the next claim runs while a batch is out.
+    t.set_delay(Duration::from_millis(5));
+    let mut ids = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..240 {
+        let msg = NewMessage::new("order.updated", format!("{i}")).key(format!("k{}", i % 2));
+        ids.push(tx.enqueue(&msg).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    for (i, id) in ids.iter().enumerate() {
+        if i % 11 == 5 {
+            t.fail_message(*id, 1, Outcome::retryable("transient"));
+        }
+    }
+    let cfg = RelayConfig { batch_size: 8, max_run: 4, max_in_flight_batches: 2, ..config("r0") };
+    let running =
+        start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(20))));
+    eventually("every message sent", || all_in(&outbox, &ids, Status::Sent)).await;
+    let continued = RelayStats::get(&running.stats.runs_continued);
+    running.stop().await;
+    let mut last: HashMap<String, MessageId> = HashMap::new();
+    for env in t.delivered() {
+        let k = env.key.clone().unwrap();
+        if let Some(prev) = last.get(&k) {
+            assert!(env.id > *prev, "key {k}: {} delivered after {}", env.id, prev);
+        }
+        last.insert(k, env.id);
+    }
+    for id in &ids {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
+    assert!(continued > 0, "no run was continued behind a batch in flight");
+}
+
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
 where
     Outbox<DB>: RelayStore,
@@ -848,12 +893,14 @@ mod locked {
     case!(outbox_testkit::fresh_pg, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
     // Only a locked claim can take a row the database refuses every change to (a lease is one).
     case!(outbox_testkit::fresh_pg, a_row_nothing_can_be_written_for_is_not_republished, true);
+    case!(outbox_testkit::fresh_pg, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
 
     mod mysql {
         use super::*;
 
         case!(outbox_testkit::fresh_mysql, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
         case!(outbox_testkit::fresh_mysql, a_row_nothing_can_be_written_for_is_not_republished, true);
+        case!(outbox_testkit::fresh_mysql, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
     }
 }
 

@@ -254,7 +254,14 @@ fn lift<L>(c: Claimed<L>, wrap: impl FnOnce(L) -> AnyLock) -> Claimed<AnyLock> {
         Hold::Lease => Hold::Lease,
         Hold::Lock(l) => Hold::Lock(wrap(l)),
     };
-    Claimed { messages: c.messages, hold, left_behind: c.left_behind }
+    Claimed {
+        messages: c.messages,
+        hold,
+        left_behind: c.left_behind,
+        after: c.after,
+        told: c.told,
+        runs_cut: c.runs_cut,
+    }
 }
 
 /// The lock held for `$variant`'s outbox, or a lease; returns a `Config` error when the lock is

@@ -455,6 +455,63 @@ async fn a_claim_of_committed_ids_keeps_key_order_and_looks_no_further<DB: Outbo
     assert_eq!(got(&c), vec![older]);
 }
 
+/// Locked claims (PostgreSQL, MySQL/MariaDB): a key's run cut at the run's length is continued by the same
+/// relay's next claim while the first is in flight, from the newest message it holds, and the
+/// continuing claim learns whether the first delivered the key's messages. Another relay takes
+/// nothing of the key; a run that reached the end of its key's due messages is not continued.
+async fn a_run_cut_at_its_length_is_continued_behind_its_claim<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let mut a = Vec::new();
+    for _ in 0..10 {
+        a.push(enqueue(NewMessage::new("t", "{}").key("a")).await);
+    }
+    let b1 = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let b2 = enqueue(NewMessage::new("t", "{}").key("b")).await;
+    let ids = |c: &outbox_store::Claimed<_>| c.messages.iter().map(|m| m.id).collect::<Vec<_>>();
+
+    let mut first = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 4, LEASE).await.unwrap();
+    assert_eq!(ids(&first), [a[0], a[1], a[2], a[3], b1, b2]);
+    assert!(first.runs_cut, "a's run stopped at 4 of 10");
+    assert!(first.after.is_empty());
+
+    let second = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 4, LEASE).await.unwrap();
+    assert_eq!(ids(&second), [a[4], a[5], a[6], a[7]], "a continued, b (run ended) not");
+    assert_eq!(second.after.iter().map(|r| r.key()).collect::<Vec<_>>(), ["a"]);
+    assert!(second.runs_cut);
+
+    let other = outbox.claim_runs(ClaimMode::Lock, "relay-b", 100, 4, LEASE).await.unwrap();
+    assert!(other.messages.is_empty(), "{:?}", ids(&other));
+
+    // The first claim tells that it delivered a's messages: the second may publish its own.
+    let mut waits = second.after;
+    first.told.take().unwrap().tell(HashSet::from(["a".to_owned()]));
+    assert!(waits[0].delivered(Duration::from_secs(5)).await);
+
+    // A third claim continues from the second's newest (a[7]), to the end of a's due messages.
+    let third = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 4, LEASE).await.unwrap();
+    assert_eq!(ids(&third), [a[8], a[9]]);
+    assert!(!third.runs_cut, "a's due messages ended before the run's length");
+    let mut after_second: Vec<_> = third.after;
+    // The second ends without telling (its batch given up): nothing of a may go in the third.
+    drop(second.told);
+    assert!(!after_second[0].delivered(Duration::from_secs(5)).await);
+    // Settled with nothing to write: committed, the rows free again once the calls return.
+    for hold in [third.hold, second.hold, first.hold] {
+        outbox.settle_held(hold, "relay-a", &Settlement::default()).await.unwrap();
+    }
+    let again = outbox.claim_runs(ClaimMode::Lock, "relay-a", 100, 4, LEASE).await.unwrap();
+    assert_eq!(ids(&again), [a[0], a[1], a[2], a[3], b1, b2], "every claim settled with nothing written");
+    assert!(again.after.is_empty());
+}
+
+suite!(
+    [postgres_runs = outbox_testkit::fresh_pg, mysql_runs = outbox_testkit::fresh_mysql],
+    [a_run_cut_at_its_length_is_continued_behind_its_claim]
+);
+
 suite!(
     [postgres = outbox_testkit::fresh_pg, mysql = outbox_testkit::fresh_mysql],
     [

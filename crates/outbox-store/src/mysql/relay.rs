@@ -303,9 +303,11 @@ async fn lock_candidates(
     committed: &[MessageId],
     limit: usize,
     run: usize,
-    exact: bool,
+    locked_by: Option<&str>,
     bound: Option<Duration>,
 ) -> Result<Candidates> {
+    // A locked claim (of this owner) locks first and probes exactly; a lease claim need not.
+    let exact = locked_by.is_some();
     let tables = outbox.tables();
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     let mut tx = match bound {
@@ -326,7 +328,7 @@ async fn lock_candidates(
             if !poison.is_empty() {
                 FAIL.fail_poison(&mut tx, tables, "", &poison).await;
             }
-            return Ok((tx, kept, poison, true));
+            return Ok((tx, kept, poison, true, Runs::default()));
         }
     }
     let found: Vec<Candidate> = sqlx::query_as(&render(tables, CANDIDATES))
@@ -365,11 +367,28 @@ async fn lock_candidates(
             poison.extend(bad);
         }
     }
+    let mut cut = HashSet::new();
     if let Some(plan) =
         runs::plan(&kept, limit.saturating_sub(poison.len()), run).filter(|_| followers_possible)
     {
         let more = lock_runs(&mut tx, tables, &plan).await?;
+        cut = runs::cut_at_length(&plan, &more);
         kept.extend(more);
+    }
+    // A locked claim continues the runs its owner's batches in flight hold, with the room left
+    // (see `runs::continuing`; PostgreSQL's `claim_locked` does the same).
+    let mut after = Vec::new();
+    let room = limit.saturating_sub(kept.len() + poison.len());
+    if let Some(owner) = locked_by.filter(|_| room > 0 && run > 1) {
+        let taken: HashSet<&str> = kept.iter().filter_map(|m| m.key.as_deref()).collect();
+        let held_runs = outbox.in_flight.runs_held(owner, &taken);
+        if let Some((plan, runs_held)) = runs::continuing(held_runs, room, run) {
+            let more = lock_runs(&mut tx, tables, &plan).await?;
+            let keys: HashSet<&str> = more.iter().filter_map(|m| m.key.as_deref()).collect();
+            after = runs_held.iter().filter(|r| keys.contains(r.key.as_str())).map(|r| r.after()).collect();
+            cut.extend(runs::cut_at_length(&plan, &more));
+            kept.extend(more);
+        }
     }
     // Nothing left behind when the window held every due row, each heading its key, and the
     // batch was not filled (see `Claimed::left_behind`).
@@ -379,7 +398,7 @@ async fn lock_candidates(
         // The rows are locked by this transaction (`pending`): fail them in it.
         FAIL.fail_poison(&mut tx, tables, "", &poison).await;
     }
-    Ok((tx, kept, poison, left_behind))
+    Ok((tx, kept, poison, left_behind, Runs { cut, after }))
 }
 
 /// The oldest open message of every open key (step 3): a full walk, or one from each key's
@@ -442,7 +461,15 @@ async fn walk_heads(tx: &mut sqlx::Transaction<'static, MySql>, outbox: &Outbox<
 
 /// What [`lock_candidates`] found: the claim's transaction, the messages locked, the rows that
 /// could not be read, and whether due rows were left behind (`Claimed::left_behind`).
-type Candidates = (sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>, bool);
+type Candidates = (sqlx::Transaction<'static, MySql>, Vec<OutboxMessage>, Vec<Poison>, bool, Runs);
+
+/// A locked claim's runs across claims: the keys whose run stopped at the run's length, and the
+/// runs of batches in flight it continued (see `runs::continuing`).
+#[derive(Default)]
+struct Runs {
+    cut: HashSet<String>,
+    after: Vec<crate::relay::RunAfter>,
+}
 
 /// One message `failed` with its reason, for a row this relay holds (`pending` under its lock,
 /// `sending` under its lease): a row that cannot be read, or whose outcome could not be
@@ -716,7 +743,7 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept, _poison, _) = lock_candidates(self, &[], limit, run, false, None).await?;
+        let (mut tx, mut kept, _poison, _, _) = lock_candidates(self, &[], limit, run, None, None).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -742,7 +769,7 @@ impl Outbox<MySql> {
 
     async fn claim_locked(
         &self,
-        _owner: &str,
+        owner: &str,
         committed: &[MessageId],
         limit: usize,
         run: usize,
@@ -753,8 +780,8 @@ impl Outbox<MySql> {
         }
         let bounded_in_begin = self.has_idle_transaction_timeout.load(Ordering::Relaxed);
         let bound = bounded_in_begin.then_some(lease);
-        let (mut tx, kept, poison, left_behind) =
-            lock_candidates(self, committed, limit, run, true, bound).await?;
+        let (mut tx, kept, poison, left_behind, runs) =
+            lock_candidates(self, committed, limit, run, Some(owner), bound).await?;
         if kept.is_empty() && bounded_in_begin {
             // The bound was set in the `BEGIN`'s round trip: back to the server's default for
             // whoever uses the connection next (an error here ends the claim: nothing is held).
@@ -778,8 +805,20 @@ impl Outbox<MySql> {
             }
             return Ok(Claimed::nothing(left_behind));
         }
-        let lock = crate::relay::RowLock::new(tx, &kept, self.tables(), &self.in_flight, lease);
-        Ok(Claimed::locked(kept, lock, left_behind))
+        let (lock, told) = crate::relay::RowLock::with_runs(
+            tx,
+            &kept,
+            &runs.cut,
+            self.tables(),
+            &self.in_flight,
+            owner,
+            lease,
+        );
+        let mut claimed = Claimed::locked(kept, lock, left_behind);
+        claimed.runs_cut = !runs.cut.is_empty();
+        claimed.after = runs.after;
+        claimed.told = Some(told);
+        Ok(claimed)
     }
 
     async fn settle_locked(&self, claim: MySqlLock, owner: &str, s: &Settlement) -> Result<SettleReport> {

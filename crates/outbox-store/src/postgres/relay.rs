@@ -1101,6 +1101,31 @@ impl Outbox<Postgres> {
         // relay's lease), which no batch's settlement makes claimable. A claim by id looked
         // at nothing else.
         let left_behind = by_id || followers_possible || out.len() + poison.len() >= max;
+        let mut cut = std::collections::HashSet::new();
+        if let Some(plan) = runs::plan(&out, max, run).filter(|_| followers_possible && !by_id) {
+            let more = lock_runs(&mut tx, tables, &plan).await?;
+            cut = runs::cut_at_length(&plan, &more);
+            out.extend(more);
+        }
+        // Runs this process holds in its batches in flight, continued behind them with the room
+        // left (see `runs::continuing`): with a few hot keys every head is in flight, and
+        // without this the claim took nothing until those batches settled.
+        let mut after = Vec::new();
+        let room = max.saturating_sub(out.len() + poison.len());
+        if !by_id && room > 0 && run > 1 {
+            let taken: std::collections::HashSet<&str> =
+                out.iter().filter_map(|m| m.key.as_deref()).collect();
+            let held = self.in_flight.runs_held(owner, &taken);
+            if let Some((plan, runs_held)) = runs::continuing(held, room, run) {
+                let more = lock_runs(&mut tx, tables, &plan).await?;
+                let keys: std::collections::HashSet<&str> =
+                    more.iter().filter_map(|m| m.key.as_deref()).collect();
+                after =
+                    runs_held.iter().filter(|r| keys.contains(r.key.as_str())).map(|r| r.after()).collect();
+                cut.extend(runs::cut_at_length(&plan, &more));
+                out.extend(more);
+            }
+        }
         if out.is_empty() {
             if !poison.is_empty() {
                 tx.commit().await.map_err(db)?;
@@ -1109,13 +1134,14 @@ impl Outbox<Postgres> {
             }
             return Ok(Claimed::nothing(left_behind));
         }
-        if let Some(plan) = runs::plan(&out, max, run).filter(|_| followers_possible && !by_id) {
-            let more = lock_runs(&mut tx, tables, &plan).await?;
-            out.extend(more);
-        }
         out.sort_by_key(|m| m.id);
-        let lock = crate::relay::RowLock::new(tx, &out, self.tables(), &self.in_flight, lease);
-        Ok(Claimed::locked(out, lock, left_behind))
+        let (lock, told) =
+            crate::relay::RowLock::with_runs(tx, &out, &cut, self.tables(), &self.in_flight, owner, lease);
+        let mut claimed = Claimed::locked(out, lock, left_behind);
+        claimed.after = after;
+        claimed.told = Some(told);
+        claimed.runs_cut = !cut.is_empty();
+        Ok(claimed)
     }
 
     /// Writes the settlement in the claim's transaction and commits.

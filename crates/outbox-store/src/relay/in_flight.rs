@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use outbox_core::MessageId;
+use tokio::sync::watch;
 
 /// The ids held by this process's unsettled locked claims over one outbox (shared by the
 /// outbox's clones), each until its claim's lease has run out: a claim that outlives its lease
@@ -30,20 +31,106 @@ struct Registry {
     /// Each id's claim (a number of this register's) and when its lease runs out.
     ids: HashMap<i64, (u64, Instant)>,
     claims: u64,
+    /// Per live claim that holds keyed messages: the runs it holds, for a later claim to
+    /// continue (see [`RunsHeld`]).
+    runs: HashMap<u64, ClaimRuns>,
+}
+
+/// The keys one claim holds, each with its newest id there, and what its publication made of
+/// them once the relay tells.
+#[derive(Debug)]
+struct ClaimRuns {
+    owner: String,
+    until: Instant,
+    last: HashMap<String, i64>,
+    told: watch::Receiver<Verdict>,
+}
+
+/// The keys whose every message in a claim was delivered to every destination, once the relay
+/// has published the claim's batch (`None` before).
+type Verdict = Option<Arc<HashSet<String>>>;
+
+/// A key's run held by a claim of this process not settled yet, which a later claim may
+/// continue: its newest id held, and how to learn whether that claim delivered all of it.
+#[derive(Debug, Clone)]
+pub(crate) struct RunHeld {
+    pub(crate) key: String,
+    pub(crate) last: i64,
+    told: watch::Receiver<Verdict>,
+}
+
+impl RunHeld {
+    /// What a claim that continues this run waits on before it publishes any of it.
+    pub(crate) fn after(&self) -> super::RunAfter {
+        super::RunAfter { key: self.key.clone(), told: self.told.clone() }
+    }
 }
 
 impl InFlight {
     /// Registers `ids` as held for at most `lease`, and until the returned guard is dropped.
+    #[cfg(test)]
     pub(crate) fn hold(self: &Arc<Self>, ids: &[MessageId], lease: Duration) -> Held {
-        let ids: Vec<i64> = ids.iter().map(|m| m.0).collect();
+        self.hold_runs(ids.iter().map(|m| (m.0, None)), "", lease).0
+    }
+
+    /// [`InFlight::hold`] of `(id, key)` per message, which also registers the claim's keys,
+    /// each with its newest id, as runs a later claim of `owner` may continue
+    /// ([`InFlight::runs_held`]) until the guard is dropped; the relay tells what became of
+    /// them through the returned [`super::RunsTold`].
+    pub(crate) fn hold_runs<'a>(
+        self: &Arc<Self>,
+        messages: impl IntoIterator<Item = (i64, Option<&'a str>)>,
+        owner: &str,
+        lease: Duration,
+    ) -> (Held, super::RunsTold) {
+        let mut ids = Vec::new();
+        let mut last: HashMap<String, i64> = HashMap::new();
+        for (id, key) in messages {
+            ids.push(id);
+            if let Some(k) = key {
+                let newest = last.entry(k.to_owned()).or_insert(id);
+                *newest = (*newest).max(id);
+            }
+        }
+        let (tell, told) = watch::channel(None);
         let mut claim = 0;
         if let Ok(mut reg) = self.0.lock() {
             reg.claims += 1;
             claim = reg.claims;
             let until = Instant::now() + lease;
             reg.ids.extend(ids.iter().map(|id| (*id, (claim, until))));
+            if !last.is_empty() {
+                reg.runs.insert(claim, ClaimRuns { owner: owner.to_owned(), until, last, told });
+            }
         }
-        Held { set: Arc::clone(self), claim, ids }
+        (Held { set: Arc::clone(self), claim, ids }, super::RunsTold { tell })
+    }
+
+    /// The runs `owner`'s claims hold now (their lease not run out), one per key: the newest
+    /// id of the key held by any of them, with the claim that holds it, leaving out `except`.
+    /// In id order of those newest ids. Only a relay's own: another relay, even in this
+    /// process, takes nothing of a key while a claim holds its head, as across processes.
+    pub(crate) fn runs_held(&self, owner: &str, except: &HashSet<&str>) -> Vec<RunHeld> {
+        let now = Instant::now();
+        let Ok(reg) = self.0.lock() else { return Vec::new() };
+        let mut newest: HashMap<&str, (i64, &watch::Receiver<Verdict>)> = HashMap::new();
+        for runs in reg.runs.values().filter(|r| r.until > now && r.owner == owner) {
+            for (k, &id) in &runs.last {
+                if except.contains(k.as_str()) {
+                    continue;
+                }
+                let e = newest.entry(k.as_str()).or_insert((id, &runs.told));
+                if id > e.0 {
+                    *e = (id, &runs.told);
+                }
+            }
+        }
+        let mut out: Vec<RunHeld> = newest
+            .into_iter()
+            .map(|(k, (last, told))| RunHeld { key: k.to_owned(), last, told: told.clone() })
+            .collect();
+        out.sort_by_key(|r| r.last);
+        out
     }
 
     /// The ids held now (their lease not run out), as a set.
@@ -117,6 +204,7 @@ pub(crate) struct Held {
 impl Drop for Held {
     fn drop(&mut self) {
         if let Ok(mut reg) = self.set.0.lock() {
+            reg.runs.remove(&self.claim);
             for id in &self.ids {
                 if reg.ids.get(id).is_some_and(|(claim, _)| *claim == self.claim) {
                     reg.ids.remove(id);
@@ -140,6 +228,47 @@ mod tests {
         assert_eq!(held_window(10, 256, 1100), 1346);
         assert_eq!(held_window(10, 256, 10_000), 2048);
         assert_eq!(held_window(usize::MAX, usize::MAX, usize::MAX), usize::MAX);
+    }
+
+    #[test]
+    fn runs_held_are_a_relays_own_newest_per_key_until_dropped_or_run_out() {
+        let set = Arc::new(InFlight::default());
+        let hour = Duration::from_secs(3600);
+        let keys = |runs: Vec<RunHeld>| runs.into_iter().map(|r| (r.key, r.last)).collect::<Vec<_>>();
+        let (first, _) =
+            set.hold_runs([(1, Some("a")), (2, Some("a")), (3, Some("b")), (4, None)], "r", hour);
+        let (second, _) = set.hold_runs([(7, Some("a")), (5, Some("c"))], "r", hour);
+        let (_other, _) = set.hold_runs([(9, Some("a"))], "someone else", hour);
+        assert_eq!(
+            keys(set.runs_held("r", &HashSet::new())),
+            [("b".to_owned(), 3), ("c".to_owned(), 5), ("a".to_owned(), 7)]
+        );
+        assert_eq!(keys(set.runs_held("r", &HashSet::from(["a", "c"]))), [("b".to_owned(), 3)]);
+        drop(second);
+        assert_eq!(keys(set.runs_held("r", &HashSet::new())), [("a".to_owned(), 2), ("b".to_owned(), 3)]);
+        drop(first);
+        assert!(set.runs_held("r", &HashSet::new()).is_empty());
+        let (_frozen, _) = set.hold_runs([(11, Some("d"))], "r", Duration::ZERO);
+        assert!(set.runs_held("r", &HashSet::new()).is_empty(), "a lease run out continues nothing");
+    }
+
+    #[tokio::test]
+    async fn a_continued_run_learns_whether_its_claim_delivered_the_key() {
+        let set = Arc::new(InFlight::default());
+        let hour = Duration::from_secs(3600);
+        let (_a, told) = set.hold_runs([(1, Some("a")), (2, Some("b"))], "r", hour);
+        let held = set.runs_held("r", &HashSet::new());
+        let (mut a, mut b) = (held[0].after(), held[1].after());
+        told.tell(HashSet::from(["a".to_owned()]));
+        assert!(a.delivered(hour).await);
+        assert!(!b.delivered(hour).await, "b was not delivered in full");
+        let (_c, untold) = set.hold_runs([(3, Some("c"))], "r", hour);
+        let mut c = set.runs_held("r", &HashSet::from(["a", "b"]))[0].after();
+        drop(untold);
+        assert!(!c.delivered(hour).await, "a claim that ends untold delivered nothing");
+        let (_d, _kept) = set.hold_runs([(4, Some("d"))], "r", hour);
+        let mut d = set.runs_held("r", &HashSet::from(["a", "b", "c"]))[0].after();
+        assert!(!d.delivered(Duration::from_millis(1)).await, "no word in time: not delivered");
     }
 
     #[test]

@@ -44,7 +44,7 @@ pub(crate) use head_memo::HeadMemo;
 #[cfg(feature = "mysql")]
 pub(crate) use head_memo::Walk;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(unused_imports))]
-pub(crate) use in_flight::{held_window, Held, InFlight};
+pub(crate) use in_flight::{held_window, Held, InFlight, RunHeld};
 pub(crate) use isolate::PlainTable;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
@@ -112,17 +112,42 @@ pub struct Claimed<L> {
     /// back: then nothing becomes claimable when this batch settles that was not committed
     /// after the claim. True when the store cannot tell.
     pub left_behind: bool,
+    /// Runs this claim continues: keys whose older messages another claim of this process
+    /// holds, unsettled. None of a key's messages here may be published before
+    /// [`RunAfter::delivered`] says that claim delivered all of the key's (see
+    /// [`Claims::claim_runs`]). Empty where the store does not continue runs.
+    pub after: Vec<RunAfter>,
+    /// Where the relay tells which keys of this claim it delivered in full, for the claims
+    /// that continue them. `None` where nothing can continue this claim's runs.
+    pub told: Option<RunsTold>,
+    /// Some key's run in this claim stopped at the run's length, not at the end of its due
+    /// messages: a claim made now, while this one is in flight, may continue it.
+    pub runs_cut: bool,
 }
 
 impl<L> Claimed<L> {
     /// Messages held by a lease.
     pub fn leased(messages: Vec<OutboxMessage>) -> Self {
-        Claimed { messages, hold: Hold::Lease, left_behind: true }
+        Claimed {
+            messages,
+            hold: Hold::Lease,
+            left_behind: true,
+            after: Vec::new(),
+            told: None,
+            runs_cut: false,
+        }
     }
 
     /// Messages held by `lock`; see [`Claimed::left_behind`].
     pub fn locked(messages: Vec<OutboxMessage>, lock: L, left_behind: bool) -> Self {
-        Claimed { messages, hold: Hold::Lock(lock), left_behind }
+        Claimed {
+            messages,
+            hold: Hold::Lock(lock),
+            left_behind,
+            after: Vec::new(),
+            told: None,
+            runs_cut: false,
+        }
     }
 
     /// A claim that took nothing; see [`Claimed::left_behind`]. An empty claim that says
@@ -130,7 +155,56 @@ impl<L> Claimed<L> {
     /// batch in flight (or not claimable): the batches' settlements make nothing claimable
     /// that was not committed after it.
     pub fn nothing(left_behind: bool) -> Self {
-        Claimed { messages: Vec::new(), hold: Hold::Lease, left_behind }
+        Claimed {
+            messages: Vec::new(),
+            hold: Hold::Lease,
+            left_behind,
+            after: Vec::new(),
+            told: None,
+            runs_cut: false,
+        }
+    }
+}
+
+/// A key's run that a claim continues: the older messages of the key are held by another claim
+/// of this process, which must deliver all of them before any of this claim's is published.
+#[derive(Debug)]
+pub struct RunAfter {
+    key: String,
+    told: tokio::sync::watch::Receiver<Option<std::sync::Arc<std::collections::HashSet<String>>>>,
+}
+
+impl RunAfter {
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Waits until the claim that holds the key's older messages has published them, at most
+    /// `within`: true only if it delivered every one of them to every destination. False when
+    /// it did not, when it ended without telling (given up, rolled back), or when `within`
+    /// passed first: the continuing claim then holds the key's messages back.
+    pub async fn delivered(&mut self, within: Duration) -> bool {
+        let key = self.key.as_str();
+        match tokio::time::timeout(within, self.told.wait_for(Option::is_some)).await {
+            Ok(Ok(v)) => v.as_ref().is_some_and(|keys| keys.contains(key)),
+            _ => false,
+        }
+    }
+}
+
+/// Where the relay tells which keys of a claim it delivered in full (every message of the key
+/// in the claim, to every destination): the claims that continue those keys' runs wait for it.
+/// Dropped untold, it tells those claims that nothing was delivered.
+#[derive(Debug)]
+pub struct RunsTold {
+    tell: tokio::sync::watch::Sender<Option<std::sync::Arc<std::collections::HashSet<String>>>>,
+}
+
+impl RunsTold {
+    /// Tells the keys delivered in full.
+    pub fn tell(self, delivered: std::collections::HashSet<String>) {
+        let _ = self.tell.send(Some(std::sync::Arc::new(delivered)));
     }
 }
 
@@ -160,16 +234,22 @@ pub struct RowLock<T> {
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 impl<T> RowLock<T> {
     /// The locks `tx` holds on `messages`, registered in `in_flight` (the claiming outbox's) for
-    /// at most `lease`, until this is dropped.
-    pub(crate) fn new(
+    /// at most `lease`, until this is dropped; the runs of `messages` whose key is in `cut`
+    /// (they stopped at the run's length) registered as runs a later claim of `owner` may
+    /// continue, with where the relay tells what became of them.
+    pub(crate) fn with_runs(
         tx: T,
         messages: &[OutboxMessage],
+        cut: &std::collections::HashSet<String>,
         tables: &crate::Tables,
         in_flight: &std::sync::Arc<InFlight>,
+        owner: &str,
         lease: Duration,
-    ) -> Self {
+    ) -> (Self, RunsTold) {
         let ids: Vec<MessageId> = messages.iter().map(|m| m.id).collect();
-        RowLock { held: in_flight.hold(&ids, lease), tx, ids, tables: tables.clone() }
+        let keyed = messages.iter().map(|m| (m.id.0, m.key.as_deref().filter(|k| cut.contains(*k))));
+        let (held, told) = in_flight.hold_runs(keyed, owner, lease);
+        (RowLock { held, tx, ids, tables: tables.clone() }, told)
     }
 }
 

@@ -64,6 +64,43 @@ fn plan_keys<'a>(
     Some(RunPlan { heads, per_key })
 }
 
+/// The runs a claim may continue (`held`: keys whose older messages other claims of this
+/// process hold, each with its newest id held, in id order) with `room` messages left in the
+/// claim and runs of at most `run`: the plan, whose "heads" are those newest ids (the followers
+/// read after each are the next messages of its key), and the runs it follows. `None` when
+/// nothing: runs off, no room, nothing held.
+///
+/// A message taken so has every older open message of its key held by this process (the
+/// claims that hold them took each key's head and an unbroken line behind it, or continued
+/// such a line), so what keeps per-key order is the publication: none of these is published
+/// before the claim holding the key's newest older message has delivered all of the key's
+/// ([`super::RunAfter`]).
+pub(crate) fn continuing(
+    held: Vec<super::RunHeld>,
+    room: usize,
+    run: usize,
+) -> Option<(RunPlan, Vec<super::RunHeld>)> {
+    if run <= 1 || room == 0 || held.is_empty() {
+        return None;
+    }
+    let mut held = held;
+    held.truncate(room.min(MAX_KEYS));
+    let per_key = (room / held.len()).clamp(1, run);
+    let heads = held.iter().map(|r| (r.key.clone(), r.last)).collect();
+    Some((RunPlan { heads, per_key }, held))
+}
+
+/// The keys whose run among `taken` (followers read by `plan`) stopped at the plan's length:
+/// more of the key may be due behind it, for a claim made while this one is in flight to
+/// continue ([`continuing`]).
+pub(crate) fn cut_at_length(plan: &RunPlan, taken: &[OutboxMessage]) -> HashSet<String> {
+    let mut per_key: HashMap<&str, usize> = HashMap::new();
+    for k in taken.iter().filter_map(|m| m.key.as_deref()) {
+        *per_key.entry(k).or_insert(0) += 1;
+    }
+    per_key.into_iter().filter(|&(_, n)| n >= plan.per_key).map(|(k, _)| k.to_owned()).collect()
+}
+
 /// One open message after a head, as the dialect read it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Follower {
