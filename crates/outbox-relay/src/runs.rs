@@ -8,6 +8,10 @@
 //! `pending`, not attempted, and wait behind it as they would have without runs. So a message
 //! never overtakes an older one of its key (SPEC guarantee 5), and a batch with one message
 //! per key is one wave, exactly as before.
+//!
+//! A run continued from a batch still in flight (`outbox_store::Claimed::after`) starts held
+//! back when that batch did not deliver every message of its key ([`Waves::hold_keys`]): the
+//! same rule across batches.
 
 use std::collections::{HashMap, HashSet};
 

@@ -702,6 +702,42 @@ where
     assert_eq!(status(&outbox, stuck).await.status, Status::Pending, "left as it was");
 }
 
+/// A message held back (nothing can be written for it) also holds back the younger messages of
+/// its key that a later claim brings as its run behind it: none of them is published while it
+/// waits (it stays the key's oldest open message).
+async fn a_held_back_message_holds_back_its_keys_run<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
+    install_refusing_trigger(&outbox).await;
+    let t = TestTransport::new();
+    let stuck = outbox.enqueue(&NewMessage::new("order.paid", "stuck").key("s")).await.unwrap().id;
+    let mut cfg = config("r1");
+    cfg.lease = Duration::from_secs(300);
+    let destination = Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5));
+    let running = start(relay_to(&outbox, cfg, destination));
+    eventually("the stuck one published", || async { t.delivered_count(stuck) >= 1 }).await;
+    let mut younger = Vec::new();
+    for i in 0..3 {
+        younger
+            .push(outbox.enqueue(&NewMessage::new("order.paid", format!("{i}")).key("s")).await.unwrap().id);
+    }
+    let mut others = Vec::new();
+    for i in 0..20 {
+        others.push(outbox.enqueue(&NewMessage::new("order.paid", format!("o{i}"))).await.unwrap().id);
+    }
+    eventually("the others sent", || async { all_in(&outbox, &others, Status::Sent).await }).await;
+    let claims = RelayStats::get(&running.stats.claims);
+    eventually("20 more claims", || async { RelayStats::get(&running.stats.claims) >= claims + 20 }).await;
+    running.stop().await;
+    assert_eq!(t.delivered_count(stuck), 1);
+    for id in &younger {
+        assert_eq!(t.delivered_count(*id), 0, "{id} published while the older {stuck} of its key waits");
+        assert_eq!(status(&outbox, *id).await.status, Status::Pending);
+    }
+}
+
 /// A rolling deploy: relay A does not route `new.#` yet, relay B does. A puts those messages
 /// back without spending attempts; B delivers them, in key order; nothing fails.
 async fn unrouted_messages_wait_for_a_relay_that_routes_them<DB: OutboxDatabase>(outbox: Outbox<DB>)
@@ -893,6 +929,7 @@ mod locked {
     case!(outbox_testkit::fresh_pg, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
     // Only a locked claim can take a row the database refuses every change to (a lease is one).
     case!(outbox_testkit::fresh_pg, a_row_nothing_can_be_written_for_is_not_republished, true);
+    case!(outbox_testkit::fresh_pg, a_held_back_message_holds_back_its_keys_run, true);
     case!(outbox_testkit::fresh_pg, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
 
     mod mysql {
@@ -900,6 +937,7 @@ mod locked {
 
         case!(outbox_testkit::fresh_mysql, a_killed_relays_locked_claim_is_rolled_back_at_once, true);
         case!(outbox_testkit::fresh_mysql, a_row_nothing_can_be_written_for_is_not_republished, true);
+        case!(outbox_testkit::fresh_mysql, a_held_back_message_holds_back_its_keys_run, true);
         case!(outbox_testkit::fresh_mysql, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
     }
 }

@@ -369,6 +369,12 @@ pub trait Claims: Clone + Send + Sync + 'static {
     /// behind an unbroken line of due messages of its key, all in this claim (see
     /// `relay::runs`). The relay then publishes a key's run in id order, each message only
     /// once the one before it is delivered. A store that does not build runs claims heads only.
+    ///
+    /// A locked claim may also continue a run that one of `owner`'s claims still in flight
+    /// holds and that stopped at the run's length ([`Claimed::runs_cut`]): the key's next due
+    /// messages after the newest one held, named in [`Claimed::after`], which the relay must
+    /// not publish before that claim's relay tells, through its [`Claimed::told`], that it
+    /// delivered every one of the key's.
     fn claim_runs(
         &self,
         mode: ClaimMode,
