@@ -75,6 +75,7 @@ fn plan_keys<'a>(
 /// such a line), so what keeps per-key order is the publication: none of these is published
 /// before the claim holding the key's newest older message has delivered all of the key's
 /// ([`super::RunAfter`]).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn continuing(
     held: Vec<super::RunHeld>,
     room: usize,
@@ -93,6 +94,7 @@ pub(crate) fn continuing(
 /// The keys whose run among `taken` (followers read by `plan`) stopped at the plan's length:
 /// more of the key may be due behind it, for a claim made while this one is in flight to
 /// continue ([`continuing`]).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn cut_at_length(plan: &RunPlan, taken: &[OutboxMessage]) -> HashSet<String> {
     let mut per_key: HashMap<&str, usize> = HashMap::new();
     for k in taken.iter().filter_map(|m| m.key.as_deref()) {
