@@ -679,27 +679,7 @@ where
     Outbox<DB>: RelayStore,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
-    install_refusing_trigger(&outbox).await;
-    let t = TestTransport::new();
-    let stuck = outbox.enqueue(&NewMessage::new("order.paid", "stuck")).await.unwrap().id;
-    // The row is held back for the lease: one far longer than this test can take (each wait
-    // below may last `eventually`'s 60 s), so a slow run on busy cores cannot let the hold
-    // expire, and "published once" below means "never again", not "not within 10 s".
-    let mut cfg = config("r1");
-    cfg.lease = Duration::from_secs(300);
-    let destination = Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5));
-    let running = start(relay_to(&outbox, cfg, destination));
-    eventually("the stuck one published", || async { t.delivered_count(stuck) >= 1 }).await;
-    let mut good = Vec::new();
-    for i in 0..20 {
-        good.push(outbox.enqueue(&NewMessage::new("order.paid", format!("{{\"n\":{i}}}"))).await.unwrap().id);
-    }
-    eventually("the others sent", || async { all_in(&outbox, &good, Status::Sent).await }).await;
-    let claims = RelayStats::get(&running.stats.claims);
-    eventually("20 more claims", || async { RelayStats::get(&running.stats.claims) >= claims + 20 }).await;
-    running.stop().await;
-    assert_eq!(t.delivered_count(stuck), 1, "held back for the lease, not published in a loop");
-    assert_eq!(status(&outbox, stuck).await.status, Status::Pending, "left as it was");
+    held_back(outbox, None).await;
 }
 
 /// A message held back (nothing can be written for it) also holds back the younger messages of
@@ -710,28 +690,46 @@ where
     Outbox<DB>: RelayStore,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
 {
+    held_back(outbox, Some("s")).await;
+}
+
+/// A message of which nothing can be written, with `key`, published once and then held back;
+/// with a key, three younger messages of it committed after its first publication; then 20
+/// others, which must flow.
+async fn held_back<DB: OutboxDatabase>(outbox: Outbox<DB>, key: Option<&str>)
+where
+    Outbox<DB>: RelayStore,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+{
     install_refusing_trigger(&outbox).await;
     let t = TestTransport::new();
-    let stuck = outbox.enqueue(&NewMessage::new("order.paid", "stuck").key("s")).await.unwrap().id;
+    let keyed = |m: NewMessage| match key {
+        Some(k) => m.key(k),
+        None => m,
+    };
+    let stuck = outbox.enqueue(&keyed(NewMessage::new("order.paid", "stuck"))).await.unwrap().id;
+    // The row is held back for the lease: one far longer than this test can take (each wait
+    // below may last `eventually`'s 60 s), so a slow run on busy cores cannot let the hold
+    // expire, and "published once" below means "never again", not "not within 10 s".
     let mut cfg = config("r1");
     cfg.lease = Duration::from_secs(300);
     let destination = Destination::new("broker", Arc::new(t.clone())).retry(fast_retry(5));
     let running = start(relay_to(&outbox, cfg, destination));
     eventually("the stuck one published", || async { t.delivered_count(stuck) >= 1 }).await;
     let mut younger = Vec::new();
-    for i in 0..3 {
-        younger
-            .push(outbox.enqueue(&NewMessage::new("order.paid", format!("{i}")).key("s")).await.unwrap().id);
+    for i in (0..3).filter(|_| key.is_some()) {
+        younger.push(outbox.enqueue(&keyed(NewMessage::new("order.paid", format!("{i}")))).await.unwrap().id);
     }
-    let mut others = Vec::new();
+    let mut good = Vec::new();
     for i in 0..20 {
-        others.push(outbox.enqueue(&NewMessage::new("order.paid", format!("o{i}"))).await.unwrap().id);
+        good.push(outbox.enqueue(&NewMessage::new("order.paid", format!("{{\"n\":{i}}}"))).await.unwrap().id);
     }
-    eventually("the others sent", || async { all_in(&outbox, &others, Status::Sent).await }).await;
+    eventually("the others sent", || async { all_in(&outbox, &good, Status::Sent).await }).await;
     let claims = RelayStats::get(&running.stats.claims);
     eventually("20 more claims", || async { RelayStats::get(&running.stats.claims) >= claims + 20 }).await;
     running.stop().await;
-    assert_eq!(t.delivered_count(stuck), 1);
+    assert_eq!(t.delivered_count(stuck), 1, "held back for the lease, not published in a loop");
+    assert_eq!(status(&outbox, stuck).await.status, Status::Pending, "left as it was");
     for id in &younger {
         assert_eq!(t.delivered_count(*id), 0, "{id} published while the older {stuck} of its key waits");
         assert_eq!(status(&outbox, *id).await.status, Status::Pending);
