@@ -236,6 +236,64 @@ impl BenchDb {
         Ok(())
     }
 
+    /// Puts `prefix` in front of every message key (keys of their own for a backlog written by
+    /// [`BenchDb::insert_rows`]).
+    pub(crate) async fn prefix_keys(&self, prefix: &str) -> Result<()> {
+        match &self.outbox {
+            AnyOutbox::Postgres(o) => {
+                sqlx::query("UPDATE outbox_message SET msg_key = $1 || msg_key WHERE msg_key IS NOT NULL")
+                    .bind(prefix)
+                    .execute(o.pool())
+                    .await?;
+            }
+            AnyOutbox::MySql(o) => {
+                sqlx::query(
+                    "UPDATE outbox_message SET msg_key = CONCAT(?, msg_key) WHERE msg_key IS NOT NULL",
+                )
+                .bind(prefix)
+                .execute(o.pool())
+                .await?;
+            }
+            AnyOutbox::Sqlite(o) => {
+                sqlx::query("UPDATE outbox_message SET msg_key = ?1 || msg_key WHERE msg_key IS NOT NULL")
+                    .bind(prefix)
+                    .execute(o.pool())
+                    .await?;
+            }
+            #[allow(unreachable_patterns)]
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Messages with an id up to `last` not `sent` yet.
+    pub(crate) async fn unsent_up_to(&self, last: u64) -> Result<u64> {
+        let last = i64::try_from(last).unwrap_or(i64::MAX);
+        let n: i64 = match &self.outbox {
+            AnyOutbox::Postgres(o) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE id <= $1 AND status <> 'sent'")
+                    .bind(last)
+                    .fetch_one(o.pool())
+                    .await?
+            }
+            AnyOutbox::MySql(o) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE id <= ? AND status <> 'sent'")
+                    .bind(last)
+                    .fetch_one(o.pool())
+                    .await?
+            }
+            AnyOutbox::Sqlite(o) => {
+                sqlx::query_scalar("SELECT COUNT(*) FROM outbox_message WHERE id <= ?1 AND status <> 'sent'")
+                    .bind(last)
+                    .fetch_one(o.pool())
+                    .await?
+            }
+            #[allow(unreachable_patterns)]
+            _ => 0,
+        };
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     /// Refreshes the planner's statistics (what autovacuum would have done by then).
     pub(crate) async fn analyze(&self) -> Result<()> {
         match &self.outbox {

@@ -51,8 +51,8 @@ mod sys;
 
 pub use null::NullTransport;
 pub use results::{
-    ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult,
-    ScaleResult,
+    BacklogBeside, ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult,
+    LatencyResult, RawResult, ScaleResult,
 };
 pub use stats::Summary;
 pub use stores::{StoreServer, StoresResult};
@@ -208,6 +208,12 @@ pub struct BenchConfig {
     pub rate: u32,
     /// Duration of the latency scenario. Defaults to 10 s.
     pub latency_duration: Duration,
+    /// A backlog of this many messages on [`BenchConfig::latency_backlog_keys`] hot keys of
+    /// their own, written before the latency scenario's relay starts and drained while the
+    /// load runs: the load's latency beside a hot backlog. Defaults to 0 (none).
+    pub latency_backlog: u64,
+    /// The hot keys of that backlog (`hot-k-0`, ...). Defaults to 10.
+    pub latency_backlog_keys: u64,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved).
     /// Defaults to 2,000.
     pub enqueue_txs: usize,
@@ -271,6 +277,8 @@ impl Default for BenchConfig {
             keys: db::KEYS,
             rate: 1_000,
             latency_duration: Duration::from_secs(10),
+            latency_backlog: 0,
+            latency_backlog_keys: 10,
             enqueue_txs: 2_000,
             relays: vec![1, 2, 4],
             sent_rows: vec![10_000, 100_000],

@@ -265,6 +265,19 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         md.push_str(&summary_row("scheduled start → consumer received", &l.scheduled_to_consumer));
         md.push_str(&summary_row("business transaction", &l.transaction));
         md.push('\n');
+        if let Some(b) = &l.backlog {
+            let _ = writeln!(
+                md,
+                "Beside a backlog of {} messages on {} hot keys of their own, written before the relay started: \
+                 {} of them not yet sent when the load's last transaction committed; {} claims beside batches \
+                 waiting for word from a batch in front; {} messages claimed as runs continued across batches.\n",
+                human(b.messages as f64),
+                b.keys,
+                b.unsent_when_load_ended,
+                b.claims_beside_waiting,
+                b.runs_continued
+            );
+        }
         if !l.claim_kinds.is_empty() {
             let sent = l.sent.max(1) as f64;
             md.push_str(

@@ -110,6 +110,26 @@ pub struct LatencyResult {
     pub db_server_cpu_us_per_msg: Option<f64>,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
+    /// The hot backlog drained beside the load ([`crate::BenchConfig::latency_backlog`]), if any.
+    pub backlog: Option<BacklogBeside>,
+}
+
+/// A hot backlog drained while the latency scenario's load runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct BacklogBeside {
+    /// Messages in the backlog.
+    pub messages: u64,
+    /// Its hot keys.
+    pub keys: u64,
+    /// Of them, still not `sent` when the load's last transaction committed (0: the backlog was
+    /// drained before the load ended, and only part of the load ran beside it).
+    pub unsent_when_load_ended: u64,
+    /// The relay's claims made beside batches waiting for word from a batch in front
+    /// (`RelayStats::claims_beside_waiting`).
+    pub claims_beside_waiting: u64,
+    /// Messages claimed behind a batch in flight holding their key's older ones
+    /// (`RelayStats::runs_continued`).
+    pub runs_continued: u64,
 }
 
 /// Enqueue overhead for one client count.

@@ -12,8 +12,8 @@ use tokio_util::sync::CancellationToken;
 use crate::broker::{Broker, Seen};
 use crate::db::{self, BenchDb};
 use crate::results::{
-    ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult, LatencyResult, RawResult,
-    ScaleResult,
+    BacklogBeside, ClaimAtSize, ClaimKindRow, DrainResult, EnqueueResult, EnqueueRow, IdleResult,
+    LatencyResult, RawResult, ScaleResult,
 };
 use crate::stats::{mean_ms_between, Recorder};
 use crate::sys;
@@ -324,6 +324,13 @@ async fn latency(cfg: &BenchConfig) -> Result<LatencyResult> {
 async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
     let keys = cfg.keys;
     db.create_business_table().await?;
+    // The hot backlog, if any: ids 1..=backlog (a fresh table), keys of their own.
+    let backlog = cfg.latency_backlog;
+    if backlog > 0 {
+        db.insert_rows(1, backlog, "pending", cfg.latency_backlog_keys).await?;
+        db.prefix_keys("hot-").await?;
+        db.analyze().await?;
+    }
     let broker = Broker::new(cfg);
     let result = async {
         let (confirm_tx, mut confirmations) = tokio::sync::mpsc::unbounded_channel();
@@ -331,8 +338,15 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             Arc::new(crate::confirmed::Confirmed::new(broker.transport().await?, confirm_tx));
         let mut arrivals = broker.consume().await?;
         let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
-        // Let the relay settle into its idle state.
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Let the relay settle into its idle state (with a backlog, the load starts at once,
+        // beside its drain).
+        if backlog == 0 {
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+        }
+        let (beside0, continued0) = (
+            RelayStats::get(&relay.stats.claims_beside_waiting),
+            RelayStats::get(&relay.stats.runs_continued),
+        );
         let claimed0 = RelayStats::get(&relay.stats.claimed);
         let claims0 = RelayStats::get(&relay.stats.claims);
         let kinds0 = relay.stats.claim_kinds();
@@ -383,8 +397,19 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             }
         }
         let gen_secs = start.elapsed().as_secs_f64();
+        let unsent_when_load_ended = if backlog > 0 { db.unsent_up_to(backlog).await? } else { 0 };
         let mut seen = Seen::default();
-        seen.collect(&mut arrivals, commits.len(), Duration::from_secs(30)).await;
+        let backlog_n = usize::try_from(backlog).unwrap_or(usize::MAX);
+        seen.collect(&mut arrivals, commits.len().saturating_add(backlog_n), Duration::from_secs(30)).await;
+        let backlog_missing = (1..=backlog).filter(|id| !seen.first.contains_key(&(*id as i64))).count();
+        let backlog_beside = (backlog > 0).then(|| BacklogBeside {
+            messages: backlog,
+            keys: cfg.latency_backlog_keys,
+            unsent_when_load_ended,
+            claims_beside_waiting: RelayStats::get(&relay.stats.claims_beside_waiting)
+                .saturating_sub(beside0),
+            runs_continued: RelayStats::get(&relay.stats.runs_continued).saturating_sub(continued0),
+        });
         // Every confirmation precedes its message's arrival at the consumer.
         let mut confirmed = Seen::default();
         confirmed.drain(&mut confirmations);
@@ -436,11 +461,14 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let failed = errors.load(Ordering::Relaxed);
         check("latency", failed == 0, || format!("{failed} business transactions failed"))?;
         check("latency", left == 0, || format!("{left} messages were not received within 30 s"))?;
+        check("latency", backlog_missing == 0, || {
+            format!("{backlog_missing} messages of the backlog were not received within 30 s")
+        })?;
         Ok(LatencyResult {
             offered_per_s: cfg.rate,
             achieved_per_s: commits.len() as f64 / gen_secs.max(1e-9),
             sent: commits.len() as u64,
-            received: seen.first.len() as u64,
+            received: (commits.len() as u64).saturating_sub(left),
             left_behind: left,
             duplicates: seen.duplicates,
             commit_to_confirmed: c2b.summary(),
@@ -458,6 +486,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             db_server_cpu_us_per_msg: (!db_servers(db.dialect).is_empty())
                 .then(|| cpu_per(db_cpu, commits.len() as u64)),
             peak_rss_mib: sys::peak_rss_mib(),
+            backlog: backlog_beside,
         })
     }
     .await;

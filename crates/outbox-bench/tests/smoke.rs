@@ -96,3 +96,27 @@ async fn every_scenario_on_sqlite_with_the_null_transport() {
     assert!(report.raw.as_ref().unwrap().broker_msgs_per_s.is_none(), "the null transport has no limit");
     check(&report, 600);
 }
+
+/// The latency scenario beside a hot backlog (`--latency-backlog`): the backlog's messages and
+/// the load's all reach the consumer, each once, and the report says what ran beside the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_beside_a_hot_backlog_on_postgres_and_nats() {
+    let pg = std::env::var("OUTBOX_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let cfg = BenchConfig {
+        scenarios: vec![Scenario::Latency],
+        latency_backlog: 2_000,
+        latency_backlog_keys: 4,
+        ..tiny(pg, TransportKind::Nats)
+    };
+    let report = outbox_bench::run(&cfg).await.unwrap();
+    let lat = report.latency.as_ref().expect("latency ran");
+    assert_eq!(lat.left_behind, 0);
+    assert_eq!(lat.received, lat.sent);
+    assert_eq!(lat.duplicates, 0);
+    let b = lat.backlog.as_ref().expect("the backlog is reported");
+    assert_eq!((b.messages, b.keys), (2_000, 4));
+    assert!(b.runs_continued > 0, "4 hot keys with 500 messages each: runs continued across batches");
+    let md = outbox_bench::report::markdown(&report, &[]);
+    assert!(md.contains("Beside a backlog of 2,000 messages on 4 hot keys"), "{md}");
+}

@@ -444,6 +444,13 @@ pub(crate) struct BenchArgs {
     /// Duration of the latency scenario, seconds.
     #[arg(long, default_value_t = 10)]
     pub(crate) latency_secs: u64,
+    /// A backlog of this many messages on --latency-backlog-keys hot keys of their own, written
+    /// before the latency scenario's relay starts and drained while its load runs (0: none).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u64).range(0..=10_000_000))]
+    pub(crate) latency_backlog: u64,
+    /// The hot keys of the latency scenario's backlog, 1 to 1,000,000.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub(crate) latency_backlog_keys: u64,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one
     /// transaction each in turn), 1 to 1,000,000.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

@@ -5,6 +5,8 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
 use tokio::time::Instant;
 
 use outbox_core::{MessageId, OutboxMessage, Outcome, Status};
@@ -48,15 +50,15 @@ pub(crate) async fn process<S: RelayStore>(
     mut hold: Hold<S::Lock>,
     runs: Runs,
 ) -> bool {
-    let Runs { after, told, mut blocked, cut: _ } = runs;
+    let Runs { after, told, blocked, cut: _ } = runs;
     let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
     // Dropped untold on every early return: the batches continuing this one's runs then hold
     // them back.
     let Some(prior) = read_state(inner, &batch, &routes, &mut hold).await else { return false };
     let (mut results, to_publish) = decide_all(inner, &batch, &routes, &prior);
-    // Runs continued from a batch still in flight wait for its word on their keys.
-    blocked.extend(wait_for_runs(inner, after).await);
-    publish_all(inner, &batch, to_publish, &mut results, &blocked).await;
+    // Runs continued from a batch still in flight wait for its word on their keys; the rest
+    // of the batch goes out meanwhile.
+    publish_all(inner, &batch, to_publish, &mut results, &blocked, after).await;
     if let Some(told) = told {
         told.tell(delivered_keys(&batch, &results, &blocked));
     }
@@ -73,21 +75,6 @@ pub(crate) async fn process<S: RelayStore>(
         && report.settled == batch.len();
     after_settle(inner, &batch, &report, alerts).await;
     all_sent
-}
-
-/// Waits for the word of the batches whose runs `after` continues, each at most the lease (a
-/// claim's transaction idle longer than that is ended by the database anyway): the keys not
-/// delivered in full there, whose messages here are held back.
-async fn wait_for_runs<S: RelayStore>(inner: &Inner<S>, after: Vec<RunAfter>) -> Vec<String> {
-    let mut not = Vec::new();
-    let deadline = Instant::now() + inner.cfg.lease;
-    for mut a in after {
-        let within = deadline.saturating_duration_since(Instant::now());
-        if !a.delivered(within).await {
-            not.push(a.key().to_owned());
-        }
-    }
-    not
 }
 
 /// The keys of `batch` whose every message was delivered to every destination (or found done),
@@ -186,29 +173,66 @@ async fn publish_all<S: RelayStore>(
     to_publish: Vec<Vec<Item>>,
     results: &mut Results,
     blocked: &HashSet<String>,
+    after: Vec<RunAfter>,
 ) {
     let mut waves = Waves::new(batch.iter().map(|m| (m.id.0, m.key.as_deref())));
     waves.hold_keys(blocked.iter().map(String::as_str));
-    if waves.count() <= 1 && blocked.is_empty() {
+    // The word of the batches whose runs this one continues, each awaited at most the lease (a
+    // claim's transaction idle longer than that is ended by the database anyway); no word in
+    // time counts as not delivered.
+    let deadline = Instant::now() + inner.cfg.lease;
+    let mut words: FuturesUnordered<_> = after
+        .into_iter()
+        .filter(|a| waves.wait_for(a.key()))
+        .map(|mut a| async move {
+            let delivered = a.delivered(deadline.saturating_duration_since(Instant::now())).await;
+            (a, delivered)
+        })
+        .collect();
+    if waves.count() <= 1 && blocked.is_empty() && words.is_empty() {
         return publish_wave(inner, batch, to_publish, results).await;
     }
-    for w in 0..waves.count() {
-        let mut wave: Vec<Vec<Item>> = vec![Vec::new(); to_publish.len()];
-        for (di, items) in to_publish.iter().enumerate() {
-            for &(mi, ti, attempts) in items.iter().filter(|(mi, _, _)| waves.wave_of(*mi) == w) {
-                if waves.is_held(mi) {
-                    results[mi][ti] = Some(TargetResult::Deferred { attempts, wait: Duration::ZERO });
-                } else {
-                    wave[di].push((mi, ti, attempts));
+    loop {
+        // Word come meanwhile lets its keys join this wave.
+        while let Some(Some((a, delivered))) = words.next().now_or_never() {
+            waves.heard(a.key(), delivered);
+        }
+        let go = waves.next_wave();
+        if go.is_empty() {
+            // Nothing may go until word comes: counted as waiting meanwhile, so that a claim
+            // by id may run beside this batch (the claim loop's lane).
+            let waiting = inner.waiting.enter();
+            let word = words.next().await;
+            drop(waiting);
+            match word {
+                Some((a, delivered)) => {
+                    waves.heard(a.key(), delivered);
+                    continue;
                 }
+                None => break,
             }
         }
+        let mut in_wave = vec![false; batch.len()];
+        for &mi in &go {
+            in_wave[mi] = true;
+        }
+        let wave: Vec<Vec<Item>> = to_publish
+            .iter()
+            .map(|items| items.iter().filter(|(mi, _, _)| in_wave[*mi]).copied().collect())
+            .collect();
         publish_wave(inner, batch, wave, results).await;
-        waves.answered(w, |mi| {
+        waves.answered(&go, |mi| {
             results[mi]
                 .iter()
                 .all(|r| matches!(r, Some(TargetResult::Delivered { .. } | TargetResult::AlreadyDone)))
         });
+    }
+    // What was never handed out is held back behind an older message of its key: put back
+    // without spending an attempt.
+    for items in &to_publish {
+        for &(mi, ti, attempts) in items.iter().filter(|(mi, _, _)| !waves.was_sent(*mi)) {
+            results[mi][ti] = Some(TargetResult::Deferred { attempts, wait: Duration::ZERO });
+        }
     }
 }
 

@@ -56,6 +56,7 @@ impl<S: RelayStore> Relay<S> {
             tokio::spawn(crate::presence::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let watch = tokio::spawn(crate::watch::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
+        let lane = Arc::new(Semaphore::new(1));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
         let mut idle_refreshed = Instant::now();
@@ -187,9 +188,15 @@ impl<S: RelayStore> Relay<S> {
                 continue;
             }
             while tasks.try_join_next().is_some() {}
-            let permit = tokio::select! {
+            // A permit, or the lane's: while every permit is held and one of those batches has
+            // nothing to publish until a batch in front tells it (runs continued across
+            // batches), a claim by id of this process's commits runs beside them, so that a
+            // hot key's backlog does not hold up other keys' new messages (see `lane_turn`).
+            let (permit, in_lane) = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => break,
-                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+                p = permits.clone().acquire_owned() => match p { Ok(p) => (p, false), Err(_) => break },
+                p = lane_turn(&inner, &lane) => (p, true),
             };
             if let Some(pause) = inner.pause_left() {
                 tokio::select! {
@@ -269,7 +276,12 @@ impl<S: RelayStore> Relay<S> {
             // what the ids do not name (a retry come due, another process's rows) however
             // steadily this process commits.
             let ids = inner.signal.take_ids();
-            let after_by_id = std::mem::take(&mut window_next);
+            // A claim in the lane goes by id: a claim that looks for due messages, if owed,
+            // stays owed.
+            let after_by_id = !in_lane && std::mem::take(&mut window_next);
+            if in_lane {
+                RelayStats::add(&inner.stats.claims_beside_waiting, 1);
+            }
             let committed = if after_by_id {
                 RelayStats::add(&inner.stats.ids_left_to_the_window, ids.len());
                 Vec::new()
@@ -510,6 +522,34 @@ impl<S: RelayStore> Relay<S> {
         let _ = presence.await;
         let _ = watch.await;
         crate::presence::leave(&inner).await;
+    }
+}
+
+/// The lane's turn: its permit, once a batch in flight waits for word from a batch in front
+/// (it has nothing to publish until then), this process has committed messages to claim, and
+/// the store's pool has a connection to spare (a claim beside the batches in flight must not
+/// wait for one of theirs). A claim by id takes only heads of their keys, so its batch
+/// publishes at once: the lane is held for a claim and a publish, and only one batch holds it.
+async fn lane_turn<S: RelayStore>(
+    inner: &crate::relay::Inner<S>,
+    lane: &Arc<Semaphore>,
+) -> tokio::sync::OwnedSemaphorePermit {
+    let ready = || inner.waiting.any() && inner.signal.has_ids() && inner.store.spare_connection();
+    loop {
+        let started = inner.waiting.started();
+        tokio::pin!(started);
+        started.as_mut().enable();
+        if ready() {
+            match lane.clone().acquire_owned().await {
+                Ok(p) if ready() => return p,
+                Ok(_) => continue,
+                Err(_) => return std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = &mut started => {}
+            () = inner.signal.notified() => {}
+        }
     }
 }
 

@@ -35,6 +35,46 @@ pub(crate) struct Inner<S: RelayStore> {
     pub(crate) shares_held: std::sync::atomic::AtomicUsize,
     pub(crate) stats: Arc<RelayStats>,
     pub(crate) health: Mutex<Health>,
+    /// Batches in flight that have nothing to publish until word comes from a batch in front
+    /// (runs continued across batches), and a wake-up each time one starts waiting: while one
+    /// waits, a claim by id may run beside the batches in flight (see the claim loop's lane).
+    pub(crate) waiting: Waiting,
+}
+
+/// Batches that wait for word from a batch in front, and a wake-up when one starts.
+#[derive(Debug, Default)]
+pub(crate) struct Waiting {
+    count: std::sync::atomic::AtomicUsize,
+    started: tokio::sync::Notify,
+}
+
+impl Waiting {
+    /// Counts a batch as waiting until the guard is dropped.
+    pub(crate) fn enter(&self) -> WaitingGuard<'_> {
+        self.count.fetch_add(1, Ordering::AcqRel);
+        self.started.notify_waiters();
+        WaitingGuard(self)
+    }
+
+    /// Whether some batch waits now.
+    pub(crate) fn any(&self) -> bool {
+        self.count.load(Ordering::Acquire) > 0
+    }
+
+    /// A wake-up when a batch starts waiting, from the moment this is called (enable it before
+    /// looking at [`Waiting::any`]).
+    pub(crate) fn started(&self) -> tokio::sync::futures::Notified<'_> {
+        self.started.notified()
+    }
+}
+
+/// A batch counted as waiting (see [`Waiting::enter`]).
+pub(crate) struct WaitingGuard<'a>(&'a Waiting);
+
+impl Drop for WaitingGuard<'_> {
+    fn drop(&mut self) {
+        self.0.count.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the claim loop must respect after a batch's settlement failed.

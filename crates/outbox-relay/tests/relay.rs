@@ -352,6 +352,43 @@ where
     assert!(continued > 0, "no run was continued behind a batch in flight");
 }
 
+/// A hot key's backlog, drained with runs continued across batches, does not hold up another
+/// key's new message: with both permits held by the hot key's batches (the first stuck in its
+/// publish, the second with nothing to publish until the first tells it), a message committed
+/// now is claimed by id beside them and delivered while the first is still stuck.
+async fn a_new_message_is_not_held_up_behind_a_hot_keys_continued_run<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.gate_key("hot");
+    let mut hot = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..24 {
+        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let cfg = RelayConfig { batch_size: 8, max_run: 4, max_in_flight_batches: 2, ..config("r0") };
+    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    eventually("the first batch stuck and its run continued by a second", || async {
+        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
+    })
+    .await;
+    let cold = outbox.enqueue(&NewMessage::new("order.updated", "cold").key("cold")).await.unwrap().id;
+    eventually("the new message delivered", || async { t.delivered_count(cold) == 1 }).await;
+    assert!(t.delivered().iter().all(|e| e.id == cold), "the hot key is still stuck");
+    assert!(
+        RelayStats::get(&running.stats.claims_beside_waiting) >= 1,
+        "claimed beside the batches in flight"
+    );
+    t.open_keys();
+    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
+    running.stop().await;
+    let delivered: Vec<MessageId> =
+        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
+    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+}
+
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
 where
     Outbox<DB>: RelayStore,
@@ -929,6 +966,7 @@ mod locked {
     case!(outbox_testkit::fresh_pg, a_row_nothing_can_be_written_for_is_not_republished, true);
     case!(outbox_testkit::fresh_pg, a_held_back_message_holds_back_its_keys_run, true);
     case!(outbox_testkit::fresh_pg, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
+    case!(outbox_testkit::fresh_pg, a_new_message_is_not_held_up_behind_a_hot_keys_continued_run, true);
 
     mod mysql {
         use super::*;
@@ -937,6 +975,11 @@ mod locked {
         case!(outbox_testkit::fresh_mysql, a_row_nothing_can_be_written_for_is_not_republished, true);
         case!(outbox_testkit::fresh_mysql, a_held_back_message_holds_back_its_keys_run, true);
         case!(outbox_testkit::fresh_mysql, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
+        case!(
+            outbox_testkit::fresh_mysql,
+            a_new_message_is_not_held_up_behind_a_hot_keys_continued_run,
+            true
+        );
     }
 }
 

@@ -372,6 +372,10 @@ impl Wakeups for AnyOutbox {
         each!(self, o => o.listen(signal).await)
     }
 
+    fn spare_connection(&self) -> bool {
+        each!(self, o => Wakeups::spare_connection(o))
+    }
+
     async fn shed_connections(&self, on: bool) {
         each!(self, o => Wakeups::shed_connections(o, on).await)
     }

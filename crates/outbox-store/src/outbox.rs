@@ -437,6 +437,12 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         &self.pool
     }
 
+    /// Whether the pool can hand out a connection now without waiting: one is idle, or it may
+    /// open another.
+    pub fn spare_connection(&self) -> bool {
+        self.pool.num_idle() > 0 || self.pool.size() < self.pool.options().get_max_connections()
+    }
+
     /// While `on`, the pool keeps no connection it is handed back (it closes it; the pool
     /// opens new ones on demand), and the ones it holds unused now are closed. Only for pools
     /// built by [`AnyOutbox::connect`](crate::AnyOutbox::connect) on a database server; others

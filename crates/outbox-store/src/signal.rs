@@ -167,6 +167,11 @@ impl CommitSignal {
         self.inner.notify.notified().await;
     }
 
+    /// Whether ids committed by this process wait for the relay ([`CommitSignal::take_ids`]).
+    pub fn has_ids(&self) -> bool {
+        self.inner.ids.lock().is_ok_and(|pending| !pending.is_empty())
+    }
+
     /// Takes the ids committed since the last call.
     pub fn take_ids(&self) -> Vec<MessageId> {
         match self.inner.ids.lock() {

@@ -25,6 +25,8 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         keys: args.keys,
         rate: args.rate,
         latency_duration: Duration::from_secs(args.latency_secs),
+        latency_backlog: args.latency_backlog,
+        latency_backlog_keys: args.latency_backlog_keys,
         enqueue_txs: args.enqueue_txs as usize,
         relays: args.relays,
         sent_rows: args.sent_rows,

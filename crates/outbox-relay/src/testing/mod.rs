@@ -53,12 +53,15 @@ struct State {
     fail_id: HashMap<MessageId, (u32, Outcome)>,
     fail_topic: HashMap<String, Outcome>,
     max_payload: Option<usize>,
+    gated: std::collections::HashSet<String>,
 }
 
 /// A scriptable, recording transport. Clones share state.
 #[derive(Debug, Clone, Default)]
 pub struct TestTransport {
     state: Arc<Mutex<State>>,
+    /// Woken when the gated keys are let through.
+    opened: Arc<tokio::sync::Notify>,
 }
 
 struct InFlight {
@@ -119,6 +122,18 @@ impl TestTransport {
     /// Every message of `topic` gets `outcome`.
     pub fn fail_topic(&self, topic: &str, outcome: Outcome) {
         self.lock().fail_topic.insert(topic.to_owned(), outcome);
+    }
+
+    /// Publish calls that hold a message with `key` wait inside the call (counted in
+    /// [`TestTransport::in_flight`]) until [`TestTransport::open_keys`].
+    pub fn gate_key(&self, key: &str) {
+        self.lock().gated.insert(key.to_owned());
+    }
+
+    /// Lets the calls held by [`TestTransport::gate_key`] go on, and every later one.
+    pub fn open_keys(&self) {
+        self.lock().gated.clear();
+        self.opened.notify_waiters();
     }
 
     /// Declares a payload limit.
@@ -194,6 +209,19 @@ impl Transport for TestTransport {
             (s.delay, s.hang)
         };
         let _guard = InFlight { state: self.state.clone(), ids: batch.iter().map(|e| e.id).collect() };
+        loop {
+            let opened = self.opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            let gated = {
+                let s = self.lock();
+                batch.iter().any(|e| e.key.as_ref().is_some_and(|k| s.gated.contains(k)))
+            };
+            if !gated {
+                break;
+            }
+            opened.await;
+        }
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }

@@ -650,6 +650,10 @@ impl Outbox<MySql> {
 }
 
 impl Wakeups for Outbox<MySql> {
+    fn spare_connection(&self) -> bool {
+        Outbox::spare_connection(self)
+    }
+
     async fn shed_connections(&self, on: bool) {
         Outbox::shed_connections(self, on).await;
     }

@@ -697,6 +697,10 @@ impl Outbox<Postgres> {
 }
 
 impl Wakeups for Outbox<Postgres> {
+    fn spare_connection(&self) -> bool {
+        Outbox::spare_connection(self)
+    }
+
     async fn shed_connections(&self, on: bool) {
         Outbox::shed_connections(self, on).await;
     }

@@ -495,6 +495,13 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
     /// returned [`Listening`] has a [`Keeper`].
     fn listen(&self, signal: CommitSignal) -> impl Future<Output = Result<Option<Listening>>> + Send;
 
+    /// Whether a claim now would get a pooled connection without waiting for one to be handed
+    /// back (true by default). The relay asks before a claim beside batches that all hold
+    /// theirs.
+    fn spare_connection(&self) -> bool {
+        true
+    }
+
     /// While `on`, the store's pool closes the connections it is handed back, and closes those
     /// it holds unused now: a relay sharing a crowded [budget] with many stores keeps none
     /// between its turns (its [`Keeper`] needs none). Does nothing by default.
