@@ -198,6 +198,20 @@ impl<S: RelayStore> Relay<S> {
                 p = permits.clone().acquire_owned() => match p { Ok(p) => (p, false), Err(_) => break },
                 p = lane_turn(&inner, &lane) => (p, true),
             };
+            if in_lane {
+                // The lane's claim runs in a task of its own, so that this loop's next claim (a
+                // continued run's, say, which may take milliseconds on a deep backlog) does not
+                // hold it up, nor it that claim.
+                let ids = inner.signal.take_ids();
+                if ids.is_empty() {
+                    continue;
+                }
+                RelayStats::add(&inner.stats.claims_beside_waiting, 1);
+                // A claim ran: a quiet batch settling meanwhile wakes the loop (see below).
+                claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                tasks.spawn(claim_beside(inner.clone(), mode, ids, permit, shutdown.clone()));
+                continue;
+            }
             if let Some(pause) = inner.pause_left() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -276,12 +290,7 @@ impl<S: RelayStore> Relay<S> {
             // what the ids do not name (a retry come due, another process's rows) however
             // steadily this process commits.
             let ids = inner.signal.take_ids();
-            // A claim in the lane goes by id: a claim that looks for due messages, if owed,
-            // stays owed.
-            let after_by_id = !in_lane && std::mem::take(&mut window_next);
-            if in_lane {
-                RelayStats::add(&inner.stats.claims_beside_waiting, 1);
-            }
+            let after_by_id = std::mem::take(&mut window_next);
             let committed = if after_by_id {
                 RelayStats::add(&inner.stats.ids_left_to_the_window, ids.len());
                 Vec::new()
@@ -534,7 +543,15 @@ async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
     lane: &Arc<Semaphore>,
 ) -> tokio::sync::OwnedSemaphorePermit {
-    let ready = || inner.waiting.any() && inner.signal.has_ids() && inner.store.spare_connection();
+    // Not while claims are paused after failed settlements, nor under a budget shared with
+    // other stores (whose turns bound every batch the process has in flight).
+    let ready = || {
+        inner.waiting.any()
+            && inner.signal.has_ids()
+            && inner.budget.is_none()
+            && inner.pause_left().is_none()
+            && inner.store.spare_connection()
+    };
     loop {
         let started = inner.waiting.started();
         tokio::pin!(started);
@@ -551,6 +568,52 @@ async fn lane_turn<S: RelayStore>(
             () = inner.signal.notified() => {}
         }
     }
+}
+
+/// The lane's claim: by id, of the messages this process committed (`ids`), and its batch
+/// published and settled, holding the lane's `permit`. A claim by id takes only heads of their
+/// keys and continues no run, so the batch publishes at once. What it does not take (a key
+/// held by a batch in flight, a claim that failed) a later claim looks for: every batch's
+/// settlement wakes the loop.
+async fn claim_beside<S: RelayStore>(
+    inner: Arc<crate::relay::Inner<S>>,
+    mode: ClaimMode,
+    ids: Vec<outbox_core::MessageId>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    shutdown: CancellationToken,
+) {
+    let cfg = &inner.cfg;
+    let started = Instant::now();
+    let run = cfg.max_run.min(cfg.batch_size);
+    let claimed = inner.store.claim_committed(mode, &cfg.owner, &ids, cfg.batch_size, run, cfg.lease).await;
+    inner.stats.claim_duration.record(started.elapsed());
+    RelayStats::add(&inner.stats.claims, 1);
+    let c = match claimed {
+        Ok(c) => c,
+        Err(e) => {
+            RelayStats::add(&inner.stats.store_errors, 1);
+            tracing::warn!(error = %e, "A claim beside the batches in flight failed; the next claim looks for its messages");
+            drop(permit);
+            inner.signal.wake();
+            return;
+        }
+    };
+    inner.stats.count_claim(crate::stats::ClaimKind::ById, c.messages.is_empty());
+    if shutdown.is_cancelled() {
+        // Rows a locked claim holds are unlocked by dropping it (rolled back); leased rows are
+        // released with the rest when the relay stops.
+        return;
+    }
+    let (batch, blocked) = inner.without_held_back(c.messages);
+    if batch.is_empty() {
+        return;
+    }
+    RelayStats::add(&inner.stats.claimed, batch.len());
+    let runs = Runs { after: c.after, told: c.told, blocked, cut: c.runs_cut };
+    process(&inner, batch, c.hold, runs).await;
+    drop(permit);
+    // Younger messages of its keys may be claimable now.
+    inner.signal.wake();
 }
 
 /// The idle relay's look on its keeper's connection: the tick, which also refreshes the idle
