@@ -269,12 +269,12 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             let _ = writeln!(
                 md,
                 "Beside a backlog of {} messages on {} hot keys of their own, written before the relay started: \
-                 {} of them not yet sent when the load's last transaction committed; {} claims beside batches \
-                 waiting for word from a batch in front; {} messages claimed as runs continued across batches.\n",
+                 {} of them not yet sent when the load's last transaction committed; {} claims by id by the \
+                 relay's lane, beside its claim loop; {} messages claimed as runs continued across batches.\n",
                 human(b.messages as f64),
                 b.keys,
                 b.unsent_when_load_ended,
-                b.claims_beside_waiting,
+                b.claims_beside,
                 b.runs_continued
             );
         }

@@ -124,9 +124,9 @@ pub struct BacklogBeside {
     /// Of them, still not `sent` when the load's last transaction committed (0: the backlog was
     /// drained before the load ended, and only part of the load ran beside it).
     pub unsent_when_load_ended: u64,
-    /// The relay's claims made beside batches waiting for word from a batch in front
-    /// (`RelayStats::claims_beside_waiting`).
-    pub claims_beside_waiting: u64,
+    /// The relay's claims by id made by its lane, beside the claim loop
+    /// (`RelayStats::claims_beside`).
+    pub claims_beside: u64,
     /// Messages claimed behind a batch in flight holding their key's older ones
     /// (`RelayStats::runs_continued`).
     pub runs_continued: u64,

@@ -343,10 +343,8 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         if backlog == 0 {
             tokio::time::sleep(Duration::from_millis(1500)).await;
         }
-        let (beside0, continued0) = (
-            RelayStats::get(&relay.stats.claims_beside_waiting),
-            RelayStats::get(&relay.stats.runs_continued),
-        );
+        let (beside0, continued0) =
+            (RelayStats::get(&relay.stats.claims_beside), RelayStats::get(&relay.stats.runs_continued));
         let claimed0 = RelayStats::get(&relay.stats.claimed);
         let claims0 = RelayStats::get(&relay.stats.claims);
         let kinds0 = relay.stats.claim_kinds();
@@ -406,8 +404,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             messages: backlog,
             keys: cfg.latency_backlog_keys,
             unsent_when_load_ended,
-            claims_beside_waiting: RelayStats::get(&relay.stats.claims_beside_waiting)
-                .saturating_sub(beside0),
+            claims_beside: RelayStats::get(&relay.stats.claims_beside).saturating_sub(beside0),
             runs_continued: RelayStats::get(&relay.stats.runs_continued).saturating_sub(continued0),
         });
         // Every confirmation precedes its message's arrival at the consumer.

@@ -50,7 +50,10 @@ pub(crate) async fn process<S: RelayStore>(
     mut hold: Hold<S::Lock>,
     runs: Runs,
 ) -> bool {
-    let Runs { after, told, blocked, cut: _ } = runs;
+    let Runs { after, told, blocked, cut } = runs;
+    // A hot key's runs go on across batches through this one: the lane claims other keys' new
+    // messages beside the claim loop meanwhile.
+    let _chain = (cut || !after.is_empty()).then(|| inner.chains.enter());
     let routes: Routes = batch.iter().map(|m| inner.router.resolve(&m.topic)).collect();
     // Dropped untold on every early return: the batches continuing this one's runs then hold
     // them back.
@@ -199,12 +202,8 @@ async fn publish_all<S: RelayStore>(
         }
         let go = waves.next_wave();
         if go.is_empty() {
-            // Nothing may go until word comes: counted as waiting meanwhile, so that a claim
-            // by id may run beside this batch (the claim loop's lane).
-            let waiting = inner.waiting.enter();
-            let word = words.next().await;
-            drop(waiting);
-            match word {
+            // Nothing may go until word comes.
+            match words.next().await {
                 Some((a, delivered)) => {
                     waves.heard(a.key(), delivered);
                     continue;

@@ -165,7 +165,7 @@ impl<S: RelayStore> RelayBuilder<S> {
                 alert: self.alert,
                 budget: self.budget,
                 shares_held: Default::default(),
-                waiting: Default::default(),
+                chains: Default::default(),
                 stats,
                 health: Mutex::new(Health::default()),
             }),

@@ -56,7 +56,6 @@ impl<S: RelayStore> Relay<S> {
             tokio::spawn(crate::presence::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let watch = tokio::spawn(crate::watch::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
-        let lane = Arc::new(Semaphore::new(1));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
         let mut idle_refreshed = Instant::now();
@@ -79,6 +78,7 @@ impl<S: RelayStore> Relay<S> {
         let claims_unsure = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
+        let lane_task = tokio::spawn(lane(inner.clone(), mode, claims_unsure.clone(), shutdown.clone()));
         // Without push (MySQL/MariaDB), another process's commit is found by the idle relay's
         // next look: quicker looks while messages keep coming (see `crate::pace`).
         let pushes = listener.as_ref().is_some_and(|l| l.pushes());
@@ -188,30 +188,10 @@ impl<S: RelayStore> Relay<S> {
                 continue;
             }
             while tasks.try_join_next().is_some() {}
-            // A permit, or the lane's: while every permit is held and one of those batches has
-            // nothing to publish until a batch in front tells it (runs continued across
-            // batches), a claim by id of this process's commits runs beside them, so that a
-            // hot key's backlog does not hold up other keys' new messages (see `lane_turn`).
-            let (permit, in_lane) = tokio::select! {
-                biased;
+            let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
-                p = permits.clone().acquire_owned() => match p { Ok(p) => (p, false), Err(_) => break },
-                p = lane_turn(&inner, &lane) => (p, true),
+                p = permits.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             };
-            if in_lane {
-                // The lane's claim runs in a task of its own, so that this loop's next claim (a
-                // continued run's, say, which may take milliseconds on a deep backlog) does not
-                // hold it up, nor it that claim.
-                let ids = inner.signal.take_ids();
-                if ids.is_empty() {
-                    continue;
-                }
-                RelayStats::add(&inner.stats.claims_beside_waiting, 1);
-                // A claim ran: a quiet batch settling meanwhile wakes the loop (see below).
-                claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                tasks.spawn(claim_beside(inner.clone(), mode, ids, permit, shutdown.clone()));
-                continue;
-            }
             if let Some(pause) = inner.pause_left() {
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
@@ -520,6 +500,8 @@ impl<S: RelayStore> Relay<S> {
             tasks.abort_all();
             while tasks.join_next().await.is_some() {}
         }
+        // The lane stops on the same shutdown and drains its own batches, as long at most.
+        let _ = lane_task.await;
         match inner.store.release(&cfg.owner).await {
             Ok(n) => tracing::info!(released = n, "Relay stopped; leases released"),
             Err(e) => {
@@ -534,47 +516,98 @@ impl<S: RelayStore> Relay<S> {
     }
 }
 
-/// The lane's turn: its permit, once a batch in flight waits for word from a batch in front
-/// (it has nothing to publish until then), this process has committed messages to claim, and
-/// the store's pool has a connection to spare (a claim beside the batches in flight must not
-/// wait for one of theirs). A claim by id takes only heads of their keys, so its batch
-/// publishes at once: the lane is held for a claim and a publish, and only one batch holds it.
+/// Lane batches at once: one claiming or publishing while the one before it settles.
+const LANE_BATCHES: usize = 2;
+
+/// The lane: while batches of a hot key's runs are in flight (runs cut at their length, or
+/// continuing a batch in front; see [`crate::relay::Chains`]), this process's commits are
+/// claimed by id here, beside the claim loop, whose claims then run back to back (each a
+/// continued run's, which may take milliseconds on a deep backlog) and whose permits are held
+/// by those batches, one of them waiting for the other's word. So a hot key's backlog holds up
+/// the other keys' new messages for a claim and a publish, not for a batch's run. Nothing
+/// changes without such batches: the lane then never claims. Its claims take only heads of
+/// their keys and continue no run, so their batches publish at once; at most
+/// [`LANE_BATCHES`] are in flight, and only while the pool has a connection to spare. It stops
+/// on `shutdown` and lets its batches finish, at most `shutdown_timeout`.
+async fn lane<S: RelayStore>(
+    inner: Arc<crate::relay::Inner<S>>,
+    mode: ClaimMode,
+    claims_unsure: Arc<std::sync::atomic::AtomicU64>,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(LANE_BATCHES));
+    let mut tasks: JoinSet<()> = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            p = lane_turn(&inner, &permits) => p,
+        };
+        while tasks.try_join_next().is_some() {}
+        let ids = inner.signal.take_ids();
+        if ids.is_empty() {
+            continue;
+        }
+        RelayStats::add(&inner.stats.claims_beside, 1);
+        // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
+        claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        tasks.spawn(claim_beside(inner.clone(), mode, ids, permit, shutdown.clone()));
+    }
+    let timeout = inner.cfg.shutdown_timeout;
+    let drained = tokio::time::timeout(timeout, async { while tasks.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// The lane's turn: a permit of its own, once a hot key's batch is in flight, this process has
+/// committed messages to claim, claims are not paused after failed settlements, no budget is
+/// shared with other stores (its turns bound every batch the process has in flight), and the
+/// store's pool has a connection to spare. Waits on wake-ups of its own (`Chains::started`,
+/// `CommitSignal::next_commit`): it takes none of the claim loop's.
 async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
-    lane: &Arc<Semaphore>,
+    permits: &Arc<Semaphore>,
 ) -> tokio::sync::OwnedSemaphorePermit {
-    // Not while claims are paused after failed settlements, nor under a budget shared with
-    // other stores (whose turns bound every batch the process has in flight).
     let ready = || {
-        inner.waiting.any()
+        inner.chains.any()
             && inner.signal.has_ids()
             && inner.budget.is_none()
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
     };
     loop {
-        let started = inner.waiting.started();
+        let started = inner.chains.started();
         tokio::pin!(started);
         started.as_mut().enable();
+        let commit = inner.signal.next_commit();
+        tokio::pin!(commit);
+        commit.as_mut().enable();
         if ready() {
-            match lane.clone().acquire_owned().await {
+            match permits.clone().acquire_owned().await {
                 Ok(p) if ready() => return p,
                 Ok(_) => continue,
                 Err(_) => return std::future::pending().await,
             }
         }
+        if !inner.chains.any() {
+            started.await;
+            continue;
+        }
+        // A paused store, a budget or a full pool: looked at again at the next commit, or
+        // after a while (a pause ends, a connection comes back, without a wake-up).
         tokio::select! {
             () = &mut started => {}
-            () = inner.signal.notified() => {}
+            () = &mut commit => {}
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
         }
     }
 }
 
-/// The lane's claim: by id, of the messages this process committed (`ids`), and its batch
-/// published and settled, holding the lane's `permit`. A claim by id takes only heads of their
-/// keys and continues no run, so the batch publishes at once. What it does not take (a key
-/// held by a batch in flight, a claim that failed) a later claim looks for: every batch's
-/// settlement wakes the loop.
+/// A claim of the lane: by id, of the messages this process committed (`ids`), and its batch
+/// published and settled, holding the lane's `permit`. What it does not take (a key held by a
+/// batch in flight, a claim that failed) a later claim looks for: every batch's settlement
+/// wakes the claim loop.
 async fn claim_beside<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
     mode: ClaimMode,
@@ -592,7 +625,7 @@ async fn claim_beside<S: RelayStore>(
         Ok(c) => c,
         Err(e) => {
             RelayStats::add(&inner.stats.store_errors, 1);
-            tracing::warn!(error = %e, "A claim beside the batches in flight failed; the next claim looks for its messages");
+            tracing::warn!(error = %e, "A claim beside the claim loop failed; the next claim looks for its messages");
             drop(permit);
             inner.signal.wake();
             return;

@@ -35,43 +35,43 @@ pub(crate) struct Inner<S: RelayStore> {
     pub(crate) shares_held: std::sync::atomic::AtomicUsize,
     pub(crate) stats: Arc<RelayStats>,
     pub(crate) health: Mutex<Health>,
-    /// Batches in flight that have nothing to publish until word comes from a batch in front
-    /// (runs continued across batches), and a wake-up each time one starts waiting: while one
-    /// waits, a claim by id may run beside the batches in flight (see the claim loop's lane).
-    pub(crate) waiting: Waiting,
+    /// Batches in flight whose keys' runs go on across batches (cut at the run's length, or
+    /// continuing a batch in front), and a wake-up each time one starts: while there are any,
+    /// the lane claims this process's commits by id beside the claim loop (`poller::lane`).
+    pub(crate) chains: Chains,
 }
 
-/// Batches that wait for word from a batch in front, and a wake-up when one starts.
+/// Batches in flight whose runs go on across batches, and a wake-up when one starts.
 #[derive(Debug, Default)]
-pub(crate) struct Waiting {
+pub(crate) struct Chains {
     count: std::sync::atomic::AtomicUsize,
     started: tokio::sync::Notify,
 }
 
-impl Waiting {
-    /// Counts a batch as waiting until the guard is dropped.
-    pub(crate) fn enter(&self) -> WaitingGuard<'_> {
+impl Chains {
+    /// Counts a batch until the guard is dropped.
+    pub(crate) fn enter(&self) -> ChainGuard<'_> {
         self.count.fetch_add(1, Ordering::AcqRel);
         self.started.notify_waiters();
-        WaitingGuard(self)
+        ChainGuard(self)
     }
 
-    /// Whether some batch waits now.
+    /// Whether some such batch is in flight now.
     pub(crate) fn any(&self) -> bool {
         self.count.load(Ordering::Acquire) > 0
     }
 
-    /// A wake-up when a batch starts waiting, from the moment this is called (enable it before
-    /// looking at [`Waiting::any`]).
+    /// A wake-up when such a batch starts, from the moment this is called (enable it before
+    /// looking at [`Chains::any`]).
     pub(crate) fn started(&self) -> tokio::sync::futures::Notified<'_> {
         self.started.notified()
     }
 }
 
-/// A batch counted as waiting (see [`Waiting::enter`]).
-pub(crate) struct WaitingGuard<'a>(&'a Waiting);
+/// A batch counted by [`Chains::enter`].
+pub(crate) struct ChainGuard<'a>(&'a Chains);
 
-impl Drop for WaitingGuard<'_> {
+impl Drop for ChainGuard<'_> {
     fn drop(&mut self) {
         self.0.count.fetch_sub(1, Ordering::AcqRel);
     }

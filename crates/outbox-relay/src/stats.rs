@@ -101,10 +101,10 @@ pub struct RelayStats {
     /// messages of their key (a run continued across batches, published once that batch has
     /// delivered the key's: `outbox_store::Claimed::after`).
     pub runs_continued: AtomicU64,
-    /// Claims by id made beside batches in flight that held every permit, one of them waiting
-    /// for word from a batch in front (a continued run): the claim loop's lane, which keeps a
-    /// hot key's backlog from holding up other keys' new messages.
-    pub claims_beside_waiting: AtomicU64,
+    /// Claims by id made by the lane, beside the claim loop, while batches of a hot key's runs
+    /// were in flight (runs going on across batches): they keep such a backlog from holding up
+    /// other keys' new messages.
+    pub claims_beside: AtomicU64,
     /// Messages claimed by a scan that the `idle_interval` timer started (no wake-up came):
     /// the slow path. The others were claimed on a wake-up (after-commit signal, `NOTIFY`) or
     /// while the relay was busy, so `1 - claimed_on_scan / claimed` is the fast-path share.

@@ -29,6 +29,9 @@ pub struct CommitSignal {
 #[derive(Debug, Default)]
 struct Inner {
     notify: Notify,
+    /// Woken at every commit for whoever waits beside the relay's loop (see
+    /// [`CommitSignal::next_commit`]); stores no wake-up.
+    observers: Notify,
     ids: Mutex<Vec<MessageId>>,
     announced: Mutex<Announced>,
     /// Wake-ups that named no ids, or not all of theirs (see [`CommitSignal::unnamed_wakes`]).
@@ -74,6 +77,7 @@ impl CommitSignal {
             self.inner.unnamed.fetch_add(1, Ordering::AcqRel);
         }
         self.inner.notify.notify_one();
+        self.inner.observers.notify_waiters();
     }
 
     /// Wakes the relay without naming messages (rows were written some other way, a batch was
@@ -165,6 +169,13 @@ impl CommitSignal {
     /// that happened while nobody waited is not lost: the next call returns at once.
     pub async fn notified(&self) {
         self.inner.notify.notified().await;
+    }
+
+    /// A wake-up at the next commit of this process, for a task beside the relay's claim loop:
+    /// it takes nothing from the loop's wake-ups, and stores none (enable it before looking at
+    /// [`CommitSignal::has_ids`]).
+    pub fn next_commit(&self) -> tokio::sync::futures::Notified<'_> {
+        self.inner.observers.notified()
     }
 
     /// Whether ids committed by this process wait for the relay ([`CommitSignal::take_ids`]).

@@ -128,7 +128,7 @@ impl Metrics {
                     ("outbox_messages_claimed_total", &st.claimed),
                     ("outbox_messages_claimed_on_scan_total", &st.claimed_on_scan),
                     ("outbox_messages_runs_continued_total", &st.runs_continued),
-                    ("outbox_claims_beside_waiting_total", &st.claims_beside_waiting),
+                    ("outbox_claims_beside_total", &st.claims_beside),
                     ("outbox_envelopes_published_total", &st.published),
                     ("outbox_deliveries_confirmed_total", &st.delivered),
                     ("outbox_attempts_retried_total", &st.retried),
