@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Latency of a 500 msg/s load beside a 300,000-message backlog on 10 hot keys, PostgreSQL + NATS,
+# Latency of a 500 msg/s load beside a 300,000-message backlog on 10 hot keys, PostgreSQL (or the
+# database of $PG) + NATS,
 # for several release builds alternating, each given as label:binary. The builds older than the
 # bench's --latency-backlog option have bench-backlog.patch applied (the option alone; the
 # relay's counters they lack read 0).
