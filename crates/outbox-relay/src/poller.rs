@@ -535,6 +535,10 @@ async fn lane<S: RelayStore>(
     claims_unsure: Arc<std::sync::atomic::AtomicU64>,
     shutdown: CancellationToken,
 ) {
+    if inner.budget.is_some() {
+        // Never open under a shared budget (see `lane_turn`).
+        return;
+    }
     let permits = Arc::new(Semaphore::new(LANE_BATCHES));
     let mut tasks: JoinSet<()> = JoinSet::new();
     loop {
@@ -561,9 +565,9 @@ async fn lane<S: RelayStore>(
 }
 
 /// The lane's turn: a permit of its own, once a hot key's batch is in flight, this process has
-/// committed messages to claim, claims are not paused after failed settlements, no budget is
-/// shared with other stores (its turns bound every batch the process has in flight), and the
-/// store's pool has a connection to spare. Waits on wake-ups of its own (`Chains::started`,
+/// committed messages to claim, claims are not paused after failed settlements, and the
+/// store's pool has a connection to spare. (No lane runs under a budget shared with other
+/// stores: its turns bound every batch the process has in flight.) Waits on wake-ups of its own (`Chains::started`,
 /// `CommitSignal::next_commit`): it takes none of the claim loop's.
 async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
@@ -572,7 +576,6 @@ async fn lane_turn<S: RelayStore>(
     let ready = || {
         inner.chains.any()
             && inner.signal.has_ids()
-            && inner.budget.is_none()
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
     };
@@ -594,7 +597,7 @@ async fn lane_turn<S: RelayStore>(
             started.await;
             continue;
         }
-        // A paused store, a budget or a full pool: looked at again at the next commit, or
+        // No ids yet, a paused store or a full pool: looked at again at the next commit, or
         // after a while (a pause ends, a connection comes back, without a wake-up).
         tokio::select! {
             () = &mut started => {}
