@@ -214,6 +214,11 @@ pub struct BenchConfig {
     pub latency_backlog: u64,
     /// The hot keys of that backlog (`hot-k-0`, ...). Defaults to 10.
     pub latency_backlog_keys: u64,
+    /// The latency scenario's load is written through a pool of its own, as another process
+    /// writes: the relay is not told of its commits (no in-process wake-up, no claim by id of
+    /// the ids committed), as with `outbox relay` beside writers in other languages. Defaults
+    /// to false (the load is written through the relay's own outbox).
+    pub latency_writer_apart: bool,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved).
     /// Defaults to 2,000.
     pub enqueue_txs: usize,
@@ -279,6 +284,7 @@ impl Default for BenchConfig {
             latency_duration: Duration::from_secs(10),
             latency_backlog: 0,
             latency_backlog_keys: 10,
+            latency_writer_apart: false,
             enqueue_txs: 2_000,
             relays: vec![1, 2, 4],
             sent_rows: vec![10_000, 100_000],

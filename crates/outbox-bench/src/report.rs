@@ -265,6 +265,11 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         md.push_str(&summary_row("scheduled start → consumer received", &l.scheduled_to_consumer));
         md.push_str(&summary_row("business transaction", &l.transaction));
         md.push('\n');
+        if l.writer_apart {
+            md.push_str(
+                "The load was written through a pool of its own, as by another process: the relay was not told of its commits.\n\n",
+            );
+        }
         if let Some(b) = &l.backlog {
             let _ = writeln!(
                 md,

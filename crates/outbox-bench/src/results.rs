@@ -112,6 +112,9 @@ pub struct LatencyResult {
     pub peak_rss_mib: f64,
     /// The hot backlog drained beside the load ([`crate::BenchConfig::latency_backlog`]), if any.
     pub backlog: Option<BacklogBeside>,
+    /// The load was written through a pool of its own, its commits not signalled to the relay
+    /// ([`crate::BenchConfig::latency_writer_apart`]).
+    pub writer_apart: bool,
 }
 
 /// A hot backlog drained while the latency scenario's load runs.

@@ -338,6 +338,9 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             Arc::new(crate::confirmed::Confirmed::new(broker.transport().await?, confirm_tx));
         let mut arrivals = broker.consume().await?;
         let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
+        // The load's writer: the relay's own outbox, or one of its own (another process's).
+        let apart = if cfg.latency_writer_apart { Some(db.reopened(POOL).await?) } else { None };
+        let writer = apart.as_ref().map_or(&db.outbox, |w| &w.outbox);
         // Let the relay settle into its idle state (with a backlog, the load starts at once,
         // beside its drain).
         if backlog == 0 {
@@ -371,7 +374,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             let scheduled = start + period * u32::try_from(i).unwrap_or(u32::MAX);
             tokio::time::sleep_until(scheduled).await;
             let tx = tx.clone();
-            let outbox = db.outbox.clone();
+            let outbox = writer.clone();
             tokio::spawn(async move {
                 let begun = Instant::now();
                 let account = rand::random::<i64>().rem_euclid(db::ACCOUNTS) + 1;
@@ -484,6 +487,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
                 .then(|| cpu_per(db_cpu, commits.len() as u64)),
             peak_rss_mib: sys::peak_rss_mib(),
             backlog: backlog_beside,
+            writer_apart: apart.is_some(),
         })
     }
     .await;

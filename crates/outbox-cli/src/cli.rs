@@ -451,6 +451,10 @@ pub(crate) struct BenchArgs {
     /// The hot keys of the latency scenario's backlog, 1 to 1,000,000.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub(crate) latency_backlog_keys: u64,
+    /// Write the latency scenario's load through a pool of its own, as another process would:
+    /// the relay is not told of its commits (as `outbox relay` beside other languages' writers).
+    #[arg(long)]
+    pub(crate) latency_writer_apart: bool,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one
     /// transaction each in turn), 1 to 1,000,000.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

@@ -27,6 +27,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         latency_duration: Duration::from_secs(args.latency_secs),
         latency_backlog: args.latency_backlog,
         latency_backlog_keys: args.latency_backlog_keys,
+        latency_writer_apart: args.latency_writer_apart,
         enqueue_txs: args.enqueue_txs as usize,
         relays: args.relays,
         sent_rows: args.sent_rows,
