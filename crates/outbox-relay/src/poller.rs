@@ -319,22 +319,7 @@ impl<S: RelayStore> Relay<S> {
             let scanned = std::mem::take(&mut on_scan);
             // Rows held back (nothing could be written for them) are left as they are: a
             // locked claim of nothing else is rolled back, and the loop sleeps as if idle.
-            let claimed = claimed.map(|c| {
-                let n = c.messages.len();
-                let (batch, blocked) = inner.without_held_back(c.messages);
-                if !c.after.is_empty() {
-                    let keys: std::collections::HashSet<&str> = c.after.iter().map(|a| a.key()).collect();
-                    let continued =
-                        batch.iter().filter(|m| m.key.as_deref().is_some_and(|k| keys.contains(k)));
-                    RelayStats::add(&inner.stats.runs_continued, continued.count());
-                }
-                let runs = Runs { after: c.after, told: c.told, blocked, cut: c.runs_cut };
-                if batch.is_empty() && n > 0 {
-                    (batch, Hold::Lease, true, runs)
-                } else {
-                    (batch, c.hold, c.left_behind, runs)
-                }
-            });
+            let claimed = claimed.map(|c| claimed_batch(&inner, c));
             if claimed.is_ok() && !by_id {
                 window_seen = Some((unnamed_now, claim_started));
             }
@@ -519,15 +504,53 @@ impl<S: RelayStore> Relay<S> {
 /// Lane batches at once: one claiming or publishing while the one before it settles.
 const LANE_BATCHES: usize = 2;
 
+/// The lane's looks for other processes' commits, while a hot key's batches are in flight: the
+/// first this long after the lane opens or after a look that found messages to claim, each one
+/// that found none twice as long after the last, at most [`LANE_LOOK_MAX`].
+const LANE_LOOK: Duration = Duration::from_millis(4);
+/// The longest wait between two looks of the lane.
+const LANE_LOOK_MAX: Duration = Duration::from_millis(32);
+
+/// A claim's batch for [`process`], once the messages held back are out of it (see
+/// `Inner::without_held_back`): the batch, what holds it (a lease when nothing is left of a
+/// locked claim: dropping its transaction unlocks its rows, as they were), whether due
+/// messages may remain, and its runs. Counts the messages claimed as runs continued.
+fn claimed_batch<S: RelayStore>(
+    inner: &crate::relay::Inner<S>,
+    c: outbox_store::Claimed<S::Lock>,
+) -> (Vec<outbox_core::OutboxMessage>, Hold<S::Lock>, bool, Runs) {
+    let n = c.messages.len();
+    let (batch, blocked) = inner.without_held_back(c.messages);
+    if !c.after.is_empty() {
+        let keys: std::collections::HashSet<&str> = c.after.iter().map(|a| a.key()).collect();
+        let continued = batch.iter().filter(|m| m.key.as_deref().is_some_and(|k| keys.contains(k)));
+        RelayStats::add(&inner.stats.runs_continued, continued.count());
+    }
+    let runs = Runs { after: c.after, told: c.told, blocked, cut: c.runs_cut };
+    if batch.is_empty() && n > 0 {
+        (batch, Hold::Lease, true, runs)
+    } else {
+        (batch, c.hold, c.left_behind, runs)
+    }
+}
+
 /// The lane: while batches of a hot key's runs are in flight (runs cut at their length, or
-/// continuing a batch in front; see [`crate::relay::Chains`]), this process's commits are
+/// continuing a batch in front; see [`crate::relay::Chains`]), new messages of other keys are
 /// claimed by id here, beside the claim loop, whose claims then run back to back (each a
 /// continued run's, which may take milliseconds on a deep backlog) and whose permits are held
 /// by those batches, one of them waiting for the other's word. So a hot key's backlog holds up
-/// the other keys' new messages for a claim and a publish, not for a batch's run. Nothing
-/// changes without such batches: the lane then never claims. Its claims take only heads of
-/// their keys and continue no run, so their batches publish at once; at most
-/// [`LANE_BATCHES`] are in flight, and only while the pool has a connection to spare. It stops
+/// the other keys' new messages for a claim and a publish, not for a batch's run.
+///
+/// It finds them two ways: this process's commits, named by its commit signal, at once; and
+/// any process's, by a look at the messages committed since the last look
+/// ([`outbox_store::Claims::newer_than`], one read of the primary key), every [`LANE_LOOK`]
+/// while looks find messages to claim, less often (up to [`LANE_LOOK_MAX`]) while they find
+/// none: a writer in another process (`outbox relay` beside other languages' services) gets
+/// no in-process wake-up, and a busy relay no `NOTIFY`. Nothing changes without such batches:
+/// the lane then neither looks nor claims. Its claims take only heads of their keys, by id
+/// ([`outbox_store::Claims::claim_ids`]), and continue no run, so their batches publish at
+/// once; at most [`LANE_BATCHES`] are in flight, and only while the pool has a connection to
+/// spare. Only with locked claims (continued runs, and so such batches, need them). It stops
 /// on `shutdown` and lets its batches finish, at most `shutdown_timeout`.
 async fn lane<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
@@ -535,26 +558,57 @@ async fn lane<S: RelayStore>(
     claims_unsure: Arc<std::sync::atomic::AtomicU64>,
     shutdown: CancellationToken,
 ) {
-    if inner.budget.is_some() {
-        // Never open under a shared budget (see `lane_turn`).
+    if inner.budget.is_some() || mode != ClaimMode::Lock {
+        // Never open under a shared budget (see `lane_turn`), nor with leases.
         return;
     }
     let permits = Arc::new(Semaphore::new(LANE_BATCHES));
     let mut tasks: JoinSet<()> = JoinSet::new();
+    let mut look = Look::new();
+    let limit = inner.cfg.batch_size;
     loop {
-        let permit = tokio::select! {
+        let (permit, turn) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            p = lane_turn(&inner, &permits) => p,
+            t = lane_turn(&inner, &permits, &mut look) => t,
         };
         while tasks.try_join_next().is_some() {}
-        let ids = inner.signal.take_ids();
+        let ids = match turn {
+            Turn::Commits => inner.signal.take_ids(),
+            Turn::Look => {
+                RelayStats::add(&inner.stats.lane_looks, 1);
+                let seen = tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    r = inner.store.newer_than(look.after, limit) => r,
+                };
+                match seen {
+                    Ok(seen) => {
+                        // The first look of an opening only finds where the messages end.
+                        let first = look.after.is_none();
+                        look.after = seen.newest.or(look.after);
+                        // Found: due messages no batch of this process holds (its own commits
+                        // are claimed by id as soon as they are signalled).
+                        let held = inner.store.held_in_flight(&seen.due);
+                        let ids: Vec<_> =
+                            seen.due.iter().zip(held).filter(|(_, held)| !held).map(|(id, _)| *id).collect();
+                        look.done(first || !ids.is_empty());
+                        ids
+                    }
+                    Err(e) => {
+                        look.done(false);
+                        RelayStats::add(&inner.stats.store_errors, 1);
+                        tracing::warn!(error = %e, "The lane's look for new messages failed; the claim loop finds them");
+                        continue;
+                    }
+                }
+            }
+        };
         if ids.is_empty() {
             continue;
         }
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        tasks.spawn(claim_beside(inner.clone(), mode, ids, permit, shutdown.clone()));
+        tasks.spawn(claim_beside(inner.clone(), ids, permit, shutdown.clone()));
     }
     let timeout = inner.cfg.shutdown_timeout;
     let drained = tokio::time::timeout(timeout, async { while tasks.join_next().await.is_some() {} }).await;
@@ -564,20 +618,63 @@ async fn lane<S: RelayStore>(
     }
 }
 
+/// What the lane does with its turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    /// Claims this process's commits, named by its commit signal.
+    Commits,
+    /// Looks for what any process committed since the last look, and claims it.
+    Look,
+}
+
+/// When the lane looks next, and from where.
+struct Look {
+    /// The newest id the last look saw (`None`: the next look only finds it).
+    after: Option<outbox_core::MessageId>,
+    /// The wait before the next look.
+    every: Duration,
+    /// When the next look is due.
+    next: Instant,
+}
+
+impl Look {
+    fn new() -> Self {
+        Look { after: None, every: LANE_LOOK, next: Instant::now() }
+    }
+
+    /// The lane closed (no hot key's batch in flight): its next opening starts afresh, with a
+    /// look at where the messages end, at once.
+    fn reset(&mut self) {
+        *self = Look::new();
+    }
+
+    /// A look ended, having `found` messages to claim or not.
+    fn done(&mut self, found: bool) {
+        self.every = if found { LANE_LOOK } else { (self.every * 2).min(LANE_LOOK_MAX) };
+        self.next = Instant::now() + self.every;
+    }
+}
+
 /// The lane's turn: a permit of its own, once a hot key's batch is in flight, this process has
-/// committed messages to claim, claims are not paused after failed settlements, and the
-/// store's pool has a connection to spare. (No lane runs under a budget shared with other
-/// stores: its turns bound every batch the process has in flight.) Waits on wake-ups of its own (`Chains::started`,
-/// `CommitSignal::next_commit`): it takes none of the claim loop's.
+/// committed messages to claim or a look is due, claims are not paused after failed
+/// settlements, and the store's pool has a connection to spare. (No lane runs under a budget
+/// shared with other stores: its turns bound every batch the process has in flight.) Waits on
+/// wake-ups of its own (`Chains::started`, `CommitSignal::next_commit`) and the look's time: it
+/// takes none of the claim loop's.
 async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
     permits: &Arc<Semaphore>,
-) -> tokio::sync::OwnedSemaphorePermit {
-    let ready = || {
-        inner.chains.any()
-            && inner.signal.has_ids()
-            && inner.pause_left().is_none()
-            && inner.store.spare_connection()
+    look: &mut Look,
+) -> (tokio::sync::OwnedSemaphorePermit, Turn) {
+    let open = || inner.chains.any() && inner.pause_left().is_none() && inner.store.spare_connection();
+    let turn = |look: &Look| {
+        if inner.signal.has_ids() {
+            Some(Turn::Commits)
+        } else if Instant::now() >= look.next {
+            Some(Turn::Look)
+        } else {
+            None
+        }
     };
     loop {
         let started = inner.chains.started();
@@ -586,42 +683,47 @@ async fn lane_turn<S: RelayStore>(
         let commit = inner.signal.next_commit();
         tokio::pin!(commit);
         commit.as_mut().enable();
-        if ready() {
+        if open() && turn(look).is_some() {
             match permits.clone().acquire_owned().await {
-                Ok(p) if ready() => return p,
-                Ok(_) => continue,
+                Ok(p) => match turn(look).filter(|_| open()) {
+                    Some(t) => return (p, t),
+                    None => continue,
+                },
                 Err(_) => return std::future::pending().await,
             }
         }
         if !inner.chains.any() {
+            look.reset();
             started.await;
             continue;
         }
-        // No ids yet, a paused store or a full pool: looked at again at the next commit, or
-        // after a while (a pause ends, a connection comes back, without a wake-up).
+        // Nothing to claim yet, a paused store or a full pool: looked at again at the next
+        // commit, at the look's time, or after a while (a pause ends, a connection comes back,
+        // without a wake-up).
+        let until = look.next.max(Instant::now()).min(Instant::now() + Duration::from_millis(50));
         tokio::select! {
             () = &mut started => {}
             () = &mut commit => {}
-            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            () = tokio::time::sleep_until(until) => {}
         }
     }
 }
 
-/// A claim of the lane: by id, of the messages this process committed (`ids`), and its batch
-/// published and settled, holding the lane's `permit`. What it does not take (a key held by a
-/// batch in flight, a claim that failed) a later claim looks for: every batch's settlement
-/// wakes the claim loop.
+/// A claim of the lane: by id alone, of messages committed by this process or seen by a look
+/// (`ids`), and its batch published and settled, holding the lane's `permit`. What it does not
+/// take (a key held by a batch in flight, a claim that failed) a later claim looks for: every
+/// batch's settlement wakes the claim loop.
 async fn claim_beside<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
-    mode: ClaimMode,
-    ids: Vec<outbox_core::MessageId>,
+    mut ids: Vec<outbox_core::MessageId>,
     permit: tokio::sync::OwnedSemaphorePermit,
     shutdown: CancellationToken,
 ) {
     let cfg = &inner.cfg;
     let started = Instant::now();
-    let run = cfg.max_run.min(cfg.batch_size);
-    let claimed = inner.store.claim_committed(mode, &cfg.owner, &ids, cfg.batch_size, run, cfg.lease).await;
+    // More than a batch: the rest is the claim loop's.
+    ids.truncate(cfg.batch_size);
+    let claimed = inner.store.claim_ids(ClaimMode::Lock, &cfg.owner, &ids, cfg.batch_size, cfg.lease).await;
     inner.stats.claim_duration.record(started.elapsed());
     RelayStats::add(&inner.stats.claims, 1);
     let c = match claimed {
@@ -636,17 +738,15 @@ async fn claim_beside<S: RelayStore>(
     };
     inner.stats.count_claim(crate::stats::ClaimKind::ById, c.messages.is_empty());
     if shutdown.is_cancelled() {
-        // Rows a locked claim holds are unlocked by dropping it (rolled back); leased rows are
-        // released with the rest when the relay stops.
+        // Rows a locked claim holds are unlocked by dropping it (rolled back).
         return;
     }
-    let (batch, blocked) = inner.without_held_back(c.messages);
+    let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
         return;
     }
     RelayStats::add(&inner.stats.claimed, batch.len());
-    let runs = Runs { after: c.after, told: c.told, blocked, cut: c.runs_cut };
-    process(&inner, batch, c.hold, runs).await;
+    process(&inner, batch, hold, runs).await;
     drop(permit);
     // Younger messages of its keys may be claimable now.
     inner.signal.wake();

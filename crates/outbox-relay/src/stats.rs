@@ -105,6 +105,11 @@ pub struct RelayStats {
     /// were in flight (runs going on across batches): they keep such a backlog from holding up
     /// other keys' new messages.
     pub claims_beside: AtomicU64,
+    /// The lane's looks for messages committed since its last look by any process
+    /// (`outbox_store::Claims::newer_than`), each one read of the primary key: every few
+    /// milliseconds while a hot key's batches are in flight, less often while they find
+    /// nothing to claim.
+    pub lane_looks: AtomicU64,
     /// Messages claimed by a scan that the `idle_interval` timer started (no wake-up came):
     /// the slow path. The others were claimed on a wake-up (after-commit signal, `NOTIFY`) or
     /// while the relay was busy, so `1 - claimed_on_scan / claimed` is the fast-path share.

@@ -386,6 +386,63 @@ where
     assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
 }
 
+/// The same beside a message another process commits (here a second handle on the database,
+/// whose commits the relay is not told of, as with `outbox relay` beside a service in another
+/// language): the lane's look finds it and claims it by id while the hot key is still stuck.
+async fn another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run<DB: OutboxDatabase>(
+    outbox: Outbox<DB>,
+) where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.gate_key("hot");
+    let mut hot = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..24 {
+        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    // The stuck publish outlasts every wait below: nothing but the lane can free the new messages.
+    let long = Duration::from_secs(300);
+    let cfg = RelayConfig {
+        batch_size: 8,
+        max_run: 4,
+        max_in_flight_batches: 2,
+        publish_timeout: long,
+        lease: long * 2,
+        ..config("r0")
+    };
+    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    eventually("the first batch stuck and its run continued by a second", || async {
+        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
+    })
+    .await;
+    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let mut cold = Vec::new();
+    for i in 0..3 {
+        let m = NewMessage::new("order.updated", "cold").key(format!("cold-{i}"));
+        cold.push(elsewhere.enqueue(&m).await.unwrap().id);
+    }
+    assert!(!outbox.signal().has_ids(), "the relay's own outbox was told nothing");
+    eventually("the other process's messages delivered", || async {
+        cold.iter().all(|id| t.delivered_count(*id) == 1)
+    })
+    .await;
+    assert!(t.delivered().iter().all(|e| cold.contains(&e.id)), "the hot key is still stuck");
+    assert!(t.in_flight() > 0, "the hot key's first batch is still in its publish");
+    assert!(RelayStats::get(&running.stats.lane_looks) >= 1, "found by the lane's look");
+    assert!(RelayStats::get(&running.stats.claims_beside) >= 1, "claimed by the lane");
+    t.open_keys();
+    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
+    running.stop().await;
+    let delivered: Vec<MessageId> =
+        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
+    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+    for id in &cold {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
+}
+
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
 where
     Outbox<DB>: RelayStore,
@@ -964,6 +1021,11 @@ mod locked {
     case!(outbox_testkit::fresh_pg, a_held_back_message_holds_back_its_keys_run, true);
     case!(outbox_testkit::fresh_pg, runs_continued_behind_a_batch_in_flight_keep_key_order, true);
     case!(outbox_testkit::fresh_pg, a_new_message_is_not_held_up_behind_a_hot_keys_continued_run, true);
+    case!(
+        outbox_testkit::fresh_pg,
+        another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run,
+        true
+    );
 
     mod mysql {
         use super::*;
@@ -975,6 +1037,11 @@ mod locked {
         case!(
             outbox_testkit::fresh_mysql,
             a_new_message_is_not_held_up_behind_a_hot_keys_continued_run,
+            true
+        );
+        case!(
+            outbox_testkit::fresh_mysql,
+            another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run,
             true
         );
     }

@@ -308,6 +308,32 @@ impl Claims for AnyOutbox {
         })
     }
 
+    async fn claim_ids(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        ids: &[MessageId],
+        limit: usize,
+        lease: Duration,
+    ) -> Result<Claimed<AnyLock>> {
+        Ok(match self {
+            #[cfg(feature = "postgres")]
+            AnyOutbox::Postgres(o) => {
+                lift(o.claim_ids(mode, owner, ids, limit, lease).await?, AnyLock::Postgres)
+            }
+            #[cfg(feature = "mysql")]
+            AnyOutbox::MySql(o) => lift(o.claim_ids(mode, owner, ids, limit, lease).await?, AnyLock::MySql),
+            #[cfg(feature = "sqlite")]
+            AnyOutbox::Sqlite(o) => {
+                Claimed::leased(o.claim_ids(mode, owner, ids, limit, lease).await?.messages)
+            }
+        })
+    }
+
+    async fn newer_than(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
+        each!(self, o => o.newer_than(after, limit).await)
+    }
+
     async fn deliveries_held(
         &self,
         hold: &mut Hold<AnyLock>,

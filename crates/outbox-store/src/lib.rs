@@ -56,8 +56,8 @@ pub use outbox::{Outbox, OutboxConnection, OutboxDatabase, OutboxTransaction};
 pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxMessage, Result, Status};
 pub use relay::{
     AckOutcome, Acks, Backlog, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, Keeper,
-    Listening, MessageWrite, NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock, RunAfter,
-    RunsTold, SettleReport, Settlement, Wakeups, MAX_PRESENCE_TEXT,
+    Listening, MessageWrite, Newer, NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock,
+    RunAfter, RunsTold, SettleReport, Settlement, Wakeups, MAX_PRESENCE_TEXT,
 };
 pub use signal::{CommitSignal, Signalled};
 

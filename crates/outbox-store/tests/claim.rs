@@ -455,6 +455,87 @@ async fn a_claim_of_committed_ids_keeps_key_order_and_looks_no_further<DB: Outbo
     assert_eq!(got(&c), vec![older]);
 }
 
+/// A claim by id alone (`Claims::claim_ids`, the relay's lane) takes the ids that may go, each
+/// the head of its key and due, and nothing else: when none of them can go it takes nothing,
+/// although other messages are due (no window, unlike `claim_committed`), and it brings no run
+/// behind a head. With a lease it takes nothing.
+async fn a_claim_by_id_alone_takes_nothing_it_was_not_named<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let older = enqueue(NewMessage::new("t", "{}").key("other")).await;
+    let k1 = enqueue(NewMessage::new("t", "{}").key("k")).await;
+    let k2 = enqueue(NewMessage::new("t", "{}").key("k")).await;
+    let later = enqueue(NewMessage::new("t", "{}").key("later").delay(Duration::from_secs(60))).await;
+    let free = enqueue(NewMessage::new("t", "{}")).await;
+    let got = |c: &outbox_store::Claimed<<Outbox<DB> as Claims>::Lock>| {
+        c.messages.iter().map(|m| m.id).collect::<Vec<_>>()
+    };
+
+    // None of these may go: k2 waits behind k1, `later` is not due, the last is no message.
+    let none =
+        outbox.claim_ids(ClaimMode::Lock, "relay-a", &[k2, later, MessageId(i64::MAX)], 10, LEASE).await;
+    let none = none.unwrap();
+    assert_eq!(got(&none), Vec::<MessageId>::new(), "no window behind the ids");
+    assert!(matches!(none.hold, Hold::Lease), "no transaction kept");
+    // No ids at all: nothing either.
+    assert!(outbox.claim_ids(ClaimMode::Lock, "relay-a", &[], 10, LEASE).await.unwrap().messages.is_empty());
+    // With a lease: nothing, whatever the ids.
+    let leased = outbox.claim_ids(ClaimMode::Lease, "relay-a", &[k1, free], 10, LEASE).await.unwrap();
+    assert!(leased.messages.is_empty(), "{:?}", got(&leased));
+
+    // k1 heads its key: taken alone, without k2 behind it, and `free`; not `older`.
+    let a = outbox.claim_ids(ClaimMode::Lock, "relay-a", &[k1, free], 10, LEASE).await.unwrap();
+    assert_eq!(got(&a), vec![k1, free]);
+    assert!(matches!(a.hold, Hold::Lock(_)));
+    assert!(a.after.is_empty() && !a.runs_cut, "no run");
+    // Held by that claim, the same ids give nothing, and still no window.
+    let b = outbox.claim_ids(ClaimMode::Lock, "relay-b", &[k1, free], 10, LEASE).await.unwrap();
+    assert_eq!(got(&b), Vec::<MessageId>::new());
+    outbox.settle_held(a.hold, "relay-a", &Settlement::default()).await.unwrap();
+    // The window is still there for a claim that looks: `older` first.
+    let c = outbox.claim_committed(ClaimMode::Lock, "relay-c", &[], 1, 1, LEASE).await.unwrap();
+    assert_eq!(got(&c), vec![older]);
+}
+
+/// `Claims::newer_than`: without a start, where the messages end; from a start, the messages
+/// after it in id order, the due `pending` ones named, and a start for the next look past every
+/// message seen, sent ones included.
+async fn a_look_at_newer_messages_names_the_due_ones_after_its_start<DB: OutboxDatabase>(outbox: &Outbox<DB>)
+where
+    Outbox<DB>: Claims,
+{
+    let empty = outbox.newer_than(None, 10).await.unwrap();
+    assert_eq!(empty, outbox_store::Newer { due: Vec::new(), newest: None }, "an empty table");
+    let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
+    let before = enqueue(NewMessage::new("t", "{}").key("k")).await;
+    let start = outbox.newer_than(None, 10).await.unwrap();
+    assert_eq!(start, outbox_store::Newer { due: Vec::new(), newest: Some(before) });
+
+    let a = enqueue(NewMessage::new("t", "{}").key("a")).await;
+    let sent = enqueue(NewMessage::new("t", "{}").key("s")).await;
+    let later = enqueue(NewMessage::new("t", "{}").delay(Duration::from_secs(60))).await;
+    let b = enqueue(NewMessage::new("t", "{}")).await;
+    // `sent` is claimed and settled sent: seen, not named.
+    let c = outbox.claim_ids(ClaimMode::Lock, "relay-a", &[sent], 10, LEASE).await.unwrap();
+    assert_eq!(c.messages.len(), 1);
+    let s = Settlement { sent: vec![sent], ..Settlement::default() };
+    outbox.settle_held(c.hold, "relay-a", &s).await.unwrap();
+
+    let seen = outbox.newer_than(Some(before), 10).await.unwrap();
+    assert_eq!(seen, outbox_store::Newer { due: vec![a, b], newest: Some(b) });
+    // At most `limit` messages: the next look starts after the last one seen.
+    let two = outbox.newer_than(Some(before), 2).await.unwrap();
+    assert_eq!(two, outbox_store::Newer { due: vec![a], newest: Some(sent) });
+    let rest = outbox.newer_than(two.newest, 2).await.unwrap();
+    assert_eq!(rest, outbox_store::Newer { due: vec![b], newest: Some(b) });
+    assert!(later < b);
+    // Nothing newer: the start stays.
+    let nothing = outbox.newer_than(Some(b), 10).await.unwrap();
+    assert_eq!(nothing, outbox_store::Newer { due: Vec::new(), newest: Some(b) });
+}
+
 /// Locked claims (PostgreSQL, MySQL/MariaDB): a key's run cut at the run's length is continued by the same
 /// relay's next claim while the first is in flight, from the newest message it holds, and the
 /// continuing claim learns whether the first delivered the key's messages. Another relay takes
@@ -522,6 +603,8 @@ suite!(
         a_locked_claim_tells_whether_it_left_messages_behind,
         a_locked_claim_beside_a_batch_in_flight_takes_the_next_heads,
         a_claim_of_committed_ids_keeps_key_order_and_looks_no_further,
+        a_claim_by_id_alone_takes_nothing_it_was_not_named,
+        a_look_at_newer_messages_names_the_due_ones_after_its_start,
     ]
 );
 suite!(

@@ -122,13 +122,14 @@ impl Metrics {
                 let finished = RelayStats::get(&st.delivered) + failed;
                 let exhausted = if finished == 0 { 0.0 } else { failed as f64 / finished as f64 };
                 metrics::gauge!("outbox_failed_ratio", "store" => s.name.clone()).set(exhausted);
-                let counters: [(&'static str, &std::sync::atomic::AtomicU64); 12] = [
+                let counters: [(&'static str, &std::sync::atomic::AtomicU64); 13] = [
                     ("outbox_claims_total", &st.claims),
                     ("outbox_wake_ups_without_claim_total", &st.wake_ups_held),
                     ("outbox_messages_claimed_total", &st.claimed),
                     ("outbox_messages_claimed_on_scan_total", &st.claimed_on_scan),
                     ("outbox_messages_runs_continued_total", &st.runs_continued),
                     ("outbox_claims_beside_total", &st.claims_beside),
+                    ("outbox_lane_looks_total", &st.lane_looks),
                     ("outbox_envelopes_published_total", &st.published),
                     ("outbox_deliveries_confirmed_total", &st.delivered),
                     ("outbox_attempts_retried_total", &st.retried),

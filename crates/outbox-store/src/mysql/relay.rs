@@ -298,6 +298,13 @@ fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
 /// fewer between a commit and its publication). What that takes is the batch, which then says
 /// messages may be left behind (it looked at nothing else); when it takes nothing, the window
 /// is claimed in the same transaction.
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id: the next messages by
+/// the primary key, each with whether it is due and `pending`, whatever the status (see
+/// PostgreSQL's `LOOK_NEWER`).
+const LOOK_NEWER: &str = "\
+SELECT id, IF(status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due FROM outbox_message
+WHERE id > ? ORDER BY id LIMIT ?";
+
 async fn lock_candidates(
     outbox: &Outbox<MySql>,
     committed: &[MessageId],
@@ -305,6 +312,7 @@ async fn lock_candidates(
     run: usize,
     locked_by: Option<&str>,
     bound: Option<Duration>,
+    only_ids: bool,
 ) -> Result<Candidates> {
     // A locked claim (of this owner) locks first and probes exactly; a lease claim need not.
     let exact = locked_by.is_some();
@@ -330,6 +338,9 @@ async fn lock_candidates(
             }
             return Ok((tx, kept, poison, true, Runs::default()));
         }
+    }
+    if only_ids {
+        return Ok((tx, Vec::new(), Vec::new(), true, Runs::default()));
     }
     let found: Vec<Candidate> = sqlx::query_as(&render(tables, CANDIDATES))
         .bind(as_i64(window))
@@ -747,7 +758,8 @@ impl Outbox<MySql> {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let (mut tx, mut kept, _poison, _, _) = lock_candidates(self, &[], limit, run, None, None).await?;
+        let (mut tx, mut kept, _poison, _, _) =
+            lock_candidates(self, &[], limit, run, None, None, false).await?;
         if kept.is_empty() {
             tx.commit().await.map_err(db)?;
             return Ok(kept);
@@ -771,6 +783,27 @@ impl Outbox<MySql> {
         Ok(kept)
     }
 
+    /// [`Claims::newer_than`]: one read of the primary key from `after`.
+    async fn look_newer(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
+        let tables = self.tables();
+        let Some(after) = after else {
+            let newest: Option<i64> =
+                sqlx::query_scalar(&render(tables, "SELECT max(id) FROM outbox_message"))
+                    .fetch_one(self.pool())
+                    .await
+                    .map_err(db)?;
+            return Ok(crate::relay::Newer { due: Vec::new(), newest: newest.map(MessageId) });
+        };
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_NEWER))
+            .bind(after.0)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        let rows: Vec<(i64, bool)> = rows.into_iter().map(|(id, due)| (id, due != 0)).collect();
+        Ok(crate::relay::newer_of(after, &rows))
+    }
+
     async fn claim_locked(
         &self,
         owner: &str,
@@ -778,14 +811,22 @@ impl Outbox<MySql> {
         limit: usize,
         run: usize,
         lease: Duration,
+        only_ids: bool,
     ) -> Result<Claimed<MySqlLock>> {
         if limit == 0 {
             return Ok(Claimed::nothing(true));
         }
+        if only_ids {
+            // A claim by id alone (`Claims::claim_ids`): nothing to do without ids it may take.
+            let (_, free) = self.in_flight.leave_out(committed);
+            if free.is_empty() || free.len() > limit {
+                return Ok(Claimed::nothing(true));
+            }
+        }
         let bounded_in_begin = self.has_idle_transaction_timeout.load(Ordering::Relaxed);
         let bound = bounded_in_begin.then_some(lease);
         let (mut tx, kept, poison, left_behind, runs) =
-            lock_candidates(self, committed, limit, run, Some(owner), bound).await?;
+            lock_candidates(self, committed, limit, run, Some(owner), bound, only_ids).await?;
         if kept.is_empty() && bounded_in_begin {
             // The bound was set in the `BEGIN`'s round trip: back to the server's default for
             // whoever uses the connection next (an error here ends the claim: nothing is held).

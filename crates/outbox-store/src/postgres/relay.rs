@@ -317,6 +317,14 @@ WHERE l.msg_key IS NULL OR l.id = (
 LIMIT $2"
 );
 
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id (`$1`): the next `$2`
+/// messages by the primary key, each with whether it is due and `pending` (a claim by id may
+/// take it). Read in id order from `$1` whatever the status, so that where the next look starts
+/// moves past messages sent meanwhile.
+const LOOK_NEWER: &str = "\
+SELECT m.id, (m.status = 'pending' AND m.next_attempt_at <= now()) IS TRUE AS due FROM outbox_message m
+WHERE m.id > $1 ORDER BY m.id LIMIT $2";
+
 /// `sql` for these tables as `PREPARE` and `EXECUTE` statements for [`ClaimTx::begin`], its
 /// parameters (`types`) given as `args`, written into the `EXECUTE`. The statement's name is
 /// `prefix` and a hash of its text, so that two outboxes over different tables sharing a pool,
@@ -966,6 +974,26 @@ impl Outbox<Postgres> {
         Ok(more)
     }
 
+    /// [`Claims::newer_than`]: one read of the primary key from `after`.
+    async fn look_newer(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
+        let tables = self.tables();
+        let Some(after) = after else {
+            let newest: Option<i64> =
+                sqlx::query_scalar(&render(tables, "SELECT max(id) FROM outbox_message"))
+                    .fetch_one(self.pool())
+                    .await
+                    .map_err(db)?;
+            return Ok(crate::relay::Newer { due: Vec::new(), newest: newest.map(MessageId) });
+        };
+        let rows: Vec<(i64, bool)> = sqlx::query_as(&render(tables, LOOK_NEWER))
+            .bind(after.0)
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(self.pool())
+            .await
+            .map_err(db)?;
+        Ok(crate::relay::newer_of(after, &rows))
+    }
+
     async fn claim_locked(
         &self,
         owner: &str,
@@ -973,6 +1001,7 @@ impl Outbox<Postgres> {
         limit: usize,
         run: usize,
         lease: Duration,
+        only_ids: bool,
     ) -> Result<Claimed<PgLock>> {
         let tables = self.tables();
         let max = limit;
@@ -1005,6 +1034,10 @@ impl Outbox<Postgres> {
         // in the same transaction.
         // What this process's other claims hold: left out of this claim's candidates.
         let (held, committed) = self.in_flight.leave_out(committed);
+        if only_ids && (committed.is_empty() || committed.len() > max) {
+            // A claim by id alone (`Claims::claim_ids`) with nothing it may take by id.
+            return Ok(Claimed::nothing(true));
+        }
         // The window reaches as far past the rows held as it does past one batch in flight.
         let window = locked_window(limit, window, held.len());
         // Where the window starts: where the last one began, in a backlog (see `WindowMemo`).
@@ -1033,6 +1066,10 @@ impl Outbox<Postgres> {
             (out, poison, None)
         };
         let by_id = !out.is_empty() || !poison.is_empty();
+        if only_ids && !by_id {
+            tx.rollback().await.map_err(db)?;
+            return Ok(Claimed::nothing(true));
+        }
         // Whether a run could follow a head: not when the first pass's window held every due
         // row and each key once (a due follower is a second due row of its key).
         let mut followers_possible = true;

@@ -125,6 +125,25 @@ pub struct Claimed<L> {
     pub runs_cut: bool,
 }
 
+/// What [`Claims::newer_than`] saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Newer {
+    /// The due `pending` messages among those seen, in id order.
+    pub due: Vec<MessageId>,
+    /// Where the next look starts: the newest id seen, or the look's own start when it saw
+    /// nothing (`None` on an empty table).
+    pub newest: Option<MessageId>,
+}
+
+/// [`Newer`] from a look's rows after `after`: `(id, due)` in id order.
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn newer_of(after: MessageId, rows: &[(i64, bool)]) -> Newer {
+    Newer {
+        due: rows.iter().filter(|(_, due)| *due).map(|(id, _)| MessageId(*id)).collect(),
+        newest: Some(rows.iter().map(|(id, _)| MessageId(*id)).max().unwrap_or(after).max(after)),
+    }
+}
+
 impl<L> Claimed<L> {
     /// Messages held by a lease.
     pub fn leased(messages: Vec<OutboxMessage>) -> Self {
@@ -288,8 +307,30 @@ macro_rules! row_lock_claims {
             ) -> Result<Claimed<Self::Lock>> {
                 Ok(match mode {
                     ClaimMode::Lease => Claimed::leased(self.claim_leased(owner, limit, run, lease).await?),
-                    ClaimMode::Lock => self.claim_locked(owner, committed, limit, run, lease).await?,
+                    ClaimMode::Lock => self.claim_locked(owner, committed, limit, run, lease, false).await?,
                 })
+            }
+
+            async fn claim_ids(
+                &self,
+                mode: ClaimMode,
+                owner: &str,
+                ids: &[MessageId],
+                limit: usize,
+                lease: Duration,
+            ) -> Result<Claimed<Self::Lock>> {
+                match mode {
+                    ClaimMode::Lease => Ok(Claimed::nothing(true)),
+                    ClaimMode::Lock => self.claim_locked(owner, ids, limit, 1, lease, true).await,
+                }
+            }
+
+            async fn newer_than(
+                &self,
+                after: Option<MessageId>,
+                limit: usize,
+            ) -> Result<$crate::relay::Newer> {
+                self.look_newer(after, limit).await
             }
 
             async fn deliveries_held(
@@ -402,6 +443,40 @@ pub trait Claims: Clone + Send + Sync + 'static {
         run: usize,
         lease: Duration,
     ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send;
+
+    /// [`Claims::claim_committed`] by id alone, for a claim beside the claim loop: of `ids`
+    /// (at most `limit` of them), those claimable now (due, each the head of its key) are
+    /// locked and returned, and nothing else: no window is read when none is, and no run is
+    /// brought or continued, so the batch publishes at once, whatever the batches in flight
+    /// hold. Takes nothing ([`Claimed::nothing`], no transaction kept) with a lease, and where
+    /// the store does not lock claims (the default).
+    fn claim_ids(
+        &self,
+        mode: ClaimMode,
+        owner: &str,
+        ids: &[MessageId],
+        limit: usize,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Claimed<Self::Lock>>> + Send {
+        let _ = (mode, owner, ids, limit, lease);
+        async { Ok(Claimed::nothing(true)) }
+    }
+
+    /// A look at what was committed since the last one, by any process: the messages with an
+    /// id above `after`, at most `limit` of them in id order, the due `pending` ones named (a
+    /// hint for [`Claims::claim_ids`]). Without `after`, only where the next look starts: the
+    /// newest id now. One read of the primary key's index from `after`, whatever the backlog
+    /// behind it. Ids are taken at insert and committed in any order, so a message committed
+    /// after a look with an id below its start is not seen by the next: the claim loop finds
+    /// it. Sees nothing (the default) where the store does not claim by id.
+    fn newer_than(
+        &self,
+        after: Option<MessageId>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Newer>> + Send {
+        let _ = (after, limit);
+        async { Ok(Newer::default()) }
+    }
 
     /// The per-destination rows of these messages, read through the claim's own transaction
     /// when it holds one (a batch never waits for a second pooled connection while it holds
