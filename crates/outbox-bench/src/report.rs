@@ -275,11 +275,13 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
                 md,
                 "Beside a backlog of {} messages on {} hot keys of their own, written before the relay started: \
                  {} of them not yet sent when the load's last transaction committed; {} claims by id by the \
-                 relay's lane, beside its claim loop; {} messages claimed as runs continued across batches.\n",
+                 relay's lane, beside its claim loop, and {} looks of the lane for new messages; {} messages \
+                 claimed as runs continued across batches.\n",
                 human(b.messages as f64),
                 b.keys,
                 b.unsent_when_load_ended,
                 b.claims_beside,
+                b.lane_looks,
                 b.runs_continued
             );
         }

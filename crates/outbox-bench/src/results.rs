@@ -130,6 +130,8 @@ pub struct BacklogBeside {
     /// The relay's claims by id made by its lane, beside the claim loop
     /// (`RelayStats::claims_beside`).
     pub claims_beside: u64,
+    /// The lane's looks for messages committed since its last one (`RelayStats::lane_looks`).
+    pub lane_looks: u64,
     /// Messages claimed behind a batch in flight holding their key's older ones
     /// (`RelayStats::runs_continued`).
     pub runs_continued: u64,

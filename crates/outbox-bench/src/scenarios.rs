@@ -348,6 +348,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         }
         let (beside0, continued0) =
             (RelayStats::get(&relay.stats.claims_beside), RelayStats::get(&relay.stats.runs_continued));
+        let looks0 = RelayStats::get(&relay.stats.lane_looks);
         let claimed0 = RelayStats::get(&relay.stats.claimed);
         let claims0 = RelayStats::get(&relay.stats.claims);
         let kinds0 = relay.stats.claim_kinds();
@@ -408,6 +409,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             keys: cfg.latency_backlog_keys,
             unsent_when_load_ended,
             claims_beside: RelayStats::get(&relay.stats.claims_beside).saturating_sub(beside0),
+            lane_looks: RelayStats::get(&relay.stats.lane_looks).saturating_sub(looks0),
             runs_continued: RelayStats::get(&relay.stats.runs_continued).saturating_sub(continued0),
         });
         // Every confirmation precedes its message's arrival at the consumer.

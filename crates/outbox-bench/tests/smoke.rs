@@ -120,3 +120,30 @@ async fn latency_beside_a_hot_backlog_on_postgres_and_nats() {
     let md = outbox_bench::report::markdown(&report, &[]);
     assert!(md.contains("Beside a backlog of 2,000 messages on 4 hot keys"), "{md}");
 }
+
+/// The same with the load written by "another process" (`--latency-writer-apart`): the relay is
+/// not told of its commits, every message still reaches the consumer once, and the lane looked
+/// for new messages while the hot keys' runs were in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn latency_of_another_processs_load_beside_a_hot_backlog_on_postgres_and_nats() {
+    let pg = std::env::var("OUTBOX_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+    let cfg = BenchConfig {
+        scenarios: vec![Scenario::Latency],
+        latency_backlog: 2_000,
+        latency_backlog_keys: 4,
+        latency_writer_apart: true,
+        ..tiny(pg, TransportKind::Nats)
+    };
+    let report = outbox_bench::run(&cfg).await.unwrap();
+    let lat = report.latency.as_ref().expect("latency ran");
+    assert!(lat.writer_apart);
+    assert_eq!(lat.left_behind, 0);
+    assert_eq!(lat.received, lat.sent);
+    assert_eq!(lat.duplicates, 0);
+    let b = lat.backlog.as_ref().expect("the backlog is reported");
+    assert!(b.runs_continued > 0, "4 hot keys with 500 messages each: runs continued across batches");
+    assert!(b.lane_looks > 0, "the lane looked while the hot keys' runs were in flight");
+    let md = outbox_bench::report::markdown(&report, &[]);
+    assert!(md.contains("written through a pool of its own"), "{md}");
+}
