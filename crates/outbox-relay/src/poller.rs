@@ -565,32 +565,50 @@ async fn lane<S: RelayStore>(
     let permits = Arc::new(Semaphore::new(LANE_BATCHES));
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut look = Look::new();
+    let again = Again::default();
+    // This process's commits named to the lane and not yet passed by a look.
+    let mut own: std::collections::HashSet<outbox_core::MessageId> = std::collections::HashSet::new();
     let limit = inner.cfg.batch_size;
     loop {
         let (permit, turn) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            t = lane_turn(&inner, &permits, &mut look) => t,
+            t = lane_turn(&inner, &permits, &mut look, &again) => t,
         };
+        if look.after.is_none() {
+            own.clear();
+        }
         while tasks.try_join_next().is_some() {}
-        let ids = match turn {
-            Turn::Commits => inner.signal.take_ids(),
+        let fresh = match turn {
+            Turn::Commits => {
+                let ids = inner.signal.take_ids();
+                own.extend(ids.iter().copied());
+                ids
+            }
             Turn::Look => {
                 RelayStats::add(&inner.stats.lane_looks, 1);
+                let gaps = look.gaps();
                 let seen = tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    r = inner.store.newer_than(look.after, limit) => r,
+                    r = inner.store.newer_than(look.after, &gaps, limit) => r,
                 };
                 match seen {
                     Ok(seen) => {
                         // The first look of an opening only finds where the messages end.
                         let first = look.after.is_none();
-                        look.after = seen.newest.or(look.after);
-                        // Found: due messages no batch of this process holds (its own commits
-                        // are claimed by id as soon as they are signalled).
+                        look.saw(&seen);
+                        // Found: due messages of other processes (this one's are claimed as
+                        // soon as they are signalled) that no batch of this process holds.
                         let held = inner.store.held_in_flight(&seen.due);
-                        let ids: Vec<_> =
-                            seen.due.iter().zip(held).filter(|(_, held)| !held).map(|(id, _)| *id).collect();
-                        look.done(first || !ids.is_empty());
+                        let ids: Vec<_> = seen
+                            .due
+                            .iter()
+                            .zip(held)
+                            .filter(|(id, held)| !held && !own.contains(id))
+                            .map(|(id, _)| *id)
+                            .collect();
+                        // Every commit of this process up to the look's end has been seen.
+                        own.retain(|id| look.after.is_none_or(|after| *id > after));
+                        look.done(first || !ids.is_empty() || again.waiting());
                         ids
                     }
                     Err(e) => {
@@ -602,19 +620,84 @@ async fn lane<S: RelayStore>(
                 }
             }
         };
+        let ids = again.with(fresh, limit, |ids| inner.store.held_in_flight(ids));
         if ids.is_empty() {
             continue;
         }
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        tasks.spawn(claim_beside(inner.clone(), ids, permit, shutdown.clone()));
+        tasks.spawn(claim_beside(inner.clone(), ids, again.clone(), permit, shutdown.clone()));
     }
     let timeout = inner.cfg.shutdown_timeout;
     let drained = tokio::time::timeout(timeout, async { while tasks.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// How long the lane keeps naming again, at its next turns, a message it named and could not
+/// take (its key's older message in a batch about to settle, most often); then the claim loop
+/// finds it.
+const LANE_AGAIN_FOR: Duration = Duration::from_secs(1);
+
+/// A message the lane named, and since when it could not take it (`None`: named for the first
+/// time).
+type Named = (outbox_core::MessageId, Option<Instant>);
+
+/// The messages the lane named and could not take, to be named again at its next turns (for at
+/// most [`LANE_AGAIN_FOR`], at most a batch at a time). Shared by the lane and its claims.
+#[derive(Clone, Default)]
+struct Again(Arc<std::sync::Mutex<Vec<Named>>>);
+
+impl Again {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Named>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether messages wait to be named again.
+    fn waiting(&self) -> bool {
+        !self.lock().is_empty()
+    }
+
+    /// The next claim's messages: `fresh` ones, then those waiting to be named again, minus
+    /// those a batch of this process holds (`held`), each once, at most `limit`; the rest of
+    /// those waiting keep waiting.
+    fn with(
+        &self,
+        fresh: Vec<outbox_core::MessageId>,
+        limit: usize,
+        held: impl Fn(&[outbox_core::MessageId]) -> Vec<bool>,
+    ) -> Vec<Named> {
+        let mut ids: Vec<Named> = fresh.into_iter().map(|id| (id, None)).collect();
+        ids.append(&mut self.lock());
+        let held = held(&ids.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        let mut seen = std::collections::HashSet::new();
+        let mut ids: Vec<Named> = ids
+            .into_iter()
+            .zip(held)
+            .filter(|((id, _), held)| !held && seen.insert(*id))
+            .map(|(x, _)| x)
+            .collect();
+        if ids.len() > limit {
+            let rest = ids.split_off(limit);
+            self.lock().extend(rest.into_iter().filter(|(_, since)| since.is_some()));
+        }
+        ids
+    }
+
+    /// A claim that named `named` took `taken`: the others wait to be named again, unless they
+    /// could not be taken for [`LANE_AGAIN_FOR`] already.
+    fn left(&self, named: &[Named], taken: &std::collections::HashSet<outbox_core::MessageId>) {
+        let now = Instant::now();
+        let left = named
+            .iter()
+            .filter(|(id, _)| !taken.contains(id))
+            .map(|(id, since)| (*id, since.unwrap_or(now)))
+            .filter(|(_, since)| now.duration_since(*since) < LANE_AGAIN_FOR)
+            .map(|(id, since)| (id, Some(since)));
+        self.lock().extend(left);
     }
 }
 
@@ -627,10 +710,18 @@ enum Turn {
     Look,
 }
 
+/// How long the lane's looks read again an id that an earlier look did not see although a
+/// newer one was there (a transaction not committed yet, most often; or rolled back).
+const LANE_GAP_FOR: Duration = Duration::from_secs(1);
+/// The most such ids the lane reads again; a wider gap (a sequence that jumped) is not read again.
+const LANE_GAPS: usize = 256;
+
 /// When the lane looks next, and from where.
 struct Look {
     /// The newest id the last look saw (`None`: the next look only finds it).
     after: Option<outbox_core::MessageId>,
+    /// Ids below `after` no look has seen yet, and since when: read again by the next looks.
+    gaps: std::collections::BTreeMap<outbox_core::MessageId, Instant>,
     /// The wait before the next look.
     every: Duration,
     /// When the next look is due.
@@ -639,13 +730,39 @@ struct Look {
 
 impl Look {
     fn new() -> Self {
-        Look { after: None, every: LANE_LOOK, next: Instant::now() }
+        Look { after: None, gaps: Default::default(), every: LANE_LOOK, next: Instant::now() }
     }
 
     /// The lane closed (no hot key's batch in flight): its next opening starts afresh, with a
     /// look at where the messages end, at once.
     fn reset(&mut self) {
         *self = Look::new();
+    }
+
+    /// The ids the next look reads again.
+    fn gaps(&self) -> Vec<outbox_core::MessageId> {
+        self.gaps.keys().copied().collect()
+    }
+
+    /// A look saw `seen`: the next starts after its newest id; the ids it skipped between its
+    /// start and there are read again by the next looks, for [`LANE_GAP_FOR`].
+    fn saw(&mut self, seen: &outbox_store::Newer) {
+        let now = Instant::now();
+        for id in &seen.seen {
+            self.gaps.remove(id);
+        }
+        self.gaps.retain(|_, since| now.duration_since(*since) < LANE_GAP_FOR);
+        if let (Some(from), Some(to)) = (self.after, seen.newest) {
+            let above: std::collections::HashSet<i64> =
+                seen.seen.iter().map(|id| id.0).filter(|id| *id > from.0 && *id < to.0).collect();
+            let missing = (to.0 - from.0 - 1).saturating_sub(i64::try_from(above.len()).unwrap_or(i64::MAX));
+            if missing > 0 && usize::try_from(missing).is_ok_and(|m| self.gaps.len() + m <= LANE_GAPS) {
+                for id in (from.0 + 1..to.0).filter(|id| !above.contains(id)) {
+                    self.gaps.insert(outbox_core::MessageId(id), now);
+                }
+            }
+        }
+        self.after = seen.newest.or(self.after);
     }
 
     /// A look ended, having `found` messages to claim or not.
@@ -665,6 +782,7 @@ async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
     permits: &Arc<Semaphore>,
     look: &mut Look,
+    again: &Again,
 ) -> (tokio::sync::OwnedSemaphorePermit, Turn) {
     let open = || inner.chains.any() && inner.pause_left().is_none() && inner.store.spare_connection();
     let turn = |look: &Look| {
@@ -694,6 +812,7 @@ async fn lane_turn<S: RelayStore>(
         }
         if !inner.chains.any() {
             look.reset();
+            again.lock().clear();
             started.await;
             continue;
         }
@@ -715,14 +834,14 @@ async fn lane_turn<S: RelayStore>(
 /// batch's settlement wakes the claim loop.
 async fn claim_beside<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
-    mut ids: Vec<outbox_core::MessageId>,
+    named: Vec<Named>,
+    again: Again,
     permit: tokio::sync::OwnedSemaphorePermit,
     shutdown: CancellationToken,
 ) {
     let cfg = &inner.cfg;
     let started = Instant::now();
-    // More than a batch: the rest is the claim loop's.
-    ids.truncate(cfg.batch_size);
+    let ids: Vec<_> = named.iter().map(|(id, _)| *id).collect();
     let claimed = inner.store.claim_ids(ClaimMode::Lock, &cfg.owner, &ids, cfg.batch_size, cfg.lease).await;
     inner.stats.claim_duration.record(started.elapsed());
     RelayStats::add(&inner.stats.claims, 1);
@@ -741,6 +860,7 @@ async fn claim_beside<S: RelayStore>(
         // Rows a locked claim holds are unlocked by dropping it (rolled back).
         return;
     }
+    again.left(&named, &c.messages.iter().map(|m| m.id).collect());
     let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
         return;
@@ -764,5 +884,84 @@ async fn look(
         keeper.idle_tick(owner, ttl).await
     } else {
         keeper.peek().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use outbox_core::MessageId;
+    use std::collections::HashSet;
+
+    fn ids(named: &[Named]) -> Vec<i64> {
+        named.iter().map(|(id, _)| id.0).collect()
+    }
+
+    /// The lane names a message it could not take again at its next turns, once per claim,
+    /// never one a batch of this process holds, at most a batch at a time, and for at most
+    /// `LANE_AGAIN_FOR`.
+    #[tokio::test(start_paused = true)]
+    async fn the_lane_names_again_what_it_could_not_take_for_a_while() {
+        let again = Again::default();
+        let none = |ids: &[MessageId]| vec![false; ids.len()];
+        let first = again.with(vec![MessageId(1), MessageId(2)], 10, none);
+        assert_eq!(ids(&first), vec![1, 2]);
+        assert!(!again.waiting());
+        // 2 was not taken: named again with the next fresh ones, after them.
+        again.left(&first, &HashSet::from([MessageId(1)]));
+        assert!(again.waiting());
+        let held3 = |ids: &[MessageId]| ids.iter().map(|id| id.0 == 3).collect();
+        let second = again.with(vec![MessageId(3), MessageId(4)], 10, held3);
+        assert_eq!(ids(&second), vec![4, 2], "3 is held by a batch of this process");
+        assert!(!again.waiting());
+        // Not taken again: still waiting, since the first time.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        again.left(&second, &HashSet::from([MessageId(4)]));
+        // At most a batch: the fresh ones first; what waited keeps waiting, a fresh one left out
+        // is the claim loop's.
+        let third = again.with(vec![MessageId(5), MessageId(6), MessageId(7)], 2, none);
+        assert_eq!(ids(&third), vec![5, 6]);
+        let fourth = again.with(Vec::new(), 10, none);
+        assert_eq!(ids(&fourth), vec![2]);
+        // Not taken for LANE_AGAIN_FOR since the first time: the claim loop's.
+        tokio::time::advance(LANE_AGAIN_FOR).await;
+        again.left(&fourth, &HashSet::new());
+        assert!(!again.waiting());
+    }
+
+    fn newer(seen: &[i64], newest: Option<i64>) -> outbox_store::Newer {
+        outbox_store::Newer {
+            due: Vec::new(),
+            seen: seen.iter().map(|id| MessageId(*id)).collect(),
+            newest: newest.map(MessageId),
+        }
+    }
+
+    /// The lane's looks read again the ids a look skipped (transactions not committed yet) until
+    /// a look sees them or `LANE_GAP_FOR` has passed, and not a gap wider than `LANE_GAPS`.
+    #[tokio::test(start_paused = true)]
+    async fn the_lanes_looks_read_again_the_ids_they_skipped() {
+        let mut look = Look::new();
+        look.saw(&newer(&[], Some(10)));
+        assert_eq!(look.after, Some(MessageId(10)));
+        assert!(look.gaps().is_empty(), "the first look only finds where the messages end");
+        // 12 and 14 seen, 11 and 13 not (yet).
+        look.saw(&newer(&[12, 14], Some(14)));
+        assert_eq!(look.gaps(), vec![MessageId(11), MessageId(13)]);
+        assert_eq!(look.after, Some(MessageId(14)));
+        // 13 committed since; nothing newer: the start stays.
+        tokio::time::advance(Duration::from_millis(600)).await;
+        look.saw(&newer(&[13], Some(14)));
+        assert_eq!(look.gaps(), vec![MessageId(11)]);
+        // 16 seen, 15 skipped; 11 read again for LANE_GAP_FOR only.
+        tokio::time::advance(Duration::from_millis(500)).await;
+        look.saw(&newer(&[16], Some(16)));
+        assert_eq!(look.gaps(), vec![MessageId(15)]);
+        // A sequence that jumped: its gap is not read again.
+        look.saw(&newer(&[100_000], Some(100_000)));
+        assert_eq!(look.gaps(), vec![MessageId(15)]);
+        assert_eq!(look.after, Some(MessageId(100_000)));
+        look.reset();
+        assert!(look.gaps().is_empty() && look.after.is_none());
     }
 }

@@ -443,6 +443,110 @@ async fn another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run
     }
 }
 
+/// Beside a hot key's stuck batches, another process commits two messages of one key: the lane
+/// takes the first, and cannot take the second while the first is in its publish (not the
+/// head of its key). Once the first is delivered the lane claims the second again, by id, while
+/// the hot key is still stuck (the claim loop's permits are held by the hot key's batches).
+async fn the_lane_claims_again_a_message_it_could_not_take<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.gate_key("hot");
+    t.gate_key("cold");
+    let mut hot = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..24 {
+        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let long = Duration::from_secs(300);
+    let cfg = RelayConfig {
+        batch_size: 8,
+        max_run: 4,
+        max_in_flight_batches: 2,
+        publish_timeout: long,
+        lease: long * 2,
+        ..config("r0")
+    };
+    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    eventually("the first batch stuck and its run continued by a second", || async {
+        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
+    })
+    .await;
+    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let stuck = t.in_flight();
+    let first = elsewhere.enqueue(&NewMessage::new("order.updated", "1").key("cold")).await.unwrap().id;
+    eventually("the first cold message in its publish", || async { t.in_flight() == stuck + 1 }).await;
+    let second = elsewhere.enqueue(&NewMessage::new("order.updated", "2").key("cold")).await.unwrap().id;
+    // Named by a look and not taken: behind the first, which is in its publish.
+    let looks = RelayStats::get(&running.stats.lane_looks);
+    eventually("two more looks", || async { RelayStats::get(&running.stats.lane_looks) >= looks + 2 }).await;
+    assert_eq!(t.delivered_count(second), 0);
+    t.open_key("cold");
+    eventually("both cold messages delivered", || async {
+        t.delivered_count(first) == 1 && t.delivered_count(second) == 1
+    })
+    .await;
+    let cold: Vec<MessageId> = t.delivered().into_iter().map(|e| e.id).collect();
+    assert_eq!(cold, vec![first, second], "the hot key is still stuck; the cold key's in order");
+    t.open_keys();
+    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
+    running.stop().await;
+    let delivered: Vec<MessageId> =
+        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
+    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+}
+
+/// Beside a hot key's stuck batches, another process's transaction takes an id and commits only
+/// after a newer message's: the lane's look passed it while it was open, and reads it again
+/// until it is there (the claim loop's permits are held by the hot key's batches).
+async fn the_lane_finds_a_message_committed_after_a_newer_one<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    t.gate_key("hot");
+    let mut hot = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..24 {
+        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let long = Duration::from_secs(300);
+    let cfg = RelayConfig {
+        batch_size: 8,
+        max_run: 4,
+        max_in_flight_batches: 2,
+        publish_timeout: long,
+        lease: long * 2,
+        ..config("r0")
+    };
+    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    eventually("the first batch stuck and its run continued by a second", || async {
+        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
+    })
+    .await;
+    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let mut slow = elsewhere.begin().await.unwrap();
+    let older = slow.enqueue(&NewMessage::new("order.updated", "older").key("a")).await.unwrap().id;
+    let newer = elsewhere.enqueue(&NewMessage::new("order.updated", "newer").key("b")).await.unwrap().id;
+    assert!(older < newer);
+    // Claimed by the lane (the loop's permits are held): a look saw it, and passed the older
+    // id, open still.
+    eventually("the newer message delivered", || async { t.delivered_count(newer) == 1 }).await;
+    slow.commit().await.unwrap();
+    eventually("the older message delivered", || async { t.delivered_count(older) == 1 }).await;
+    assert_eq!(
+        t.delivered().iter().map(|e| e.id).collect::<Vec<_>>(),
+        vec![newer, older],
+        "the hot key is still stuck"
+    );
+    t.open_keys();
+    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
+    running.stop().await;
+}
+
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
 where
     Outbox<DB>: RelayStore,
@@ -1026,6 +1130,8 @@ mod locked {
         another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run,
         true
     );
+    case!(outbox_testkit::fresh_pg, the_lane_claims_again_a_message_it_could_not_take, true);
+    case!(outbox_testkit::fresh_pg, the_lane_finds_a_message_committed_after_a_newer_one, true);
 
     mod mysql {
         use super::*;
@@ -1044,6 +1150,8 @@ mod locked {
             another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run,
             true
         );
+        case!(outbox_testkit::fresh_mysql, the_lane_claims_again_a_message_it_could_not_take, true);
+        case!(outbox_testkit::fresh_mysql, the_lane_finds_a_message_committed_after_a_newer_one, true);
     }
 }
 

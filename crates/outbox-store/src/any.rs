@@ -330,8 +330,13 @@ impl Claims for AnyOutbox {
         })
     }
 
-    async fn newer_than(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
-        each!(self, o => o.newer_than(after, limit).await)
+    async fn newer_than(
+        &self,
+        after: Option<MessageId>,
+        again: &[MessageId],
+        limit: usize,
+    ) -> Result<crate::relay::Newer> {
+        each!(self, o => o.newer_than(after, again, limit).await)
     }
 
     async fn deliveries_held(

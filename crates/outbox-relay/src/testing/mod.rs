@@ -136,6 +136,13 @@ impl TestTransport {
         self.opened.notify_waiters();
     }
 
+    /// Lets the calls held by [`TestTransport::gate_key`] for `key` go on (and every later one
+    /// with it), unless they hold a message of another key still gated.
+    pub fn open_key(&self, key: &str) {
+        self.lock().gated.remove(key);
+        self.opened.notify_waiters();
+    }
+
     /// Declares a payload limit.
     pub fn set_max_payload(&self, n: usize) {
         self.lock().max_payload = Some(n);

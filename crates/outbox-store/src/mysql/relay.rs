@@ -300,10 +300,13 @@ fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
 /// is claimed in the same transaction.
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id: the next messages by
 /// the primary key, each with whether it is due and `pending`, whatever the status (see
-/// PostgreSQL's `LOOK_NEWER`).
+/// PostgreSQL's `LOOK_NEWER`); the ids looked at again are read by `LOOK_AGAIN`.
 const LOOK_NEWER: &str = "\
 SELECT id, IF(status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due FROM outbox_message
 WHERE id > ? ORDER BY id LIMIT ?";
+/// The ids a look reads again, by the primary key (an `IN` list follows).
+const LOOK_AGAIN: &str =
+    "SELECT id, IF(status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due FROM outbox_message WHERE id IN ";
 
 async fn lock_candidates(
     outbox: &Outbox<MySql>,
@@ -784,7 +787,12 @@ impl Outbox<MySql> {
     }
 
     /// [`Claims::newer_than`]: one read of the primary key from `after`.
-    async fn look_newer(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
+    async fn look_newer(
+        &self,
+        after: Option<MessageId>,
+        again: &[MessageId],
+        limit: usize,
+    ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
         let Some(after) = after else {
             let newest: Option<i64> =
@@ -792,7 +800,7 @@ impl Outbox<MySql> {
                     .fetch_one(self.pool())
                     .await
                     .map_err(db)?;
-            return Ok(crate::relay::Newer { due: Vec::new(), newest: newest.map(MessageId) });
+            return Ok(crate::relay::Newer { newest: newest.map(MessageId), ..Default::default() });
         };
         let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_NEWER))
             .bind(after.0)
@@ -800,7 +808,14 @@ impl Outbox<MySql> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let rows: Vec<(i64, bool)> = rows.into_iter().map(|(id, due)| (id, due != 0)).collect();
+        let mut rows: Vec<(i64, bool)> = rows.into_iter().map(|(id, due)| (id, due != 0)).collect();
+        let again: Vec<i64> = again.iter().map(|id| id.0).filter(|id| *id <= after.0).collect();
+        if !again.is_empty() {
+            let mut qb = QueryBuilder::<MySql>::new(render(tables, LOOK_AGAIN).into_owned());
+            in_list(&mut qb, again.iter().copied());
+            let more: Vec<(i64, i64)> = qb.build_query_as().fetch_all(self.pool()).await.map_err(db)?;
+            rows.extend(more.into_iter().map(|(id, due)| (id, due != 0)));
+        }
         Ok(crate::relay::newer_of(after, &rows))
     }
 

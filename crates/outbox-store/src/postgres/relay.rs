@@ -318,12 +318,16 @@ LIMIT $2"
 );
 
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id (`$1`): the next `$2`
-/// messages by the primary key, each with whether it is due and `pending` (a claim by id may
-/// take it). Read in id order from `$1` whatever the status, so that where the next look starts
-/// moves past messages sent meanwhile.
+/// messages by the primary key, and those of the ids `$3` looked at again, each with whether it
+/// is due and `pending` (a claim by id may take it). Read in id order from `$1` whatever the
+/// status, so that where the next look starts moves past messages sent meanwhile; two branches,
+/// so that each is an index scan of its own (an `OR` would scan the key from its first entry).
 const LOOK_NEWER: &str = "\
+(SELECT m.id, (m.status = 'pending' AND m.next_attempt_at <= now()) IS TRUE AS due FROM outbox_message m
+ WHERE m.id > $1 ORDER BY m.id LIMIT $2)
+UNION ALL
 SELECT m.id, (m.status = 'pending' AND m.next_attempt_at <= now()) IS TRUE AS due FROM outbox_message m
-WHERE m.id > $1 ORDER BY m.id LIMIT $2";
+WHERE m.id = ANY ($3::int8[]) AND m.id <= $1";
 
 /// `sql` for these tables as `PREPARE` and `EXECUTE` statements for [`ClaimTx::begin`], its
 /// parameters (`types`) given as `args`, written into the `EXECUTE`. The statement's name is
@@ -975,7 +979,12 @@ impl Outbox<Postgres> {
     }
 
     /// [`Claims::newer_than`]: one read of the primary key from `after`.
-    async fn look_newer(&self, after: Option<MessageId>, limit: usize) -> Result<crate::relay::Newer> {
+    async fn look_newer(
+        &self,
+        after: Option<MessageId>,
+        again: &[MessageId],
+        limit: usize,
+    ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
         let Some(after) = after else {
             let newest: Option<i64> =
@@ -983,11 +992,12 @@ impl Outbox<Postgres> {
                     .fetch_one(self.pool())
                     .await
                     .map_err(db)?;
-            return Ok(crate::relay::Newer { due: Vec::new(), newest: newest.map(MessageId) });
+            return Ok(crate::relay::Newer { newest: newest.map(MessageId), ..Default::default() });
         };
         let rows: Vec<(i64, bool)> = sqlx::query_as(&render(tables, LOOK_NEWER))
             .bind(after.0)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(raw_ids(again))
             .fetch_all(self.pool())
             .await
             .map_err(db)?;

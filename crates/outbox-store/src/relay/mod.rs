@@ -130,16 +130,23 @@ pub struct Claimed<L> {
 pub struct Newer {
     /// The due `pending` messages among those seen, in id order.
     pub due: Vec<MessageId>,
-    /// Where the next look starts: the newest id seen, or the look's own start when it saw
-    /// nothing (`None` on an empty table).
+    /// Every message seen, due or not, in id order (a look's ids absent from it, between its
+    /// start and `newest`, may be transactions not committed yet).
+    pub seen: Vec<MessageId>,
+    /// Where the next look starts: the newest id seen after the look's start, or that start
+    /// when it saw nothing there (`None` on an empty table).
     pub newest: Option<MessageId>,
 }
 
-/// [`Newer`] from a look's rows after `after`: `(id, due)` in id order.
+/// [`Newer`] from a look's rows after `after` (and of the ids looked at again): `(id, due)`.
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) fn newer_of(after: MessageId, rows: &[(i64, bool)]) -> Newer {
+    let mut rows = rows.to_vec();
+    rows.sort_unstable();
+    rows.dedup();
     Newer {
         due: rows.iter().filter(|(_, due)| *due).map(|(id, _)| MessageId(*id)).collect(),
+        seen: rows.iter().map(|(id, _)| MessageId(*id)).collect(),
         newest: Some(rows.iter().map(|(id, _)| MessageId(*id)).max().unwrap_or(after).max(after)),
     }
 }
@@ -328,9 +335,10 @@ macro_rules! row_lock_claims {
             async fn newer_than(
                 &self,
                 after: Option<MessageId>,
+                again: &[MessageId],
                 limit: usize,
             ) -> Result<$crate::relay::Newer> {
-                self.look_newer(after, limit).await
+                self.look_newer(after, again, limit).await
             }
 
             async fn deliveries_held(
@@ -463,18 +471,20 @@ pub trait Claims: Clone + Send + Sync + 'static {
     }
 
     /// A look at what was committed since the last one, by any process: the messages with an
-    /// id above `after`, at most `limit` of them in id order, the due `pending` ones named (a
-    /// hint for [`Claims::claim_ids`]). Without `after`, only where the next look starts: the
-    /// newest id now. One read of the primary key's index from `after`, whatever the backlog
-    /// behind it. Ids are taken at insert and committed in any order, so a message committed
-    /// after a look with an id below its start is not seen by the next: the claim loop finds
-    /// it. Sees nothing (the default) where the store does not claim by id.
+    /// id above `after`, at most `limit` of them in id order, and those of `again` (ids below
+    /// `after` an earlier look did not see: ids are taken at insert and committed in any order,
+    /// so they may be transactions still open then), the due `pending` ones named (a hint for
+    /// [`Claims::claim_ids`]). Without `after`, only where the next look starts: the newest id
+    /// now. One read of the primary key's index from `after`, and one probe per id of `again`,
+    /// whatever the backlog behind them. Sees nothing (the default) where the store does not
+    /// claim by id.
     fn newer_than(
         &self,
         after: Option<MessageId>,
+        again: &[MessageId],
         limit: usize,
     ) -> impl Future<Output = Result<Newer>> + Send {
-        let _ = (after, limit);
+        let _ = (after, again, limit);
         async { Ok(Newer::default()) }
     }
 
