@@ -572,7 +572,7 @@ async fn lane<S: RelayStore>(
     loop {
         let (permit, turn) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            t = lane_turn(&inner, &permits, &mut look, &again) => t,
+            t = lane_turn(&inner, &permits, &mut look) => t,
         };
         if look.after.is_none() {
             own.clear();
@@ -726,17 +726,29 @@ struct Look {
     every: Duration,
     /// When the next look is due.
     next: Instant,
+    /// Since when the lane is closed, if it is.
+    closed: Option<Instant>,
 }
 
 impl Look {
     fn new() -> Self {
-        Look { after: None, gaps: Default::default(), every: LANE_LOOK, next: Instant::now() }
+        Look { after: None, gaps: Default::default(), every: LANE_LOOK, next: Instant::now(), closed: None }
     }
 
-    /// The lane closed (no hot key's batch in flight): its next opening starts afresh, with a
-    /// look at where the messages end, at once.
-    fn reset(&mut self) {
-        *self = Look::new();
+    /// The lane closed (no hot key's batch in flight).
+    fn close(&mut self) {
+        self.closed.get_or_insert_with(Instant::now);
+    }
+
+    /// The lane is open. After a short closing (runs often pause between two batches) the looks
+    /// go on from where they were, so that what was committed meanwhile is seen; after a long
+    /// one they start afresh, with a look at where the messages end, at once.
+    fn reopen(&mut self) {
+        if let Some(closed) = self.closed.take() {
+            if closed.elapsed() >= LANE_GAP_FOR {
+                *self = Look::new();
+            }
+        }
     }
 
     /// The ids the next look reads again.
@@ -782,7 +794,6 @@ async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
     permits: &Arc<Semaphore>,
     look: &mut Look,
-    again: &Again,
 ) -> (tokio::sync::OwnedSemaphorePermit, Turn) {
     let open = || inner.chains.any() && inner.pause_left().is_none() && inner.store.spare_connection();
     let turn = |look: &Look| {
@@ -811,11 +822,11 @@ async fn lane_turn<S: RelayStore>(
             }
         }
         if !inner.chains.any() {
-            look.reset();
-            again.lock().clear();
+            look.close();
             started.await;
             continue;
         }
+        look.reopen();
         // Nothing to claim yet, a paused store or a full pool: looked at again at the next
         // commit, at the look's time, or after a while (a pause ends, a connection comes back,
         // without a wake-up).
@@ -961,7 +972,14 @@ mod tests {
         look.saw(&newer(&[100_000], Some(100_000)));
         assert_eq!(look.gaps(), vec![MessageId(15)]);
         assert_eq!(look.after, Some(MessageId(100_000)));
-        look.reset();
+        // Closed briefly: the looks go on from there; closed for long: afresh.
+        look.close();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        look.reopen();
+        assert_eq!((look.after, look.gaps()), (Some(MessageId(100_000)), vec![MessageId(15)]));
+        look.close();
+        tokio::time::advance(LANE_GAP_FOR).await;
+        look.reopen();
         assert!(look.gaps().is_empty() && look.after.is_none());
     }
 }
