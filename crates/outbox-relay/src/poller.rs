@@ -508,6 +508,8 @@ const LANE_BATCHES: usize = 2;
 /// first this long after the lane opens or after a look that found messages to claim, each one
 /// that found none twice as long after the last, at most [`LANE_LOOK_MAX`].
 const LANE_LOOK: Duration = Duration::from_millis(4);
+/// The most commits of this process the lane remembers between two looks.
+const OWN_MAX: usize = 65_536;
 /// The longest wait between two looks of the lane.
 const LANE_LOOK_MAX: Duration = Duration::from_millis(32);
 
@@ -574,7 +576,8 @@ async fn lane<S: RelayStore>(
             _ = shutdown.cancelled() => break,
             t = lane_turn(&inner, &permits, &mut look) => t,
         };
-        if look.after.is_none() {
+        if look.after.is_none() || own.len() > OWN_MAX {
+            // Afresh, or looks that do not move on (failing): the rest is the claim loop's.
             own.clear();
         }
         while tasks.try_join_next().is_some() {}
@@ -772,7 +775,11 @@ impl Look {
         if let (Some(from), Some(to)) = (self.after, seen.newest) {
             let above: std::collections::HashSet<i64> =
                 seen.seen.iter().map(|id| id.0).filter(|id| *id > from.0 && *id < to.0).collect();
-            let missing = (to.0 - from.0 - 1).saturating_sub(i64::try_from(above.len()).unwrap_or(i64::MAX));
+            // Ids come from the table: any values, bounded here without overflow.
+            let missing =
+                to.0.saturating_sub(from.0)
+                    .saturating_sub(1)
+                    .saturating_sub(i64::try_from(above.len()).unwrap_or(i64::MAX));
             if missing > 0 && usize::try_from(missing).is_ok_and(|m| self.gaps.len() + m <= LANE_GAPS) {
                 for id in (from.0 + 1..to.0).filter(|id| !above.contains(id)) {
                     self.gaps.insert(outbox_core::MessageId(id), now);
@@ -973,6 +980,12 @@ mod tests {
         tokio::time::advance(Duration::from_millis(500)).await;
         look.saw(&newer(&[16], Some(16)));
         assert_eq!(look.gaps(), vec![MessageId(15)]);
+        // Ids at the ends of the range: no overflow, no gap read again.
+        let mut odd = Look::new();
+        odd.saw(&newer(&[], Some(i64::MIN + 1)));
+        odd.saw(&newer(&[i64::MAX], Some(i64::MAX)));
+        assert!(odd.gaps().is_empty());
+        assert_eq!(odd.after, Some(MessageId(i64::MAX)));
         // A sequence that jumped: its gap is not read again.
         look.saw(&newer(&[100_000], Some(100_000)));
         assert_eq!(look.gaps(), vec![MessageId(15)]);
