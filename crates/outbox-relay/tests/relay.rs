@@ -352,6 +352,62 @@ where
     assert!(continued > 0, "no run was continued behind a batch in flight");
 }
 
+/// A hot key's 24 messages and a relay over `outbox` publishing to `t` (batches of 8, runs of 4,
+/// two in flight) whose first batch of them is stuck in its publish (the key gated; the publish
+/// timeout and the lease outlast every wait of a test) and whose second continues the key's run
+/// behind it: both of the claim loop's permits are held. Returns the hot messages, the relay,
+/// and a second handle on the database whose commits the relay is not told of (another
+/// process's).
+async fn hot_key_stuck<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    t: &TestTransport,
+) -> (Vec<MessageId>, Running, Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    t.gate_key("hot");
+    let mut hot = Vec::new();
+    let mut tx = outbox.begin().await.unwrap();
+    for i in 0..24 {
+        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
+    }
+    tx.commit().await.unwrap();
+    let long = Duration::from_secs(300);
+    let cfg = RelayConfig {
+        batch_size: 8,
+        max_run: 4,
+        max_in_flight_batches: 2,
+        publish_timeout: long,
+        lease: long * 2,
+        ..config("r0")
+    };
+    let running = start(relay_to(outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    eventually("the first batch stuck and its run continued by a second", || async {
+        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
+    })
+    .await;
+    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    (hot, running, elsewhere)
+}
+
+/// Lets [`hot_key_stuck`]'s key go: each of its messages is then sent, delivered once, in id
+/// order.
+async fn hot_key_released<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    t: &TestTransport,
+    hot: &[MessageId],
+    running: Running,
+) where
+    Outbox<DB>: RelayStore,
+{
+    t.open_keys();
+    eventually("every hot message sent", || all_in(outbox, hot, Status::Sent)).await;
+    running.stop().await;
+    let delivered: Vec<MessageId> =
+        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
+    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+}
+
 /// A hot key's backlog, drained with runs continued across batches, does not hold up another
 /// key's new message: with both permits held by the hot key's batches (the first stuck in its
 /// publish, the second with nothing to publish until the first tells it), a message committed
@@ -361,29 +417,12 @@ where
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
-    t.gate_key("hot");
-    let mut hot = Vec::new();
-    let mut tx = outbox.begin().await.unwrap();
-    for i in 0..24 {
-        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
-    }
-    tx.commit().await.unwrap();
-    let cfg = RelayConfig { batch_size: 8, max_run: 4, max_in_flight_batches: 2, ..config("r0") };
-    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
-    eventually("the first batch stuck and its run continued by a second", || async {
-        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
-    })
-    .await;
+    let (hot, running, _) = hot_key_stuck(&outbox, &t).await;
     let cold = outbox.enqueue(&NewMessage::new("order.updated", "cold").key("cold")).await.unwrap().id;
     eventually("the new message delivered", || async { t.delivered_count(cold) == 1 }).await;
     assert!(t.delivered().iter().all(|e| e.id == cold), "the hot key is still stuck");
     assert!(RelayStats::get(&running.stats.claims_beside) >= 1, "claimed by the lane");
-    t.open_keys();
-    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
-    running.stop().await;
-    let delivered: Vec<MessageId> =
-        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
-    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+    hot_key_released(&outbox, &t, &hot, running).await;
 }
 
 /// The same beside a message another process commits (here a second handle on the database,
@@ -395,29 +434,7 @@ async fn another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
-    t.gate_key("hot");
-    let mut hot = Vec::new();
-    let mut tx = outbox.begin().await.unwrap();
-    for i in 0..24 {
-        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
-    }
-    tx.commit().await.unwrap();
-    // The stuck publish outlasts every wait below: nothing but the lane can free the new messages.
-    let long = Duration::from_secs(300);
-    let cfg = RelayConfig {
-        batch_size: 8,
-        max_run: 4,
-        max_in_flight_batches: 2,
-        publish_timeout: long,
-        lease: long * 2,
-        ..config("r0")
-    };
-    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
-    eventually("the first batch stuck and its run continued by a second", || async {
-        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
-    })
-    .await;
-    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let (hot, running, elsewhere) = hot_key_stuck(&outbox, &t).await;
     let mut cold = Vec::new();
     for i in 0..3 {
         let m = NewMessage::new("order.updated", "cold").key(format!("cold-{i}"));
@@ -432,12 +449,7 @@ async fn another_processs_message_is_not_held_up_behind_a_hot_keys_continued_run
     assert!(t.in_flight() > 0, "the hot key's first batch is still in its publish");
     assert!(RelayStats::get(&running.stats.lane_looks) >= 1, "found by the lane's look");
     assert!(RelayStats::get(&running.stats.claims_beside) >= 1, "claimed by the lane");
-    t.open_keys();
-    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
-    running.stop().await;
-    let delivered: Vec<MessageId> =
-        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
-    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+    hot_key_released(&outbox, &t, &hot, running).await;
     for id in &cold {
         assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
     }
@@ -452,29 +464,8 @@ where
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
-    t.gate_key("hot");
     t.gate_key("cold");
-    let mut hot = Vec::new();
-    let mut tx = outbox.begin().await.unwrap();
-    for i in 0..24 {
-        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
-    }
-    tx.commit().await.unwrap();
-    let long = Duration::from_secs(300);
-    let cfg = RelayConfig {
-        batch_size: 8,
-        max_run: 4,
-        max_in_flight_batches: 2,
-        publish_timeout: long,
-        lease: long * 2,
-        ..config("r0")
-    };
-    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
-    eventually("the first batch stuck and its run continued by a second", || async {
-        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
-    })
-    .await;
-    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let (hot, running, elsewhere) = hot_key_stuck(&outbox, &t).await;
     let stuck = t.in_flight();
     let first = elsewhere.enqueue(&NewMessage::new("order.updated", "1").key("cold")).await.unwrap().id;
     eventually("the first cold message in its publish", || async { t.in_flight() == stuck + 1 }).await;
@@ -490,12 +481,7 @@ where
     .await;
     let cold: Vec<MessageId> = t.delivered().into_iter().map(|e| e.id).collect();
     assert_eq!(cold, vec![first, second], "the hot key is still stuck; the cold key's in order");
-    t.open_keys();
-    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
-    running.stop().await;
-    let delivered: Vec<MessageId> =
-        t.delivered().into_iter().filter(|e| e.key.as_deref() == Some("hot")).map(|e| e.id).collect();
-    assert_eq!(delivered, hot, "the hot key's messages each once, in id order");
+    hot_key_released(&outbox, &t, &hot, running).await;
 }
 
 /// Beside a hot key's stuck batches, another process's transaction takes an id and commits only
@@ -506,28 +492,7 @@ where
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
-    t.gate_key("hot");
-    let mut hot = Vec::new();
-    let mut tx = outbox.begin().await.unwrap();
-    for i in 0..24 {
-        hot.push(tx.enqueue(&NewMessage::new("order.updated", format!("{i}")).key("hot")).await.unwrap().id);
-    }
-    tx.commit().await.unwrap();
-    let long = Duration::from_secs(300);
-    let cfg = RelayConfig {
-        batch_size: 8,
-        max_run: 4,
-        max_in_flight_batches: 2,
-        publish_timeout: long,
-        lease: long * 2,
-        ..config("r0")
-    };
-    let running = start(relay_to(&outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
-    eventually("the first batch stuck and its run continued by a second", || async {
-        t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
-    })
-    .await;
-    let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
+    let (hot, running, elsewhere) = hot_key_stuck(&outbox, &t).await;
     let mut slow = elsewhere.begin().await.unwrap();
     let older = slow.enqueue(&NewMessage::new("order.updated", "older").key("a")).await.unwrap().id;
     let newer = elsewhere.enqueue(&NewMessage::new("order.updated", "newer").key("b")).await.unwrap().id;
@@ -542,9 +507,7 @@ where
         vec![newer, older],
         "the hot key is still stuck"
     );
-    t.open_keys();
-    eventually("every hot message sent", || all_in(&outbox, &hot, Status::Sent)).await;
-    running.stop().await;
+    hot_key_released(&outbox, &t, &hot, running).await;
 }
 
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
