@@ -219,6 +219,10 @@ pub struct BenchConfig {
     /// the ids committed), as with `outbox relay` beside writers in other languages. Defaults
     /// to false (the load is written through the relay's own outbox).
     pub latency_writer_apart: bool,
+    /// The latency scenario's relay gets a pool of its own of this many connections, as
+    /// `outbox relay` has (`stores[].max_connections`, 4 by default), instead of sharing the
+    /// bench's pool of 24. Defaults to None (shared).
+    pub relay_pool: Option<u32>,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved).
     /// Defaults to 2,000.
     pub enqueue_txs: usize,
@@ -285,6 +289,7 @@ impl Default for BenchConfig {
             latency_backlog: 0,
             latency_backlog_keys: 10,
             latency_writer_apart: false,
+            relay_pool: None,
             enqueue_txs: 2_000,
             relays: vec![1, 2, 4],
             sent_rows: vec![10_000, 100_000],

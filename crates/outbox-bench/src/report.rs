@@ -270,18 +270,22 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
                 "The load was written through a pool of its own, as by another process: the relay was not told of its commits.\n\n",
             );
         }
+        if let Some(n) = l.relay_pool {
+            let _ = writeln!(md, "The relay had a pool of its own of {n} connections.\n");
+        }
         if let Some(b) = &l.backlog {
             let _ = writeln!(
                 md,
                 "Beside a backlog of {} messages on {} hot keys of their own, written before the relay started: \
                  {} of them not yet sent when the load's last transaction committed; {} claims by id by the \
                  relay's lane, beside its claim loop, and {} looks of the lane for new messages; {} messages \
-                 claimed as runs continued across batches.\n",
+                 the lane named and left to the claim loop; {} messages claimed as runs continued across batches.\n",
                 human(b.messages as f64),
                 b.keys,
                 b.unsent_when_load_ended,
                 b.claims_beside,
                 b.lane_looks,
+                b.lane_left,
                 b.runs_continued
             );
         }

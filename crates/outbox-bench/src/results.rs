@@ -115,6 +115,8 @@ pub struct LatencyResult {
     /// The load was written through a pool of its own, its commits not signalled to the relay
     /// ([`crate::BenchConfig::latency_writer_apart`]).
     pub writer_apart: bool,
+    /// The relay's own pool, if it had one ([`crate::BenchConfig::relay_pool`]).
+    pub relay_pool: Option<u32>,
 }
 
 /// A hot backlog drained while the latency scenario's load runs.
@@ -132,6 +134,8 @@ pub struct BacklogBeside {
     pub claims_beside: u64,
     /// The lane's looks for messages committed since its last one (`RelayStats::lane_looks`).
     pub lane_looks: u64,
+    /// Messages the lane named and left to the claim loop (`RelayStats::lane_left`).
+    pub lane_left: u64,
     /// Messages claimed behind a batch in flight holding their key's older ones
     /// (`RelayStats::runs_continued`).
     pub runs_continued: u64,

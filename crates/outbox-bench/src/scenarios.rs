@@ -337,10 +337,16 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let transport: Arc<dyn Transport> =
             Arc::new(crate::confirmed::Confirmed::new(broker.transport().await?, confirm_tx));
         let mut arrivals = broker.consume().await?;
-        let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
+        // The relay's pool: the bench's, or one of its own sized as the daemon's.
+        let own_pool = match cfg.relay_pool {
+            Some(n) => Some(db.reopened(n).await?),
+            None => None,
+        };
+        let relay_outbox = own_pool.as_ref().map_or(&db.outbox, |r| &r.outbox);
+        let relay = start_relay(relay_outbox.clone(), transport, cfg, 0)?;
         // The load's writer: the relay's own outbox, or one of its own (another process's).
         let apart = if cfg.latency_writer_apart { Some(db.reopened(POOL).await?) } else { None };
-        let writer = apart.as_ref().map_or(&db.outbox, |w| &w.outbox);
+        let writer = apart.as_ref().map_or(relay_outbox, |w| &w.outbox);
         // Let the relay settle into its idle state (with a backlog, the load starts at once,
         // beside its drain).
         if backlog == 0 {
@@ -349,6 +355,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let (beside0, continued0) =
             (RelayStats::get(&relay.stats.claims_beside), RelayStats::get(&relay.stats.runs_continued));
         let looks0 = RelayStats::get(&relay.stats.lane_looks);
+        let lane_left0 = RelayStats::get(&relay.stats.lane_left);
         let claimed0 = RelayStats::get(&relay.stats.claimed);
         let claims0 = RelayStats::get(&relay.stats.claims);
         let kinds0 = relay.stats.claim_kinds();
@@ -410,6 +417,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             unsent_when_load_ended,
             claims_beside: RelayStats::get(&relay.stats.claims_beside).saturating_sub(beside0),
             lane_looks: RelayStats::get(&relay.stats.lane_looks).saturating_sub(looks0),
+            lane_left: RelayStats::get(&relay.stats.lane_left).saturating_sub(lane_left0),
             runs_continued: RelayStats::get(&relay.stats.runs_continued).saturating_sub(continued0),
         });
         // Every confirmation precedes its message's arrival at the consumer.
@@ -490,6 +498,7 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
             peak_rss_mib: sys::peak_rss_mib(),
             backlog: backlog_beside,
             writer_apart: apart.is_some(),
+            relay_pool: cfg.relay_pool,
         })
     }
     .await;

@@ -123,7 +123,8 @@ async fn latency_beside_a_hot_backlog_on_postgres_and_nats() {
 
 /// The same with the load written by "another process" (`--latency-writer-apart`): the relay is
 /// not told of its commits, every message still reaches the consumer once, and the lane looked
-/// for new messages while the hot keys' runs were in flight.
+/// for new messages while the hot keys' runs were in flight. The relay has a pool of its own
+/// sized as `outbox relay`'s by default (`--relay-pool 4`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_of_another_processs_load_beside_a_hot_backlog_on_postgres_and_nats() {
     let pg = std::env::var("OUTBOX_TEST_PG_URL")
@@ -133,11 +134,13 @@ async fn latency_of_another_processs_load_beside_a_hot_backlog_on_postgres_and_n
         latency_backlog: 2_000,
         latency_backlog_keys: 4,
         latency_writer_apart: true,
+        relay_pool: Some(4),
         ..tiny(pg, TransportKind::Nats)
     };
     let report = outbox_bench::run(&cfg).await.unwrap();
     let lat = report.latency.as_ref().expect("latency ran");
     assert!(lat.writer_apart);
+    assert_eq!(lat.relay_pool, Some(4));
     assert_eq!(lat.left_behind, 0);
     assert_eq!(lat.received, lat.sent);
     assert_eq!(lat.duplicates, 0);
@@ -146,4 +149,5 @@ async fn latency_of_another_processs_load_beside_a_hot_backlog_on_postgres_and_n
     assert!(b.lane_looks > 0, "the lane looked while the hot keys' runs were in flight");
     let md = outbox_bench::report::markdown(&report, &[]);
     assert!(md.contains("written through a pool of its own"), "{md}");
+    assert!(md.contains("The relay had a pool of its own of 4 connections"), "{md}");
 }

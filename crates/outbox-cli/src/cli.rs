@@ -455,6 +455,11 @@ pub(crate) struct BenchArgs {
     /// the relay is not told of its commits (as `outbox relay` beside other languages' writers).
     #[arg(long)]
     pub(crate) latency_writer_apart: bool,
+    /// Give the latency scenario's relay a pool of its own of this many connections, 2 to 256,
+    /// as `outbox relay` has (`stores[].max_connections`, 4 by default; at least
+    /// --in-flight + 1). Without it the relay shares the bench's pool of 24.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(2..=256))]
+    pub(crate) relay_pool: Option<u32>,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one
     /// transaction each in turn), 1 to 1,000,000.
     #[arg(long, default_value_t = 2_000, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]

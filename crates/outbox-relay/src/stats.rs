@@ -110,6 +110,10 @@ pub struct RelayStats {
     /// milliseconds while a hot key's batches are in flight, less often while they find
     /// nothing to claim.
     pub lane_looks: AtomicU64,
+    /// Messages the lane named and left to the claim loop: not taken for a second of naming
+    /// them again (their key's older message still in flight, most often), or beyond a
+    /// claim's batch. Many of them beside a hot backlog mean long waits for those messages.
+    pub lane_left: AtomicU64,
     /// Messages claimed by a scan that the `idle_interval` timer started (no wake-up came):
     /// the slow path. The others were claimed on a wake-up (after-commit signal, `NOTIFY`) or
     /// while the relay was busy, so `1 - claimed_on_scan / claimed` is the fast-path share.

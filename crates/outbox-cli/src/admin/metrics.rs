@@ -122,7 +122,7 @@ impl Metrics {
                 let finished = RelayStats::get(&st.delivered) + failed;
                 let exhausted = if finished == 0 { 0.0 } else { failed as f64 / finished as f64 };
                 metrics::gauge!("outbox_failed_ratio", "store" => s.name.clone()).set(exhausted);
-                let counters: [(&'static str, &std::sync::atomic::AtomicU64); 13] = [
+                let counters: [(&'static str, &std::sync::atomic::AtomicU64); 14] = [
                     ("outbox_claims_total", &st.claims),
                     ("outbox_wake_ups_without_claim_total", &st.wake_ups_held),
                     ("outbox_messages_claimed_total", &st.claimed),
@@ -130,6 +130,7 @@ impl Metrics {
                     ("outbox_messages_runs_continued_total", &st.runs_continued),
                     ("outbox_claims_beside_total", &st.claims_beside),
                     ("outbox_lane_looks_total", &st.lane_looks),
+                    ("outbox_lane_left_total", &st.lane_left),
                     ("outbox_envelopes_published_total", &st.published),
                     ("outbox_deliveries_confirmed_total", &st.delivered),
                     ("outbox_attempts_retried_total", &st.retried),

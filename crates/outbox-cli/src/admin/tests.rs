@@ -262,6 +262,7 @@ async fn the_api_searches_pages_shows_and_acts(outbox: AnyOutbox) {
     assert_eq!(value("outbox_messages_runs_continued_total{store=\"main\"}"), 0.0);
     assert_eq!(value("outbox_claims_beside_total{store=\"main\"}"), 0.0);
     assert_eq!(value("outbox_lane_looks_total{store=\"main\"}"), 0.0);
+    assert_eq!(value("outbox_lane_left_total{store=\"main\"}"), 0.0);
     // The claims by kind: every kind has its series from the start (no relay ran here).
     for kind in outbox_relay::ClaimKind::ALL {
         for name in ["outbox_claims_by_kind_total", "outbox_empty_claims_total"] {

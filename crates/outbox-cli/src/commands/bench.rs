@@ -8,6 +8,14 @@ use outbox_bench::{BenchConfig, Scenario, TransportKind};
 use crate::cli::{BenchArgs, BenchTransport};
 
 pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(n) = args.relay_pool {
+        // Locked claims hold a connection per batch in flight, and the next claim needs one.
+        let least = args.in_flight.saturating_add(1);
+        anyhow::ensure!(
+            usize::try_from(n).is_ok_and(|n| n >= least),
+            "--relay-pool {n} is too small: locked claims need at least --in-flight + 1 ({least}) connections"
+        );
+    }
     let scenarios = args.scenario.iter().map(|s| Scenario::parse(s)).collect::<Result<Vec<_>, _>>()?;
     let cfg = BenchConfig {
         store: args.store.clone(),
@@ -28,6 +36,7 @@ pub(crate) async fn run(args: BenchArgs) -> anyhow::Result<()> {
         latency_backlog: args.latency_backlog,
         latency_backlog_keys: args.latency_backlog_keys,
         latency_writer_apart: args.latency_writer_apart,
+        relay_pool: args.relay_pool,
         enqueue_txs: args.enqueue_txs as usize,
         relays: args.relays,
         sent_rows: args.sent_rows,

@@ -299,14 +299,16 @@ fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
 /// messages may be left behind (it looked at nothing else); when it takes nothing, the window
 /// is claimed in the same transaction.
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id: the next messages by
-/// the primary key, each with whether it is due and `pending`, whatever the status (see
-/// PostgreSQL's `LOOK_NEWER`); the ids looked at again are read by `LOOK_AGAIN`.
+/// the primary key, each with its state (2 `pending` and due, 1 `pending` and not due by the
+/// statement's clock, 0 any other status), whatever the status (see PostgreSQL's
+/// `LOOK_NEWER`); the ids looked at again are read by `LOOK_AGAIN`.
 const LOOK_NEWER: &str = "\
-SELECT id, IF(status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due FROM outbox_message
+SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state FROM outbox_message
 WHERE id > ? ORDER BY id LIMIT ?";
 /// The ids a look reads again, by the primary key (an `IN` list follows).
 const LOOK_AGAIN: &str =
-    "SELECT id, IF(status = 'pending' AND next_attempt_at <= UTC_TIMESTAMP(6), 1, 0) AS due FROM outbox_message WHERE id IN ";
+    "SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state \
+    FROM outbox_message WHERE id IN ";
 
 async fn lock_candidates(
     outbox: &Outbox<MySql>,
@@ -808,13 +810,14 @@ impl Outbox<MySql> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let mut rows: Vec<(i64, bool)> = rows.into_iter().map(|(id, due)| (id, due != 0)).collect();
+        let state = |s: i64| i16::try_from(s).unwrap_or(0);
+        let mut rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
         let again: Vec<i64> = again.iter().map(|id| id.0).filter(|id| *id <= after.0).collect();
         if !again.is_empty() {
             let mut qb = QueryBuilder::<MySql>::new(render(tables, LOOK_AGAIN).into_owned());
             in_list(&mut qb, again.iter().copied());
             let more: Vec<(i64, i64)> = qb.build_query_as().fetch_all(self.pool()).await.map_err(db)?;
-            rows.extend(more.into_iter().map(|(id, due)| (id, due != 0)));
+            rows.extend(more.into_iter().map(|(id, s)| (id, state(s))));
         }
         Ok(crate::relay::newer_of(after, &rows))
     }

@@ -318,16 +318,17 @@ LIMIT $2"
 );
 
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id (`$1`): the next `$2`
-/// messages by the primary key, and those of the ids `$3` looked at again, each with whether it
-/// is due and `pending` (a claim by id may take it). Read in id order from `$1` whatever the
+/// messages by the primary key, and those of the ids `$3` looked at again, each with its state:
+/// 2 `pending` and due (a claim by id may take it), 1 `pending` and not due by `now()`, 0 any
+/// other status (`crate::relay::LOOKED_DUE`, `LOOKED_LATER`). Read in id order from `$1` whatever the
 /// status, so that where the next look starts moves past messages sent meanwhile; two branches,
 /// so that each is an index scan of its own (an `OR` would scan the key from its first entry).
 const LOOK_NEWER: &str = "\
-(SELECT m.id, (m.status = 'pending' AND m.next_attempt_at <= now()) IS TRUE AS due FROM outbox_message m
- WHERE m.id > $1 ORDER BY m.id LIMIT $2)
+(SELECT m.id, (CASE WHEN m.status <> 'pending' THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
+ FROM outbox_message m WHERE m.id > $1 ORDER BY m.id LIMIT $2)
 UNION ALL
-SELECT m.id, (m.status = 'pending' AND m.next_attempt_at <= now()) IS TRUE AS due FROM outbox_message m
-WHERE m.id = ANY ($3::int8[]) AND m.id <= $1";
+SELECT m.id, (CASE WHEN m.status <> 'pending' THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
+FROM outbox_message m WHERE m.id = ANY ($3::int8[]) AND m.id <= $1";
 
 /// `sql` for these tables as `PREPARE` and `EXECUTE` statements for [`ClaimTx::begin`], its
 /// parameters (`types`) given as `args`, written into the `EXECUTE`. The statement's name is
@@ -994,7 +995,7 @@ impl Outbox<Postgres> {
                     .map_err(db)?;
             return Ok(crate::relay::Newer { newest: newest.map(MessageId), ..Default::default() });
         };
-        let rows: Vec<(i64, bool)> = sqlx::query_as(&render(tables, LOOK_NEWER))
+        let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_NEWER))
             .bind(after.0)
             .bind(i64::try_from(limit).unwrap_or(i64::MAX))
             .bind(raw_ids(again))

@@ -130,6 +130,11 @@ pub struct Claimed<L> {
 pub struct Newer {
     /// The due `pending` messages among those seen, in id order.
     pub due: Vec<MessageId>,
+    /// The `pending` messages among those seen that were not due by the look's clock, in id
+    /// order: scheduled later (a delay, a retry's backoff), or committed while the look began
+    /// (the clock a statement reads is taken before its snapshot, so a row can be there with a
+    /// time past it). A look reads them again a while later.
+    pub later: Vec<MessageId>,
     /// Every message seen, due or not, in id order (a look's ids absent from it, between its
     /// start and `newest`, may be transactions not committed yet).
     pub seen: Vec<MessageId>,
@@ -138,14 +143,24 @@ pub struct Newer {
     pub newest: Option<MessageId>,
 }
 
-/// [`Newer`] from a look's rows after `after` (and of the ids looked at again): `(id, due)`.
+/// A look's row state: `pending` and due by the look's clock ([`Newer::due`]).
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-pub(crate) fn newer_of(after: MessageId, rows: &[(i64, bool)]) -> Newer {
+pub(crate) const LOOKED_DUE: i16 = 2;
+/// A look's row state: `pending`, not due by the look's clock ([`Newer::later`]).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) const LOOKED_LATER: i16 = 1;
+
+/// [`Newer`] from a look's rows after `after` (and of the ids looked at again): `(id, state)`,
+/// the state [`LOOKED_DUE`], [`LOOKED_LATER`] or anything else (not `pending`).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn newer_of(after: MessageId, rows: &[(i64, i16)]) -> Newer {
     let mut rows = rows.to_vec();
     rows.sort_unstable();
-    rows.dedup();
+    rows.dedup_by_key(|(id, _)| *id);
+    let with = |state: i16| rows.iter().filter(|(_, s)| *s == state).map(|(id, _)| MessageId(*id)).collect();
     Newer {
-        due: rows.iter().filter(|(_, due)| *due).map(|(id, _)| MessageId(*id)).collect(),
+        due: with(LOOKED_DUE),
+        later: with(LOOKED_LATER),
         seen: rows.iter().map(|(id, _)| MessageId(*id)).collect(),
         newest: Some(rows.iter().map(|(id, _)| MessageId(*id)).max().unwrap_or(after).max(after)),
     }
