@@ -386,6 +386,10 @@ where
         t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
     })
     .await;
+    // The lane's first look only finds where the messages end: what is committed before it
+    // ends is the claim loop's (held up here). Once a second look has begun, the first ended.
+    eventually("the lane's first look done", || async { RelayStats::get(&running.stats.lane_looks) >= 2 })
+        .await;
     let elsewhere = Outbox::<DB>::new(outbox.pool().clone()).with_tables(outbox.tables().clone()).unwrap();
     (hot, running, elsewhere)
 }
