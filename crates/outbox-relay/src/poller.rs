@@ -545,7 +545,10 @@ fn claimed_batch<S: RelayStore>(
 ///
 /// It finds them two ways: this process's commits, named by its commit signal, at once; and
 /// any process's, by a look at the messages committed since the last look
-/// ([`outbox_store::Claims::newer_than`], one read of the primary key), every [`LANE_LOOK`]
+/// ([`outbox_store::Claims::newer_than`], one read of the primary key; the first look of an
+/// opening reads back from where the messages end, and names those committed in the last
+/// [`outbox_store::LOOK_BACK`], which the claim loop may otherwise reach only after a slow
+/// claim on a deep backlog), every [`LANE_LOOK`]
 /// while looks find messages to claim, less often (up to [`LANE_LOOK_MAX`]) while they find
 /// none: a writer in another process (`outbox relay` beside other languages' services) gets
 /// no in-process wake-up, and a busy relay no `NOTIFY`. It goes on for [`LANE_LINGER`] after
@@ -576,11 +579,11 @@ async fn lane<S: RelayStore>(
             t = lane_turn(&inner, &permits, &mut look) => t,
         };
         while tasks.try_join_next().is_some() {}
-        let fresh = match turn {
+        let fresh: Vec<Named> = match turn {
             Turn::Commits => {
                 let ids = inner.signal.take_ids();
                 look.mine(&ids);
-                ids
+                ids.into_iter().map(named).collect()
             }
             Turn::Look => {
                 RelayStats::add(&inner.stats.lane_looks, 1);
@@ -591,16 +594,20 @@ async fn lane<S: RelayStore>(
                 };
                 match seen {
                     Ok(seen) => {
-                        // The first look of an opening only finds where the messages end.
+                        // The first look of an opening finds where the messages end, and
+                        // what was committed just before it (`outbox_store::LOOK_BACK`).
                         let first = look.after.is_none();
                         look.saw(&seen);
                         // This process's commits signalled meanwhile go with this claim.
                         let mine = inner.signal.take_ids();
                         look.mine(&mine);
-                        let mut ids = look.found(&seen.due, inner.store.held_in_flight(&seen.due));
-                        look.done(first || !ids.is_empty());
-                        ids.extend(mine);
-                        ids
+                        let found = look.found(&seen.due, inner.store.held_in_flight(&seen.due));
+                        look.done(first || !found.is_empty());
+                        // What the first look found was committed before the lane opened:
+                        // named once (a hot key's newest messages, most often, which only the
+                        // claim loop's runs take).
+                        let found = found.into_iter().map(if first { named_once } else { named });
+                        found.chain(mine.into_iter().map(named)).collect()
                     }
                     Err(e) => {
                         look.done(false);
@@ -638,6 +645,17 @@ const LANE_AGAIN_FOR: Duration = Duration::from_secs(1);
 /// time).
 type Named = (outbox_core::MessageId, Option<Instant>);
 
+/// A message named for the first time: named again at the lane's next turns if not taken.
+fn named(id: outbox_core::MessageId) -> Named {
+    (id, None)
+}
+
+/// A message named once: left to the claim loop if not taken (as if it had not been taken for
+/// [`LANE_AGAIN_FOR`] already).
+fn named_once(id: outbox_core::MessageId) -> Named {
+    (id, Instant::now().checked_sub(LANE_AGAIN_FOR))
+}
+
 /// The messages the lane named and could not take, to be named again at its next turns (for at
 /// most [`LANE_AGAIN_FOR`], at most a batch at a time), and how many it left to the claim loop
 /// since the lane last counted them. Shared by the lane and its claims.
@@ -673,11 +691,11 @@ impl Again {
     /// those waiting keep waiting.
     fn with(
         &self,
-        fresh: Vec<outbox_core::MessageId>,
+        fresh: Vec<Named>,
         limit: usize,
         held: impl Fn(&[outbox_core::MessageId]) -> Vec<bool>,
     ) -> Vec<Named> {
-        let mut ids: Vec<Named> = fresh.into_iter().map(|id| (id, None)).collect();
+        let mut ids = fresh;
         ids.append(&mut self.lock());
         let held = held(&ids.iter().map(|(id, _)| *id).collect::<Vec<_>>());
         let mut seen = std::collections::HashSet::new();
@@ -730,7 +748,8 @@ const LANE_LINGER: Duration = LANE_GAP_FOR;
 
 /// When the lane looks next, and from where.
 struct Look {
-    /// The newest id the last look saw (`None`: the next look only finds it).
+    /// The newest id the last look saw (`None`: the next look finds it, reading the newest
+    /// messages backwards: those committed in the last [`outbox_store::LOOK_BACK`] are named).
     after: Option<outbox_core::MessageId>,
     /// Ids below `after` no look has seen yet, and since when: read again by the next looks.
     gaps: std::collections::BTreeMap<outbox_core::MessageId, Instant>,
@@ -992,6 +1011,10 @@ mod tests {
         named.iter().map(|(id, _)| id.0).collect()
     }
 
+    fn fresh(ids: &[i64]) -> Vec<Named> {
+        ids.iter().map(|id| super::named(MessageId(*id))).collect()
+    }
+
     /// The lane names a message it could not take again at its next turns, once per claim,
     /// never one a batch of this process holds, at most a batch at a time, and for at most
     /// `LANE_AGAIN_FOR`.
@@ -999,14 +1022,14 @@ mod tests {
     async fn the_lane_names_again_what_it_could_not_take_for_a_while() {
         let again = Again::default();
         let none = |ids: &[MessageId]| vec![false; ids.len()];
-        let first = again.with(vec![MessageId(1), MessageId(2)], 10, none);
+        let first = again.with(fresh(&[1, 2]), 10, none);
         assert_eq!(ids(&first), vec![1, 2]);
         assert!(!again.waiting());
         // 2 was not taken: named again with the next fresh ones, after them.
         again.left(&first, &HashSet::from([MessageId(1)]));
         assert!(again.waiting());
         let held3 = |ids: &[MessageId]| ids.iter().map(|id| id.0 == 3).collect();
-        let second = again.with(vec![MessageId(3), MessageId(4)], 10, held3);
+        let second = again.with(fresh(&[3, 4]), 10, held3);
         assert_eq!(ids(&second), vec![4, 2], "3 is held by a batch of this process");
         assert!(!again.waiting());
         // Not taken again: still waiting, since the first time.
@@ -1015,7 +1038,7 @@ mod tests {
         // At most a batch: the fresh ones first; what waited keeps waiting, a fresh one left out
         // is the claim loop's.
         assert_eq!(again.left_to_the_loop(), 0);
-        let third = again.with(vec![MessageId(5), MessageId(6), MessageId(7)], 2, none);
+        let third = again.with(fresh(&[5, 6, 7]), 2, none);
         assert_eq!(ids(&third), vec![5, 6]);
         assert_eq!(again.left_to_the_loop(), 1, "7 is left to the claim loop");
         let fourth = again.with(Vec::new(), 10, none);
@@ -1026,6 +1049,13 @@ mod tests {
         assert!(!again.waiting());
         assert_eq!(again.left_to_the_loop(), 1, "2 is left to the claim loop");
         assert_eq!(again.left_to_the_loop(), 0, "counted once");
+        // Named once (the first look's): not named again when not taken.
+        tokio::time::advance(LANE_AGAIN_FOR).await;
+        let once = again.with(vec![named_once(MessageId(8)), named(MessageId(9))], 10, none);
+        assert_eq!(ids(&once), vec![8, 9]);
+        again.left(&once, &HashSet::new());
+        assert_eq!(again.left_to_the_loop(), 1, "8 is left to the claim loop at once");
+        assert_eq!(ids(&again.with(Vec::new(), 10, none)), vec![9], "9 is named again");
     }
 
     fn newer(seen: &[i64], newest: Option<i64>) -> outbox_store::Newer {
@@ -1068,6 +1098,27 @@ mod tests {
         assert_eq!(look.after, Some(MessageId(13)));
     }
 
+    /// The first look of an opening names what was committed just before it (the store reads
+    /// the newest messages back, `outbox_store::LOOK_BACK`): found as any look's, this process's
+    /// own commits and the messages its batches hold left out; those not due yet read again;
+    /// the next look starts after the newest.
+    #[tokio::test(start_paused = true)]
+    async fn the_lanes_first_look_finds_what_was_committed_just_before_it() {
+        let mut look = Look::new();
+        look.reopen();
+        look.mine(&[MessageId(8)]);
+        let first = outbox_store::Newer {
+            due: [7, 8, 9].map(MessageId).to_vec(),
+            later: vec![MessageId(10)],
+            ..newer(&[6, 7, 8, 9, 10], Some(10))
+        };
+        look.saw(&first);
+        assert_eq!(look.after, Some(MessageId(10)));
+        assert_eq!(look.gaps(), vec![MessageId(10)], "not due yet: read again");
+        let found = look.found(&first.due, vec![false, false, true]);
+        assert_eq!(found, vec![MessageId(7)], "8 is this process's, 9 held");
+    }
+
     /// The lane's looks read again the ids a look skipped (transactions not committed yet) until
     /// a look sees them or `LANE_GAP_FOR` has passed, and not a gap wider than `LANE_GAPS`.
     #[tokio::test(start_paused = true)]
@@ -1076,7 +1127,7 @@ mod tests {
         look.reopen(); // Open: a hot key's batch is in flight.
         look.saw(&newer(&[], Some(10)));
         assert_eq!(look.after, Some(MessageId(10)));
-        assert!(look.gaps().is_empty(), "the first look only finds where the messages end");
+        assert!(look.gaps().is_empty(), "the first look leaves no gap below where the messages end");
         // 12 and 14 seen, 11 and 13 not (yet).
         look.saw(&newer(&[12, 14], Some(14)));
         assert_eq!(look.gaps(), vec![MessageId(11), MessageId(13)]);

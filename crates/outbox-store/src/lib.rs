@@ -57,7 +57,7 @@ pub use outbox_core::{Enqueued, Error, ErrorKind, MessageId, NewMessage, OutboxM
 pub use relay::{
     AckOutcome, Acks, Backlog, ClaimMode, Claimed, Claims, DeliveryState, DeliveryWrite, Hold, Keeper,
     Listening, MessageWrite, Newer, NoLocks, Pauses, Presence, RelayBeat, RelayState, RelayStore, RowLock,
-    RunAfter, RunsTold, SettleReport, Settlement, Wakeups, MAX_PRESENCE_TEXT,
+    RunAfter, RunsTold, SettleReport, Settlement, Wakeups, LOOK_BACK, MAX_PRESENCE_TEXT,
 };
 pub use signal::{CommitSignal, Signalled};
 

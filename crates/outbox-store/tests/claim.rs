@@ -499,12 +499,32 @@ where
     assert_eq!(got(&c), vec![older]);
 }
 
-/// `Claims::newer_than`: without a start, where the messages end; from a start, the messages
-/// after it in id order, the due `pending` ones named, and a start for the next look past every
-/// message seen, sent ones included; ids below the start looked at again are read too.
+/// A message's creation time moved an hour back (a message committed long ago).
+trait Backdate {
+    async fn backdate(&self, id: MessageId);
+}
+
+impl Backdate for Outbox<sqlx::Postgres> {
+    async fn backdate(&self, id: MessageId) {
+        let sql = "UPDATE outbox_message SET created_at = created_at - interval '1 hour' WHERE id = $1";
+        assert_eq!(sqlx::query(sql).bind(id.0).execute(self.pool()).await.unwrap().rows_affected(), 1);
+    }
+}
+
+impl Backdate for Outbox<sqlx::MySql> {
+    async fn backdate(&self, id: MessageId) {
+        let sql = "UPDATE outbox_message SET created_at = created_at - INTERVAL 1 HOUR WHERE id = ?";
+        assert_eq!(sqlx::query(sql).bind(id.0).execute(self.pool()).await.unwrap().rows_affected(), 1);
+    }
+}
+
+/// `Claims::newer_than`: without a start, where the messages end, and the `pending` ones among
+/// the newest created in the last `LOOK_BACK` named; from a start, the messages after it in id
+/// order, the due `pending` ones named, and a start for the next look past every message seen,
+/// sent ones included; ids below the start looked at again are read too.
 async fn a_look_at_newer_messages_names_the_due_ones_after_its_start<DB: OutboxDatabase>(outbox: &Outbox<DB>)
 where
-    Outbox<DB>: Claims,
+    Outbox<DB>: Claims + Backdate,
 {
     let newer = |due: &[MessageId], later: &[MessageId], seen: &[MessageId], newest: Option<MessageId>| {
         outbox_store::Newer { due: due.to_vec(), later: later.to_vec(), seen: seen.to_vec(), newest }
@@ -514,7 +534,7 @@ where
     let enqueue = |m: NewMessage| async move { outbox.enqueue(&m).await.unwrap().id };
     let before = enqueue(NewMessage::new("t", "{}").key("k")).await;
     let start = outbox.newer_than(None, &[], 10).await.unwrap();
-    assert_eq!(start, newer(&[], &[], &[], Some(before)));
+    assert_eq!(start, newer(&[before], &[], &[before], Some(before)), "committed just now: named");
 
     let a = enqueue(NewMessage::new("t", "{}").key("a")).await;
     let sent = enqueue(NewMessage::new("t", "{}").key("s")).await;
@@ -540,6 +560,19 @@ where
     assert_eq!(nothing, newer(&[], &[], &[], Some(b)));
     let again = outbox.newer_than(Some(b), &[a, sent, later, MessageId(b.0 + 100)], 10).await.unwrap();
     assert_eq!(again, newer(&[a], &[later], &[a, sent, later], Some(b)));
+
+    // Without a start: the newest `limit` messages read back from the end; of those, the
+    // `pending` ones created in the last `LOOK_BACK` named (due or not yet), not one created
+    // long ago (the claim loop's) nor a sent one.
+    let x = enqueue(NewMessage::new("t", "{}").key("x")).await;
+    let old = enqueue(NewMessage::new("t", "{}").key("o")).await;
+    outbox.backdate(old).await;
+    let soon = enqueue(NewMessage::new("t", "{}").delay(Duration::from_secs(60))).await;
+    let fresh = enqueue(NewMessage::new("t", "{}").key("f")).await;
+    let back = outbox.newer_than(None, &[], 4).await.unwrap();
+    assert_eq!(back, newer(&[x, fresh], &[soon], &[x, old, soon, fresh], Some(fresh)));
+    let back = outbox.newer_than(None, &[], 2).await.unwrap();
+    assert_eq!(back, newer(&[fresh], &[soon], &[soon, fresh], Some(fresh)));
 }
 
 /// Locked claims (PostgreSQL, MySQL/MariaDB): a key's run cut at the run's length is continued by the same

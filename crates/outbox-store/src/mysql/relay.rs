@@ -305,6 +305,14 @@ fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
 const LOOK_NEWER: &str = "\
 SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state FROM outbox_message
 WHERE id > ? ORDER BY id LIMIT ?";
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) without a start: the newest
+/// messages (`LIMIT ?`), read backwards by the primary key, each with its state as in
+/// `LOOK_NEWER`, a message created more than the first `?` microseconds ago
+/// (`crate::relay::LOOK_BACK`) counting as any other status (0): the claim loop's.
+const LOOK_FROM_END: &str = "\
+SELECT id, IF(status = 'pending' AND created_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND,
+ IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state FROM outbox_message
+ORDER BY id DESC LIMIT ?";
 /// The ids a look reads again, by the primary key (an `IN` list follows).
 const LOOK_AGAIN: &str =
     "SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state \
@@ -796,13 +804,17 @@ impl Outbox<MySql> {
         limit: usize,
     ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
+        let state = |s: i64| i16::try_from(s).unwrap_or(0);
+        let as_i64 = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
         let Some(after) = after else {
-            let newest: Option<i64> =
-                sqlx::query_scalar(&render(tables, "SELECT max(id) FROM outbox_message"))
-                    .fetch_one(self.pool())
-                    .await
-                    .map_err(db)?;
-            return Ok(crate::relay::Newer { newest: newest.map(MessageId), ..Default::default() });
+            let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
+                .bind(as_i64(crate::relay::LOOK_BACK.as_micros()))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .fetch_all(self.pool())
+                .await
+                .map_err(db)?;
+            let rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
+            return Ok(crate::relay::newest_of(&rows));
         };
         let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_NEWER))
             .bind(after.0)
@@ -810,7 +822,6 @@ impl Outbox<MySql> {
             .fetch_all(self.pool())
             .await
             .map_err(db)?;
-        let state = |s: i64| i16::try_from(s).unwrap_or(0);
         let mut rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
         let again: Vec<i64> = again.iter().map(|id| id.0).filter(|id| *id <= after.0).collect();
         if !again.is_empty() {

@@ -330,6 +330,15 @@ UNION ALL
 SELECT m.id, (CASE WHEN m.status <> 'pending' THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
 FROM outbox_message m WHERE m.id = ANY ($3::int8[]) AND m.id <= $1";
 
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) without a start: the newest `$1`
+/// messages, read backwards by the primary key, each with its state as in [`LOOK_NEWER`], a
+/// message created more than `$2` milliseconds ago (`crate::relay::LOOK_BACK`) counting as any
+/// other status (0): the claim loop's.
+const LOOK_FROM_END: &str = "\
+SELECT m.id, (CASE WHEN m.status <> 'pending' OR m.created_at < now() - $2::int8 * interval '1 millisecond' THEN 0
+ WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
+FROM outbox_message m ORDER BY m.id DESC LIMIT $1";
+
 /// `sql` for these tables as `PREPARE` and `EXECUTE` statements for [`ClaimTx::begin`], its
 /// parameters (`types`) given as `args`, written into the `EXECUTE`. The statement's name is
 /// `prefix` and a hash of its text, so that two outboxes over different tables sharing a pool,
@@ -987,13 +996,15 @@ impl Outbox<Postgres> {
         limit: usize,
     ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
+        let as_i64 = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
         let Some(after) = after else {
-            let newest: Option<i64> =
-                sqlx::query_scalar(&render(tables, "SELECT max(id) FROM outbox_message"))
-                    .fetch_one(self.pool())
-                    .await
-                    .map_err(db)?;
-            return Ok(crate::relay::Newer { newest: newest.map(MessageId), ..Default::default() });
+            let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
+                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+                .bind(as_i64(crate::relay::LOOK_BACK.as_millis()))
+                .fetch_all(self.pool())
+                .await
+                .map_err(db)?;
+            return Ok(crate::relay::newest_of(&rows));
         };
         let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_NEWER))
             .bind(after.0)

@@ -150,6 +150,27 @@ pub(crate) const LOOKED_DUE: i16 = 2;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
 pub(crate) const LOOKED_LATER: i16 = 1;
 
+/// How far back a look without a start ([`Claims::newer_than`] with `after` of `None`, the
+/// lane's first look as it opens) names the `pending` messages among the newest: those created
+/// in the last two seconds by the database's clock. They were committed just before the look,
+/// and a relay whose claim loop is busy with a backlog may otherwise reach them only a second
+/// or more later; older ones are the claim loop's. Two seconds cover a business transaction's
+/// time between its `INSERT` (the creation time, PostgreSQL's `now()` being its transaction's
+/// start) and its commit, and a look taken a moment after a relay's start.
+pub const LOOK_BACK: Duration = Duration::from_secs(2);
+
+/// [`Newer`] from a look without a start: the newest rows, `(id, state)` as for [`newer_of`]
+/// (the state of a row created before [`LOOK_BACK`] being neither [`LOOKED_DUE`] nor
+/// [`LOOKED_LATER`]); where the next look starts is the newest of them (`None` on an empty
+/// table).
+#[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
+pub(crate) fn newest_of(rows: &[(i64, i16)]) -> Newer {
+    if rows.is_empty() {
+        return Newer::default();
+    }
+    newer_of(MessageId(i64::MIN), rows)
+}
+
 /// [`Newer`] from a look's rows after `after` (and of the ids looked at again): `(id, state)`,
 /// the state [`LOOKED_DUE`], [`LOOKED_LATER`] or anything else (not `pending`).
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
@@ -489,9 +510,11 @@ pub trait Claims: Clone + Send + Sync + 'static {
     /// id above `after`, at most `limit` of them in id order, and those of `again` (ids below
     /// `after` an earlier look did not see: ids are taken at insert and committed in any order,
     /// so they may be transactions still open then), the due `pending` ones named (a hint for
-    /// [`Claims::claim_ids`]). Without `after`, only where the next look starts: the newest id
-    /// now. One read of the primary key's index from `after`, and one probe per id of `again`,
-    /// whatever the backlog behind them. Sees nothing (the default) where the store does not
+    /// [`Claims::claim_ids`]). Without `after`: where the next look starts (the newest id now),
+    /// and among the newest `limit` messages the `pending` ones created in the last
+    /// [`LOOK_BACK`] (committed just before this first look, which a busy claim loop may be
+    /// slow to reach). One read of the primary key's index from `after` (backwards from its
+    /// end without it), and one probe per id of `again`, whatever the backlog behind them. Sees nothing (the default) where the store does not
     /// claim by id.
     fn newer_than(
         &self,
