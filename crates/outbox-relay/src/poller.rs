@@ -618,6 +618,9 @@ async fn lane<S: RelayStore>(
                 }
             }
         };
+        // Checked against this process's batches once more, with the ids named again: a look's
+        // found ids were checked already (`Look::found`: whether the look found anything paces
+        // the looks), and a claim loop's batch may have taken one since. An in-memory register.
         let ids = again.with(fresh, limit, |ids| inner.store.held_in_flight(ids));
         RelayStats::add(&inner.stats.lane_left, again.left_to_the_loop());
         if ids.is_empty() {

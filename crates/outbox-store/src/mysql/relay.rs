@@ -298,25 +298,41 @@ fn first_of_each_key(found: Vec<Candidate>) -> Vec<Candidate> {
 /// fewer between a commit and its publication). What that takes is the batch, which then says
 /// messages may be left behind (it looked at nothing else); when it takes nothing, the window
 /// is claimed in the same transaction.
+/// A look's state of a message: 2 `pending` and due by the statement's clock, 1 `pending` and
+/// not due yet, 0 any other status or unless `$ours` holds (the claim loop's). One expression
+/// for every look (see PostgreSQL's `look_state!`).
+macro_rules! look_state {
+    ($ours:literal) => {
+        concat!(
+            "IF(status = 'pending'",
+            $ours,
+            ", IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state"
+        )
+    };
+}
+
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id: the next messages by
 /// the primary key, each with its state (2 `pending` and due, 1 `pending` and not due by the
 /// statement's clock, 0 any other status), whatever the status (see PostgreSQL's
 /// `LOOK_NEWER`); the ids looked at again are read by `LOOK_AGAIN`.
-const LOOK_NEWER: &str = "\
-SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state FROM outbox_message
-WHERE id > ? ORDER BY id LIMIT ?";
+const LOOK_NEWER: &str = concat!(
+    "SELECT id, ",
+    look_state!(""),
+    " FROM outbox_message
+WHERE id > ? ORDER BY id LIMIT ?"
+);
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) without a start: the newest
 /// messages (`LIMIT ?`), read backwards by the primary key, each with its state as in
 /// `LOOK_NEWER`, a message created more than the first `?` microseconds ago
 /// (`crate::relay::LOOK_BACK`) counting as any other status (0): the claim loop's.
-const LOOK_FROM_END: &str = "\
-SELECT id, IF(status = 'pending' AND created_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND,
- IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state FROM outbox_message
-ORDER BY id DESC LIMIT ?";
+const LOOK_FROM_END: &str = concat!(
+    "SELECT id, ",
+    look_state!(" AND created_at >= UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND"),
+    " FROM outbox_message
+ORDER BY id DESC LIMIT ?"
+);
 /// The ids a look reads again, by the primary key (an `IN` list follows).
-const LOOK_AGAIN: &str =
-    "SELECT id, IF(status = 'pending', IF(next_attempt_at <= UTC_TIMESTAMP(6), 2, 1), 0) AS state \
-    FROM outbox_message WHERE id IN ";
+const LOOK_AGAIN: &str = concat!("SELECT id, ", look_state!(""), " FROM outbox_message WHERE id IN ");
 
 async fn lock_candidates(
     outbox: &Outbox<MySql>,
@@ -805,10 +821,9 @@ impl Outbox<MySql> {
     ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
         let state = |s: i64| i16::try_from(s).unwrap_or(0);
-        let as_i64 = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
         let Some(after) = after else {
             let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
-                .bind(as_i64(crate::relay::LOOK_BACK.as_micros()))
+                .bind(i64::try_from(crate::relay::LOOK_BACK.as_micros()).unwrap_or(i64::MAX))
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
                 .fetch_all(self.pool())
                 .await

@@ -317,27 +317,47 @@ WHERE l.msg_key IS NULL OR l.id = (
 LIMIT $2"
 );
 
+/// A look's state of the message `m`: 2 `pending` and due by `now()` (a claim by id may take
+/// it), 1 `pending` and not due yet, 0 any other status or when `$other` holds (the claim
+/// loop's). One expression for every look (`crate::relay::LOOKED_DUE`, `LOOKED_LATER`).
+macro_rules! look_state {
+    ($other:literal) => {
+        concat!(
+            "(CASE WHEN m.status <> 'pending'",
+            $other,
+            " THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2"
+        )
+    };
+}
+
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) from an id (`$1`): the next `$2`
 /// messages by the primary key, and those of the ids `$3` looked at again, each with its state:
 /// 2 `pending` and due (a claim by id may take it), 1 `pending` and not due by `now()`, 0 any
 /// other status (`crate::relay::LOOKED_DUE`, `LOOKED_LATER`). Read in id order from `$1` whatever the
 /// status, so that where the next look starts moves past messages sent meanwhile; two branches,
 /// so that each is an index scan of its own (an `OR` would scan the key from its first entry).
-const LOOK_NEWER: &str = "\
-(SELECT m.id, (CASE WHEN m.status <> 'pending' THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
+const LOOK_NEWER: &str = concat!(
+    "(SELECT m.id, ",
+    look_state!(""),
+    "
  FROM outbox_message m WHERE m.id > $1 ORDER BY m.id LIMIT $2)
 UNION ALL
-SELECT m.id, (CASE WHEN m.status <> 'pending' THEN 0 WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
-FROM outbox_message m WHERE m.id = ANY ($3::int8[]) AND m.id <= $1";
+SELECT m.id, ",
+    look_state!(""),
+    "
+FROM outbox_message m WHERE m.id = ANY ($3::int8[]) AND m.id <= $1"
+);
 
 /// [`Claims::newer_than`](crate::relay::Claims::newer_than) without a start: the newest `$1`
 /// messages, read backwards by the primary key, each with its state as in [`LOOK_NEWER`], a
 /// message created more than `$2` milliseconds ago (`crate::relay::LOOK_BACK`) counting as any
 /// other status (0): the claim loop's.
-const LOOK_FROM_END: &str = "\
-SELECT m.id, (CASE WHEN m.status <> 'pending' OR m.created_at < now() - $2::int8 * interval '1 millisecond' THEN 0
- WHEN m.next_attempt_at <= now() THEN 2 ELSE 1 END)::int2
-FROM outbox_message m ORDER BY m.id DESC LIMIT $1";
+const LOOK_FROM_END: &str = concat!(
+    "SELECT m.id, ",
+    look_state!(" OR m.created_at < now() - $2::int8 * interval '1 millisecond'"),
+    "
+FROM outbox_message m ORDER BY m.id DESC LIMIT $1"
+);
 
 /// `sql` for these tables as `PREPARE` and `EXECUTE` statements for [`ClaimTx::begin`], its
 /// parameters (`types`) given as `args`, written into the `EXECUTE`. The statement's name is
@@ -996,11 +1016,10 @@ impl Outbox<Postgres> {
         limit: usize,
     ) -> Result<crate::relay::Newer> {
         let tables = self.tables();
-        let as_i64 = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
         let Some(after) = after else {
             let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
                 .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .bind(as_i64(crate::relay::LOOK_BACK.as_millis()))
+                .bind(i64::try_from(crate::relay::LOOK_BACK.as_millis()).unwrap_or(i64::MAX))
                 .fetch_all(self.pool())
                 .await
                 .map_err(db)?;
