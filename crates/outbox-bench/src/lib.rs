@@ -221,7 +221,9 @@ pub struct BenchConfig {
     pub latency_writer_apart: bool,
     /// The latency scenario's relay gets a pool of its own of this many connections, as
     /// `outbox relay` has (`stores[].max_connections`, 4 by default), instead of sharing the
-    /// bench's pool of 24. Defaults to None (shared).
+    /// bench's pool of 24, and the daemon's budget of batches in flight
+    /// (`relay.total_in_flight_batches`, [`outbox_relay::Budget::DEFAULT_SIZE`]: `outbox relay`
+    /// gives its relays one even with one store). Defaults to None (shared, no budget).
     pub relay_pool: Option<u32>,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved).
     /// Defaults to 2,000.

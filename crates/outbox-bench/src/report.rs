@@ -271,7 +271,12 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             );
         }
         if let Some(n) = l.relay_pool {
-            let _ = writeln!(md, "The relay had a pool of its own of {n} connections.\n");
+            let _ = writeln!(
+                md,
+                "The relay had a pool of its own of {n} connections and a budget of {} batches in flight, \
+                 as `outbox relay` has.\n",
+                outbox_relay::Budget::DEFAULT_SIZE
+            );
         }
         if let Some(b) = &l.backlog {
             let _ = writeln!(

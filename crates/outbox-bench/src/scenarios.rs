@@ -40,6 +40,7 @@ fn start_relay(
     transport: Arc<dyn Transport>,
     cfg: &BenchConfig,
     i: usize,
+    budget: Option<outbox_relay::Budget>,
 ) -> Result<Running> {
     let config = RelayConfig {
         owner: format!("bench-{}-{i}", std::process::id()),
@@ -51,8 +52,11 @@ fn start_relay(
         ..RelayConfig::default()
     };
     let signal = store.signal().clone();
-    let relay = Relay::builder_with(store, signal)
-        .config(config)
+    let mut builder = Relay::builder_with(store, signal).config(config);
+    if let Some(b) = budget {
+        builder = builder.budget(b);
+    }
+    let relay = builder
         .destination(Destination::new("bench", transport))
         .route(Route::new("#", ["bench"]))
         .build()
@@ -255,7 +259,7 @@ async fn drain_on(
         let running: Vec<Running> = stores
             .into_iter()
             .enumerate()
-            .map(|(i, s)| start_relay(s, transport.clone(), cfg, i))
+            .map(|(i, s)| start_relay(s, transport.clone(), cfg, i, None))
             .collect::<Result<_>>()?;
         let delivered = |rs: &[Running]| rs.iter().map(|r| RelayStats::get(&r.stats.delivered)).sum::<u64>();
         let deadline = Duration::from_secs(600 + n / 100);
@@ -337,13 +341,15 @@ async fn latency_on(cfg: &BenchConfig, db: &BenchDb) -> Result<LatencyResult> {
         let transport: Arc<dyn Transport> =
             Arc::new(crate::confirmed::Confirmed::new(broker.transport().await?, confirm_tx));
         let mut arrivals = broker.consume().await?;
-        // The relay's pool: the bench's, or one of its own sized as the daemon's.
+        // The relay's pool: the bench's, or one of its own sized as the daemon's, and then the
+        // daemon's budget too (`outbox relay` always shares one between its stores).
         let own_pool = match cfg.relay_pool {
             Some(n) => Some(db.reopened(n).await?),
             None => None,
         };
         let relay_outbox = own_pool.as_ref().map_or(&db.outbox, |r| &r.outbox);
-        let relay = start_relay(relay_outbox.clone(), transport, cfg, 0)?;
+        let budget = own_pool.as_ref().map(|_| outbox_relay::Budget::new(outbox_relay::Budget::DEFAULT_SIZE));
+        let relay = start_relay(relay_outbox.clone(), transport, cfg, 0, budget)?;
         // The load's writer: the relay's own outbox, or one of its own (another process's).
         let apart = if cfg.latency_writer_apart { Some(db.reopened(POOL).await?) } else { None };
         let writer = apart.as_ref().map_or(relay_outbox, |w| &w.outbox);
@@ -649,7 +655,7 @@ async fn idle(cfg: &BenchConfig) -> Result<IdleResult> {
     let broker = Broker::new(cfg);
     let result = async {
         let transport = broker.transport().await?;
-        let relay = start_relay(db.outbox.clone(), transport, cfg, 0)?;
+        let relay = start_relay(db.outbox.clone(), transport, cfg, 0, None)?;
         tokio::time::sleep(Duration::from_secs(2)).await;
         let (cpu0, q0, c0) =
             (sys::cpu_time(), db.server_queries().await?, RelayStats::get(&relay.stats.claims));

@@ -457,7 +457,8 @@ pub(crate) struct BenchArgs {
     pub(crate) latency_writer_apart: bool,
     /// Give the latency scenario's relay a pool of its own of this many connections, 2 to 256,
     /// as `outbox relay` has (`stores[].max_connections`, 4 by default; at least
-    /// --in-flight + 1). Without it the relay shares the bench's pool of 24.
+    /// --in-flight + 1), and the daemon's budget of 16 batches in flight
+    /// (`relay.total_in_flight_batches`). Without it the relay shares the bench's pool of 24.
     #[arg(long, value_parser = clap::value_parser!(u32).range(2..=256))]
     pub(crate) relay_pool: Option<u32>,
     /// Transactions per client and mode in the enqueue scenario (the modes interleaved, one

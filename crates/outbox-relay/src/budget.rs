@@ -28,6 +28,10 @@ pub struct Budget {
 }
 
 impl Budget {
+    /// The size `outbox relay` gives its budget unless told otherwise
+    /// (`relay.total_in_flight_batches`).
+    pub const DEFAULT_SIZE: usize = 16;
+
     /// A budget of `n` batches in flight (at least 1).
     pub fn new(n: usize) -> Budget {
         let size = n.clamp(1, Semaphore::MAX_PERMITS);

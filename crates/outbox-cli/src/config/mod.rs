@@ -329,7 +329,7 @@ impl Default for RelaySection {
 }
 
 /// `relay.total_in_flight_batches` by default.
-pub(crate) const DEFAULT_TOTAL_IN_FLIGHT_BATCHES: usize = 16;
+pub(crate) const DEFAULT_TOTAL_IN_FLIGHT_BATCHES: usize = outbox_relay::Budget::DEFAULT_SIZE;
 
 /// `[[stores]]`.
 #[derive(Debug, Deserialize)]
