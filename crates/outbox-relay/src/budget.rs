@@ -71,6 +71,19 @@ impl Budget {
         share
     }
 
+    /// A share if one is free now, without queueing (never ahead of a relay waiting in the
+    /// queue: the semaphore hands freed shares to its waiters first).
+    pub(crate) fn try_take(&self) -> Option<OwnedSemaphorePermit> {
+        let share = self.shares.clone().try_acquire_owned().ok()?;
+        self.turns.fetch_add(1, Ordering::Relaxed);
+        Some(share)
+    }
+
+    /// Whether a share is free now.
+    pub(crate) fn has_free(&self) -> bool {
+        self.shares.available_permits() > 0
+    }
+
     /// Time spent in the queue so far, every turn together (divided by [`Self::turns`]: the
     /// mean wait for a turn).
     pub fn waited(&self) -> std::time::Duration {
@@ -123,5 +136,27 @@ mod tests {
         assert_eq!(*order.lock().unwrap(), vec![0, 1, 2]);
         assert_eq!(budget.in_use(), 0);
         assert_eq!(Budget::new(0).size(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_share_taken_without_queueing_only_when_one_is_free_and_nobody_waits() {
+        let budget = Budget::new(2);
+        let first = budget.try_take().expect("a share is free");
+        assert!(budget.has_free());
+        let second = budget.take().await.unwrap();
+        assert!(!budget.has_free());
+        assert!(budget.try_take().is_none(), "none is free");
+        // A relay queues for a share; the one freed is its, not the next try's.
+        let b = budget.clone();
+        let waiter = tokio::spawn(async move { b.take().await.unwrap() });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        drop(first);
+        assert!(budget.try_take().is_none(), "the waiter's share");
+        let third = waiter.await.unwrap();
+        assert_eq!((budget.in_use(), budget.turns()), (2, 3));
+        drop((second, third));
+        assert!(budget.try_take().is_some());
     }
 }

@@ -556,16 +556,17 @@ fn claimed_batch<S: RelayStore>(
 /// otherwise nothing changes without such batches: the lane neither looks nor claims. Its claims take only heads of their keys, by id
 /// ([`outbox_store::Claims::claim_ids`]), and continue no run, so their batches publish at
 /// once; at most [`LANE_BATCHES`] are in flight, and only while the pool has a connection to
-/// spare. Only with locked claims (continued runs, and so such batches, need them). It stops
-/// on `shutdown` and lets its batches finish, at most `shutdown_timeout`.
+/// spare and, under a budget of batches in flight (`outbox relay`'s), a share is free. Only
+/// with locked claims (continued runs, and so such batches, need them). It stops on `shutdown`
+/// and lets its batches finish, at most `shutdown_timeout`.
 async fn lane<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
     mode: ClaimMode,
     claims_unsure: Arc<std::sync::atomic::AtomicU64>,
     shutdown: CancellationToken,
 ) {
-    if inner.budget.is_some() || mode != ClaimMode::Lock {
-        // Never open under a shared budget (see `lane_turn`), nor with leases.
+    if mode != ClaimMode::Lock || inner.budget.as_ref().is_some_and(crate::Budget::crowded) {
+        // Never open with leases, nor under a crowded budget (see `lane_turn`).
         return;
     }
     let permits = Arc::new(Semaphore::new(LANE_BATCHES));
@@ -626,10 +627,25 @@ async fn lane<S: RelayStore>(
         if ids.is_empty() {
             continue;
         }
+        // Under a budget, a share for the batch, if one is still free; else the ids wait to be
+        // named again (the claim loop finds them too).
+        let share = match &inner.budget {
+            None => None,
+            Some(b) => match b.try_take() {
+                Some(s) => {
+                    inner.took_share();
+                    Some(s)
+                }
+                None => {
+                    again.left(&ids, &Default::default());
+                    continue;
+                }
+            },
+        };
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-        tasks.spawn(claim_beside(inner.clone(), ids, again.clone(), permit, shutdown.clone()));
+        tasks.spawn(claim_beside(inner.clone(), ids, again.clone(), (permit, share), shutdown.clone()));
     }
     let timeout = inner.cfg.shutdown_timeout;
     let drained = tokio::time::timeout(timeout, async { while tasks.join_next().await.is_some() {} }).await;
@@ -884,8 +900,11 @@ impl Look {
 /// The lane's turn: a permit of its own, once a hot key's batch is in flight (or was, less than
 /// [`LANE_LINGER`] ago), this process has
 /// committed messages to claim or a look is due, claims are not paused after failed
-/// settlements, and the store's pool has a connection to spare. (No lane runs under a budget
-/// shared with other stores: its turns bound every batch the process has in flight.) Waits on
+/// settlements, the store's pool has a connection to spare, and under a budget
+/// ([`crate::Budget`], which `outbox relay` always gives its relays), the budget is not crowded
+/// and has a share free: each of the lane's batches takes one, without queueing for it (the
+/// budget bounds every batch the process has in flight; a crowded one, with more stores than
+/// shares, keeps its stores' pools empty between their turns, and no lane runs under it). Waits on
 /// wake-ups of its own (`Chains::started`, `CommitSignal::next_commit`) and the look's time: it
 /// takes none of the claim loop's.
 async fn lane_turn<S: RelayStore>(
@@ -898,6 +917,7 @@ async fn lane_turn<S: RelayStore>(
         (inner.chains.any() || look.lingers())
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
+            && inner.budget.as_ref().is_none_or(|b| !b.crowded() && b.has_free())
     };
     let turn = |look: &Look| {
         if inner.signal.has_ids() {
@@ -946,14 +966,15 @@ async fn lane_turn<S: RelayStore>(
 }
 
 /// A claim of the lane: by id alone, of messages committed by this process or seen by a look
-/// (`ids`), and its batch published and settled, holding the lane's `permit`. What it does not
+/// (`ids`), and its batch published and settled, holding the lane's permit and its share of the
+/// budget, if any (given back once the batch is settled, or the claim ends). What it does not
 /// take (a key held by a batch in flight, a claim that failed) a later claim looks for: every
 /// batch's settlement wakes the claim loop.
 async fn claim_beside<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
     named: Vec<Named>,
     again: Again,
-    permit: tokio::sync::OwnedSemaphorePermit,
+    (permit, share): (tokio::sync::OwnedSemaphorePermit, Option<tokio::sync::OwnedSemaphorePermit>),
     shutdown: CancellationToken,
 ) {
     let cfg = &inner.cfg;
@@ -967,6 +988,7 @@ async fn claim_beside<S: RelayStore>(
         Err(e) => {
             RelayStats::add(&inner.stats.store_errors, 1);
             tracing::warn!(error = %e, "A claim beside the claim loop failed; the next claim looks for its messages");
+            inner.give_back(share).await;
             drop(permit);
             inner.signal.wake();
             return;
@@ -975,15 +997,20 @@ async fn claim_beside<S: RelayStore>(
     inner.stats.count_claim(crate::stats::ClaimKind::ById, c.messages.is_empty());
     if shutdown.is_cancelled() {
         // Rows a locked claim holds are unlocked by dropping it (rolled back).
+        drop(c);
+        inner.give_back(share).await;
         return;
     }
     again.left(&named, &c.messages.iter().map(|m| m.id).collect());
     let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
+        drop((hold, runs));
+        inner.give_back(share).await;
         return;
     }
     RelayStats::add(&inner.stats.claimed, batch.len());
     process(&inner, batch, hold, runs).await;
+    inner.give_back(share).await;
     drop(permit);
     // Younger messages of its keys may be claimable now.
     inner.signal.wake();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use outbox_core::{header, MessageId, NewMessage, OutboxMessage, Outcome, RetryPolicy, Status};
 use outbox_relay::testing::TestTransport;
-use outbox_relay::{AlertHook, BreakerConfig, Destination, Relay, RelayConfig, RelayStats, Route};
+use outbox_relay::{AlertHook, BreakerConfig, Budget, Destination, Relay, RelayConfig, RelayStats, Route};
 use outbox_store::{Claims, Outbox, OutboxDatabase, RelayStore, Wakeups};
 use tokio_util::sync::CancellationToken;
 
@@ -365,16 +365,17 @@ async fn hot_key_stuck<DB: OutboxDatabase>(
 where
     Outbox<DB>: RelayStore,
 {
-    let (hot, running, elsewhere, _) = hot_key_stuck_after(outbox, t, &[]).await;
+    let (hot, running, elsewhere, _) = hot_key_stuck_after(outbox, t, &[], None).await;
     (hot, running, elsewhere)
 }
 
 /// [`hot_key_stuck`], with `early` committed by the other process after the hot key's messages
-/// and before the relay starts (their ids returned last).
+/// and before the relay starts (their ids returned last), and the relay under `budget` if given.
 async fn hot_key_stuck_after<DB: OutboxDatabase>(
     outbox: &Outbox<DB>,
     t: &TestTransport,
     early: &[NewMessage],
+    budget: Option<Budget>,
 ) -> (Vec<MessageId>, Running, Outbox<DB>, Vec<MessageId>)
 where
     Outbox<DB>: RelayStore,
@@ -400,7 +401,14 @@ where
         lease: long * 2,
         ..config("r0")
     };
-    let running = start(relay_to(outbox, cfg, Destination::new("broker", Arc::new(t.clone()))));
+    let mut builder = Relay::builder(outbox)
+        .config(cfg)
+        .destination(Destination::new("broker", Arc::new(t.clone())))
+        .route(Route::new("#", ["broker"]));
+    if let Some(b) = budget {
+        builder = builder.budget(b);
+    }
+    let running = start(builder.build().unwrap());
     eventually("the first batch stuck and its run continued by a second", || async {
         t.in_flight() > 0 && RelayStats::get(&running.stats.runs_continued) > 0
     })
@@ -565,7 +573,7 @@ where
 {
     let t = TestTransport::new();
     let early = NewMessage::new("order.updated", "early").key("early").delay(Duration::from_millis(500));
-    let (hot, running, _, early) = hot_key_stuck_after(&outbox, &t, &[early]).await;
+    let (hot, running, _, early) = hot_key_stuck_after(&outbox, &t, &[early], None).await;
     let early = early[0];
     assert!(hot.iter().all(|id| *id < early), "committed after the hot key's messages");
     eventually("the early message delivered once due", || async { t.delivered_count(early) == 1 }).await;
@@ -573,6 +581,37 @@ where
     assert!(t.in_flight() > 0, "the hot key's first batch is still in its publish");
     hot_key_released(&outbox, &t, &hot, running).await;
     assert_eq!(t.delivered_count(early), 1, "delivered once");
+}
+
+/// `outbox relay` gives its relays a budget of batches in flight (`relay.total_in_flight_batches`)
+/// even over one store. Under one that is not crowded the lane runs as without it, each of its
+/// batches taking a share: here a budget of 3, the hot key's two stuck batches holding two, so
+/// the lane's claims have one. Another process's messages are delivered by the lane while the
+/// hot key is still stuck, and every share is given back. (Before, no lane ran under a budget:
+/// the daemon's relay never had one, and such messages waited for the hot key's backlog.)
+async fn the_lane_runs_under_the_daemons_budget<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let budget = Budget::new(3);
+    let (hot, running, elsewhere, _) = hot_key_stuck_after(&outbox, &t, &[], Some(budget.clone())).await;
+    let mut cold = Vec::new();
+    for i in 0..3 {
+        let m = NewMessage::new("order.updated", "cold").key(format!("cold-{i}"));
+        cold.push(elsewhere.enqueue(&m).await.unwrap().id);
+    }
+    eventually("the other process's messages delivered", || async {
+        cold.iter().all(|id| t.delivered_count(*id) == 1)
+    })
+    .await;
+    assert!(t.delivered().iter().all(|e| cold.contains(&e.id)), "the hot key is still stuck");
+    assert!(RelayStats::get(&running.stats.claims_beside) >= 1, "claimed by the lane");
+    hot_key_released(&outbox, &t, &hot, running).await;
+    assert_eq!(budget.in_use(), 0, "every share given back");
+    for id in &cold {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
 }
 
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
@@ -1162,6 +1201,7 @@ mod locked {
     case!(outbox_testkit::fresh_pg, the_lane_finds_a_message_committed_after_a_newer_one, true);
     case!(outbox_testkit::fresh_pg, the_lane_takes_a_message_a_look_saw_before_it_was_due, true);
     case!(outbox_testkit::fresh_pg, the_lanes_first_look_takes_what_was_committed_just_before_it, true);
+    case!(outbox_testkit::fresh_pg, the_lane_runs_under_the_daemons_budget, true);
 
     mod mysql {
         use super::*;
@@ -1188,6 +1228,7 @@ mod locked {
             the_lanes_first_look_takes_what_was_committed_just_before_it,
             true
         );
+        case!(outbox_testkit::fresh_mysql, the_lane_runs_under_the_daemons_budget, true);
     }
 }
 
