@@ -1,28 +1,48 @@
 #!/usr/bin/env bash
-# `outbox relay` itself (not the bench's relay): a MariaDB store with 300,000 messages on 10 hot
-# keys, the daemon's defaults (pool 4, budget 16, batches of 500, 2 in flight, runs of 32) and
-# Redis Streams (the streams lanecheck:hot and lanecheck:cold, deleted at the end); once it runs, another process (the mysql client) commits 100 messages on keys of their
-# own, one every 20 ms. Prints, for each binary given, when those were all sent, how much of the
-# backlog was still unsent then, and the lane's counters from /metrics.
-# Usage: bash daemon-check.sh label:/path/to/outbox ...
+# `outbox relay` itself (not the bench's relay): a store with 300,000 messages on 10 hot keys
+# (MariaDB, or PostgreSQL with STORE=postgres), the daemon's defaults (pool 4, budget 16, batches
+# of 500, 2 in flight, runs of 32) and Redis Streams (the streams lanecheck:hot and
+# lanecheck:cold, deleted at the end); once it runs, another process (the mysql or psql client)
+# commits 100 messages on keys of their own, one every 20-30 ms. Prints, for each binary given,
+# when those were all sent, how much of the backlog was still unsent then, commit -> sent mark of
+# those 100 (created_at -> updated_at), and the lane's counters from /metrics.
+# Usage: [STORE=postgres] bash daemon-check.sh label:/path/to/outbox ...
 set -euo pipefail
 DB=lanecheck
 PORT=18098
-my() { mysql -h127.0.0.1 -uroot -N -B "$@"; }
+STORE=${STORE:-mariadb}
+if [ "$STORE" = postgres ]; then
+  URL="postgres://postgres@127.0.0.1:5432/$DB?sslmode=disable"
+  admin() { psql -h 127.0.0.1 -U postgres -d test -qAtc "$1"; }
+  sql() { psql -h 127.0.0.1 -U postgres -d $DB -qAtc "$1"; }
+  fill="INSERT INTO outbox_message (topic, payload, msg_key)
+        SELECT 'hot', 'x', 'hot-' || (g % 10) FROM generate_series(1, 300000) g"
+  ms="(EXTRACT(EPOCH FROM (updated_at - created_at)) * 1000)"
+else
+  URL="mysql://root@127.0.0.1:3306/$DB"
+  admin() { mysql -h127.0.0.1 -uroot -N -B -e "$1"; }
+  sql() { mysql -h127.0.0.1 -uroot -N -B $DB -e "$1"; }
+  fill="INSERT INTO outbox_message (topic, payload, msg_key)
+        SELECT 'hot', 'x', CONCAT('hot-', seq % 10) FROM seq_1_to_300000"
+  ms="(TIMESTAMPDIFF(MICROSECOND, created_at, updated_at) / 1000)"
+fi
+fresh() {
+  admin "DROP DATABASE IF EXISTS $DB"
+  admin "CREATE DATABASE $DB"
+  redis-cli DEL lanecheck:hot lanecheck:cold >/dev/null
+}
 for pair in "$@"; do
   label=${pair%%:*} bin=${pair#*:}
-  my -e "DROP DATABASE IF EXISTS $DB; CREATE DATABASE $DB"
-  redis-cli DEL lanecheck:hot lanecheck:cold >/dev/null
-  "$bin" migrate --database-url "mysql://root@127.0.0.1:3306/$DB" >/dev/null
-  my $DB -e "INSERT INTO outbox_message (topic, payload, msg_key)
-             SELECT 'hot', 'x', CONCAT('hot-', seq % 10) FROM seq_1_to_300000"
+  fresh
+  "$bin" migrate --database-url "$URL" >/dev/null
+  sql "$fill"
   cfg=$(mktemp --suffix .toml)
   cat >"$cfg" <<TOML
 [relay]
 owner = "check"
 [[stores]]
 name = "s"
-url = "mysql://root@127.0.0.1:3306/$DB"
+url = "$URL"
 [destinations.n.transport]
 type = "redis"
 url = "redis://127.0.0.1:6379"
@@ -40,23 +60,22 @@ TOML
   sleep 1
   t0=$(date +%s.%N)
   for i in $(seq 1 100); do
-    my $DB -e "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('cold', 'y', 'cold-$i')"
+    sql "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('cold', 'y', 'cold-$i')"
     sleep 0.02
   done
   t1=$(date +%s.%N)
-  until [ "$(my $DB -e "SELECT count(*) FROM outbox_message WHERE topic = 'cold' AND status = 'sent'")" = 100 ]; do
+  until [ "$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'cold' AND status = 'sent'")" = 100 ]; do
     sleep 0.05
   done
   t2=$(date +%s.%N)
-  unsent=$(my $DB -e "SELECT count(*) FROM outbox_message WHERE topic = 'hot' AND status <> 'sent'")
-  lat=$(my $DB -e "SELECT ROUND(AVG(TIMESTAMPDIFF(MICROSECOND, created_at, updated_at))/1000, 1),
-                          ROUND(MAX(TIMESTAMPDIFF(MICROSECOND, created_at, updated_at))/1000, 1)
-                   FROM outbox_message WHERE topic = 'cold'")
+  unsent=$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'hot' AND status <> 'sent'")
+  lat=$(sql "SELECT ROUND(AVG($ms), 1), ROUND(MAX($ms), 1) FROM outbox_message WHERE topic = 'cold'" | tr '|\t' '  ')
   m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_(claims_beside|lane_looks)_total' | tr '\n' ' ')
-  kill -TERM $pid; wait $pid || true
-  printf '%s: 100 foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s; %s\n' \
-    "$label" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$m"
+  kill -TERM $pid
+  wait $pid || true
+  printf '%s %s: 100 foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s; %s\n' \
+    "$STORE" "$label" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$m"
   rm -f "$cfg"
 done
-my -e "DROP DATABASE IF EXISTS $DB"
+admin "DROP DATABASE IF EXISTS $DB"
 redis-cli DEL lanecheck:hot lanecheck:cold >/dev/null
