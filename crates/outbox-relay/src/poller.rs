@@ -78,7 +78,8 @@ impl<S: RelayStore> Relay<S> {
         let claims_unsure = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let (mode, mode_name) =
             if cfg.lock_claims { (ClaimMode::Lock, "lock") } else { (ClaimMode::Lease, "lease") };
-        let lane_task = tokio::spawn(lane(inner.clone(), mode, claims_unsure.clone(), shutdown.clone()));
+        let lane_task =
+            tokio::spawn(lane(inner.clone(), mode, keeper.clone(), claims_unsure.clone(), shutdown.clone()));
         // Without push (MySQL/MariaDB), another process's commit is found by the idle relay's
         // next look: quicker looks while messages keep coming (see `crate::pace`).
         let pushes = listener.as_ref().is_some_and(|l| l.pushes());
@@ -556,19 +557,27 @@ fn claimed_batch<S: RelayStore>(
 /// otherwise nothing changes without such batches: the lane neither looks nor claims. Its claims take only heads of their keys, by id
 /// ([`outbox_store::Claims::claim_ids`]), and continue no run, so their batches publish at
 /// once; at most [`LANE_BATCHES`] are in flight, and only while the pool has a connection to
-/// spare and, under a budget of batches in flight (`outbox relay`'s), a share is free. Only
+/// spare and, under a budget of batches in flight (`outbox relay`'s), a share is free. Under a
+/// crowded budget (more stores than shares: their pools keep no connection between turns) its
+/// looks run on the store's keeper (`keeper`, the connection an idle relay already holds), so
+/// they open none, and each of its claims opens one: it runs there only with a keeper and on a
+/// store whose connections are cheap to open (MySQL/MariaDB; not PostgreSQL, which forks a
+/// process for each: measured slower). Only
 /// with locked claims (continued runs, and so such batches, need them). It stops on `shutdown`
 /// and lets its batches finish, at most `shutdown_timeout`.
 async fn lane<S: RelayStore>(
     inner: Arc<crate::relay::Inner<S>>,
     mode: ClaimMode,
+    keeper: Option<outbox_store::Keeper>,
     claims_unsure: Arc<std::sync::atomic::AtomicU64>,
     shutdown: CancellationToken,
 ) {
-    if mode != ClaimMode::Lock || inner.budget.as_ref().is_some_and(crate::Budget::crowded) {
-        // Never open with leases, nor under a crowded budget (see `lane_turn`).
+    if mode != ClaimMode::Lock {
+        // Never open with leases (see `lane_turn`).
         return;
     }
+    // Under a crowded budget: looks on the keeper, and a new connection for each claim.
+    let crowded_ok = keeper.is_some() && inner.store.cheap_connections();
     let permits = Arc::new(Semaphore::new(LANE_BATCHES));
     let mut tasks: JoinSet<()> = JoinSet::new();
     let mut look = Look::new();
@@ -577,7 +586,7 @@ async fn lane<S: RelayStore>(
     loop {
         let (permit, turn) = tokio::select! {
             _ = shutdown.cancelled() => break,
-            t = lane_turn(&inner, &permits, &mut look) => t,
+            t = lane_turn(&inner, crowded_ok, &permits, &mut look) => t,
         };
         while tasks.try_join_next().is_some() {}
         let fresh: Vec<Named> = match turn {
@@ -589,9 +598,18 @@ async fn lane<S: RelayStore>(
             Turn::Look => {
                 RelayStats::add(&inner.stats.lane_looks, 1);
                 let gaps = look.gaps();
+                // Under a crowded budget the pool keeps no connection between turns: the look
+                // runs on the keeper's (which `lane_turn` requires then).
+                let on_keeper =
+                    keeper.as_ref().filter(|_| inner.budget.as_ref().is_some_and(crate::Budget::crowded));
                 let seen = tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    r = inner.store.newer_than(look.after, &gaps, limit) => r,
+                    r = async {
+                        match on_keeper {
+                            Some(k) => k.newer_than(look.after, &gaps, limit).await,
+                            None => inner.store.newer_than(look.after, &gaps, limit).await,
+                        }
+                    } => r,
                 };
                 match seen {
                     Ok(seen) => {
@@ -901,14 +919,18 @@ impl Look {
 /// [`LANE_LINGER`] ago), this process has
 /// committed messages to claim or a look is due, claims are not paused after failed
 /// settlements, the store's pool has a connection to spare, and under a budget
-/// ([`crate::Budget`], which `outbox relay` always gives its relays), the budget is not crowded
-/// and has a share free: each of the lane's batches takes one, without queueing for it (the
-/// budget bounds every batch the process has in flight; a crowded one, with more stores than
-/// shares, keeps its stores' pools empty between their turns, and no lane runs under it). Waits on
+/// ([`crate::Budget`], which `outbox relay` always gives its relays), the budget has a share
+/// free: each of the lane's batches takes one, without queueing for it (the budget bounds every
+/// batch the process has in flight). A crowded budget, with more stores than shares, keeps its
+/// stores' pools empty between their turns: a lane runs under it only when `crowded_ok`, with a
+/// keeper to look on and a store whose connections are cheap to open
+/// ([`outbox_store::Wakeups::cheap_connections`]: its claims, under their shares, open one
+/// each). Waits on
 /// wake-ups of its own (`Chains::started`, `CommitSignal::next_commit`) and the look's time: it
 /// takes none of the claim loop's.
 async fn lane_turn<S: RelayStore>(
     inner: &crate::relay::Inner<S>,
+    crowded_ok: bool,
     permits: &Arc<Semaphore>,
     look: &mut Look,
 ) -> (tokio::sync::OwnedSemaphorePermit, Turn) {
@@ -917,7 +939,7 @@ async fn lane_turn<S: RelayStore>(
         (inner.chains.any() || look.lingers())
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
-            && inner.budget.as_ref().is_none_or(|b| !b.crowded() && b.has_free())
+            && inner.budget.as_ref().is_none_or(|b| b.has_free() && (crowded_ok || !b.crowded()))
     };
     let turn = |look: &Look| {
         if inner.signal.has_ids() {

@@ -514,27 +514,33 @@ where
 
 /// Beside a hot key's stuck batches, another process's transaction takes an id and commits only
 /// after a newer message's: the lane's look passed it while it was open, and reads it again
-/// until it is there (the claim loop's permits are held by the hot key's batches).
+/// until it is there (the claim loop's permits are held by the hot key's batches). The looks
+/// read such an id again for `LANE_GAP_FOR` (1 s) from the look that passed it, so the older
+/// transaction commits as soon as the newer message is in its publish (held there), not once
+/// it is delivered: on two cores busy with the whole suite, a publish, a settlement and a poll
+/// took longer than that.
 async fn the_lane_finds_a_message_committed_after_a_newer_one<DB: OutboxDatabase>(outbox: Outbox<DB>)
 where
     Outbox<DB>: RelayStore,
 {
     let t = TestTransport::new();
+    t.gate_key("b");
     let (hot, running, elsewhere) = hot_key_stuck(&outbox, &t).await;
+    let stuck = t.in_flight();
     let mut slow = elsewhere.begin().await.unwrap();
     let older = slow.enqueue(&NewMessage::new("order.updated", "older").key("a")).await.unwrap().id;
     let newer = elsewhere.enqueue(&NewMessage::new("order.updated", "newer").key("b")).await.unwrap().id;
     assert!(older < newer);
     // Claimed by the lane (the loop's permits are held): a look saw it, and passed the older
     // id, open still.
-    eventually("the newer message delivered", || async { t.delivered_count(newer) == 1 }).await;
+    eventually("the newer message in its publish", || async { t.in_flight() == stuck + 1 }).await;
     slow.commit().await.unwrap();
+    t.open_key("b");
+    eventually("the newer message delivered", || async { t.delivered_count(newer) == 1 }).await;
     eventually("the older message delivered", || async { t.delivered_count(older) == 1 }).await;
-    assert_eq!(
-        t.delivered().iter().map(|e| e.id).collect::<Vec<_>>(),
-        vec![newer, older],
-        "the hot key is still stuck"
-    );
+    let mut delivered: Vec<MessageId> = t.delivered().iter().map(|e| e.id).collect();
+    delivered.sort_unstable();
+    assert_eq!(delivered, vec![older, newer], "the hot key is still stuck");
     hot_key_released(&outbox, &t, &hot, running).await;
 }
 
@@ -612,6 +618,89 @@ where
     for id in &cold {
         assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
     }
+}
+
+/// A hot key stuck beside a crowded budget (more relays than shares: the stores' pools keep no
+/// connection between their turns): a budget of 3 shared by four relays, three built beside
+/// this one as a daemon's other stores' relays are (returned, kept while the test runs), the
+/// hot key's two stuck batches holding two shares. Then three messages of another process, on
+/// keys of their own.
+async fn hot_key_stuck_crowded<DB: OutboxDatabase>(
+    outbox: &Outbox<DB>,
+    t: &TestTransport,
+    budget: &Budget,
+) -> (Vec<Relay<Outbox<DB>>>, Vec<MessageId>, Running, Vec<MessageId>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let others = (1..=3)
+        .map(|n| {
+            Relay::builder(outbox)
+                .config(config(&format!("other-{n}")))
+                .destination(Destination::new("broker", Arc::new(t.clone())))
+                .route(Route::new("#", ["broker"]))
+                .budget(budget.clone())
+                .build()
+                .unwrap()
+        })
+        .collect();
+    let (hot, running, elsewhere, _) = hot_key_stuck_after(outbox, t, &[], Some(budget.clone())).await;
+    let mut cold = Vec::new();
+    for i in 0..3 {
+        let m = NewMessage::new("order.updated", "cold").key(format!("cold-{i}"));
+        cold.push(elsewhere.enqueue(&m).await.unwrap().id);
+    }
+    (others, hot, running, cold)
+}
+
+/// MySQL/MariaDB: a daemon over more stores than its budget has shares (a crowded budget) gives
+/// its relays a lane too, whose looks run on the store's keeper and whose claims take a free
+/// share each and open a connection (cheap there: a server thread). Another process's messages
+/// are delivered by the lane while the hot key is still stuck, and every share is given back.
+/// (Before, no lane ran under a crowded budget: such messages waited for the hot key's backlog.)
+async fn the_lane_runs_under_a_crowded_budget<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let budget = Budget::new(3);
+    let (others, hot, running, cold) = hot_key_stuck_crowded(&outbox, &t, &budget).await;
+    eventually("the other process's messages delivered", || async {
+        cold.iter().all(|id| t.delivered_count(*id) == 1)
+    })
+    .await;
+    assert!(t.delivered().iter().all(|e| cold.contains(&e.id)), "the hot key is still stuck");
+    assert!(RelayStats::get(&running.stats.lane_looks) >= 1, "the lane looked");
+    assert!(RelayStats::get(&running.stats.claims_beside) >= 1, "claimed by the lane");
+    hot_key_released(&outbox, &t, &hot, running).await;
+    assert_eq!(budget.in_use(), 0, "every share given back");
+    for id in &cold {
+        assert_eq!(t.delivered_count(*id), 1, "message {id} delivered once");
+    }
+    drop(others);
+}
+
+/// PostgreSQL forks a process for each connection, and under a crowded budget each lane claim
+/// would open one (measured slower than without the lane): no lane runs there. The same scene as
+/// [`the_lane_runs_under_a_crowded_budget`]: the lane neither looks nor claims, and another
+/// process's messages are the claim loop's, delivered once each after the hot key is released.
+async fn no_lane_under_a_crowded_budget_on_postgres<DB: OutboxDatabase>(outbox: Outbox<DB>)
+where
+    Outbox<DB>: RelayStore,
+{
+    let t = TestTransport::new();
+    let budget = Budget::new(3);
+    let (others, hot, running, cold) = hot_key_stuck_crowded(&outbox, &t, &budget).await;
+    let stats = running.stats.clone();
+    hot_key_released(&outbox, &t, &hot, running).await;
+    eventually("the other process's messages delivered", || async {
+        cold.iter().all(|id| t.delivered_count(*id) == 1)
+    })
+    .await;
+    assert_eq!(RelayStats::get(&stats.lane_looks), 0, "the lane never looked");
+    assert_eq!(RelayStats::get(&stats.claims_beside), 0, "nor claimed");
+    assert_eq!(budget.in_use(), 0, "every share given back");
+    drop(others);
 }
 
 async fn relays_never_publish_a_message_concurrently<DB: OutboxDatabase>(outbox: Outbox<DB>)
@@ -1202,6 +1291,7 @@ mod locked {
     case!(outbox_testkit::fresh_pg, the_lane_takes_a_message_a_look_saw_before_it_was_due, true);
     case!(outbox_testkit::fresh_pg, the_lanes_first_look_takes_what_was_committed_just_before_it, true);
     case!(outbox_testkit::fresh_pg, the_lane_runs_under_the_daemons_budget, true);
+    case!(outbox_testkit::fresh_pg, no_lane_under_a_crowded_budget_on_postgres, true);
 
     mod mysql {
         use super::*;
@@ -1229,6 +1319,7 @@ mod locked {
             true
         );
         case!(outbox_testkit::fresh_mysql, the_lane_runs_under_the_daemons_budget, true);
+        case!(outbox_testkit::fresh_mysql, the_lane_runs_under_a_crowded_budget, true);
     }
 }
 

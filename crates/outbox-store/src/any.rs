@@ -407,6 +407,10 @@ impl Wakeups for AnyOutbox {
         each!(self, o => Wakeups::spare_connection(o))
     }
 
+    fn cheap_connections(&self) -> bool {
+        each!(self, o => Wakeups::cheap_connections(o))
+    }
+
     async fn shed_connections(&self, on: bool) {
         each!(self, o => Wakeups::shed_connections(o, on).await)
     }

@@ -1367,7 +1367,7 @@ async fn postgres_a_row_refused_on_a_table_taken_for_plain_fails_alone() {
 async fn the_keepers_look_reads_and_its_tick_writes<DB, F, Fut>(outbox: &Outbox<DB>, idle_rows: F)
 where
     DB: OutboxDatabase,
-    Outbox<DB>: outbox_store::Wakeups,
+    Outbox<DB>: outbox_store::Wakeups + Claims,
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = i64>,
 {
@@ -1379,12 +1379,31 @@ where
     assert_eq!(idle_rows().await, 0, "a look writes no idle row");
     assert!(!keeper.idle_tick("r1", Duration::from_secs(3)).await.unwrap());
     assert_eq!(idle_rows().await, 1, "the tick writes the relay's idle row");
-    outbox.enqueue(&NewMessage::new("t", "later").delay(Duration::from_secs(3600))).await.unwrap();
+    let later =
+        outbox.enqueue(&NewMessage::new("t", "later").delay(Duration::from_secs(3600))).await.unwrap().id;
     assert!(!keeper.peek().await.unwrap(), "a message due in an hour is not due");
-    outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap();
+    let x = outbox.enqueue(&NewMessage::new("t", "x")).await.unwrap().id;
     assert!(keeper.peek().await.unwrap(), "a due message is seen");
     assert!(keeper.idle_tick("r1", Duration::from_secs(3)).await.unwrap());
     assert_eq!(idle_rows().await, 1, "looks never wrote a row of their own");
+
+    // The lane's look on the keeper (a relay of a crowded budget, whose pool keeps no
+    // connection) answers as the pool's does: without a start, and from one with an id read again.
+    let newer =
+        |due: &[MessageId], later: &[MessageId], seen: &[MessageId], newest: MessageId| outbox_store::Newer {
+            due: due.to_vec(),
+            later: later.to_vec(),
+            seen: seen.to_vec(),
+            newest: Some(newest),
+        };
+    let first = keeper.newer_than(None, &[], 10).await.unwrap();
+    assert_eq!(first, newer(&[x], &[later], &[later, x], x));
+    assert_eq!(first, outbox.newer_than(None, &[], 10).await.unwrap());
+    let y = outbox.enqueue(&NewMessage::new("t", "y")).await.unwrap().id;
+    let next = keeper.newer_than(Some(x), &[later], 10).await.unwrap();
+    assert_eq!(next, newer(&[y], &[later], &[later, y], y));
+    assert_eq!(next, outbox.newer_than(Some(x), &[later], 10).await.unwrap());
+    assert!(keeper.peek().await.unwrap(), "the keeper still serves its other jobs");
     listening.abort();
 }
 

@@ -6,11 +6,23 @@
 # commits 100 messages on keys of their own, one every 20-30 ms. Prints, for each binary given,
 # when those were all sent, how much of the backlog was still unsent then, commit -> sent mark of
 # those 100 (created_at -> updated_at), and the lane's counters from /metrics.
-# Usage: [STORE=postgres] bash daemon-check.sh label:/path/to/outbox ...
+# With IDLE_STORES=n the daemon also serves n idle stores of their own (databases lanecheck_1 ..
+# lanecheck_n, migrated, empty): with n >= 16 the daemon has more stores than its budget's 16
+# shares (a crowded budget, where the stores' pools keep no connection between turns).
+# Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] bash daemon-check.sh label:/path/to/outbox ...
 set -euo pipefail
 DB=lanecheck
 PORT=18098
 STORE=${STORE:-mariadb}
+IDLE_STORES=${IDLE_STORES:-0}
+# With RATE=r the foreign messages are written by foreign-writer.py (Python: psycopg or PyMySQL),
+# COLD of them at r per second on one connection, instead of one client run per message.
+RATE=${RATE:-}
+COLD=${COLD:-100}
+url_of() {
+  if [ "$STORE" = postgres ]; then echo "postgres://postgres@127.0.0.1:5432/$1?sslmode=disable"
+  else echo "mysql://root@127.0.0.1:3306/$1"; fi
+}
 if [ "$STORE" = postgres ]; then
   URL="postgres://postgres@127.0.0.1:5432/$DB?sslmode=disable"
   admin() { psql -h 127.0.0.1 -U postgres -d test -qAtc "$1"; }
@@ -26,15 +38,26 @@ else
         SELECT 'hot', 'x', CONCAT('hot-', seq % 10) FROM seq_1_to_300000"
   ms="(TIMESTAMPDIFF(MICROSECOND, created_at, updated_at) / 1000)"
 fi
+# Connections the server accepted so far (every client's: the mysql/psql client here opens one
+# per statement, the same number for every binary).
+conns() {
+  if [ "$STORE" = postgres ]; then admin "SELECT sum(sessions) FROM pg_stat_database"
+  else admin "SHOW GLOBAL STATUS LIKE 'Connections'" | awk '{print $2}'; fi
+}
 fresh() {
   admin "DROP DATABASE IF EXISTS $DB"
   admin "CREATE DATABASE $DB"
+  for i in $(seq 1 "$IDLE_STORES"); do
+    admin "DROP DATABASE IF EXISTS ${DB}_$i"
+    admin "CREATE DATABASE ${DB}_$i"
+  done
   redis-cli DEL lanecheck:hot lanecheck:cold >/dev/null
 }
 for pair in "$@"; do
   label=${pair%%:*} bin=${pair#*:}
   fresh
   "$bin" migrate --database-url "$URL" >/dev/null
+  for i in $(seq 1 "$IDLE_STORES"); do "$bin" migrate --database-url "$(url_of "${DB}_$i")" >/dev/null; done
   sql "$fill"
   cfg=$(mktemp --suffix .toml)
   cat >"$cfg" <<TOML
@@ -43,6 +66,7 @@ owner = "check"
 [[stores]]
 name = "s"
 url = "$URL"
+$(for i in $(seq 1 "$IDLE_STORES"); do printf '[[stores]]\nname = "idle%s"\nurl = "%s"\n' "$i" "$(url_of "${DB}_$i")"; done)
 [destinations.n.transport]
 type = "redis"
 url = "redis://127.0.0.1:6379"
@@ -58,24 +82,33 @@ TOML
   pid=$!
   until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do sleep 0.2; done
   sleep 1
+  c0=$(conns)
   t0=$(date +%s.%N)
-  for i in $(seq 1 100); do
-    sql "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('cold', 'y', 'cold-$i')"
-    sleep 0.02
-  done
+  if [ -n "$RATE" ]; then
+    python3 "$(dirname "$0")/foreign-writer.py" "$STORE" $DB "$RATE" "$COLD"
+  else
+    for i in $(seq 1 "$COLD"); do
+      sql "INSERT INTO outbox_message (topic, payload, msg_key) VALUES ('cold', 'y', 'cold-$i')"
+      sleep 0.02
+    done
+  fi
   t1=$(date +%s.%N)
-  until [ "$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'cold' AND status = 'sent'")" = 100 ]; do
+  until [ "$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'cold' AND status = 'sent'")" = "$COLD" ]; do
     sleep 0.05
   done
   t2=$(date +%s.%N)
+  c2=$(conns)
   unsent=$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'hot' AND status <> 'sent'")
   lat=$(sql "SELECT ROUND(AVG($ms), 1), ROUND(MAX($ms), 1) FROM outbox_message WHERE topic = 'cold'" | tr '|\t' '  ')
-  m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_(claims_beside|lane_looks)_total' | tr '\n' ' ')
+  # The 99th percentile of the same (nearest rank).
+  p99=$(sql "SELECT ROUND($ms, 1) FROM outbox_message WHERE topic = 'cold' ORDER BY $ms DESC LIMIT 1 OFFSET $((COLD / 100))")
+  m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_(claims_beside|lane_looks)_total' | grep -v 'idle' | tr '\n' ' ')
   kill -TERM $pid
   wait $pid || true
-  printf '%s %s: 100 foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s; %s\n' \
-    "$STORE" "$label" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$m"
+  printf '%s (%s idle stores) %s: %s foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s, p99 %s; connections opened meanwhile (every client): %s; %s\n' \
+    "$STORE" "$IDLE_STORES" "$label" "$COLD" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$p99" "$((c2 - c0))" "$m"
   rm -f "$cfg"
 done
 admin "DROP DATABASE IF EXISTS $DB"
+for i in $(seq 1 "$IDLE_STORES"); do admin "DROP DATABASE IF EXISTS ${DB}_$i"; done
 redis-cli DEL lanecheck:hot lanecheck:cold >/dev/null

@@ -37,8 +37,8 @@ use crate::error::db;
 use crate::outbox::Outbox;
 use crate::relay::{runs, settle_isolated, SettleWrites};
 use crate::relay::{
-    serve, ClaimMode, Claimed, DeliveryState, Hold, Keeper, KeeperSql, Listening, SettleReport, Settlement,
-    Wakeups,
+    serve, ClaimMode, Claimed, DeliveryState, Hold, Job, Keeper, KeeperSql, Listening, SettleReport,
+    Settlement, Wakeups,
 };
 use crate::signal::CommitSignal;
 
@@ -694,6 +694,11 @@ impl Wakeups for Outbox<MySql> {
         Outbox::spare_connection(self)
     }
 
+    /// A connection is a server thread (from its thread cache when one is free).
+    fn cheap_connections(&self) -> bool {
+        true
+    }
+
     async fn shed_connections(&self, on: bool) {
         Outbox::shed_connections(self, on).await;
     }
@@ -738,6 +743,7 @@ impl Wakeups for Outbox<MySql> {
         };
         let (keeper, mut jobs) = Keeper::channel();
         let pool = self.pool().clone();
+        let tables = tables.clone();
         let task = tokio::spawn(async move {
             // Connected on the first job, kept while it works; a failed job drops it (the
             // next one connects again).
@@ -753,7 +759,18 @@ impl Wakeups for Outbox<MySql> {
                     }
                 }
                 if let Some(c) = conn.as_mut() {
-                    if !serve(&mut **c, job, &sql).await {
+                    let ok = match job {
+                        // The lane's look (a relay of a crowded budget: its pool keeps no
+                        // connection between turns; this one is held).
+                        Job::Look { after, again, limit, reply } => {
+                            let seen = look_newer_on(c, &tables, after, &again, limit).await;
+                            let ok = seen.is_ok();
+                            let _ = reply.send(seen);
+                            ok
+                        }
+                        job => serve(&mut **c, job, &sql).await,
+                    };
+                    if !ok {
                         conn = None;
                     }
                 }
@@ -761,6 +778,44 @@ impl Wakeups for Outbox<MySql> {
         });
         Ok(Some(Listening::new(task, Some(keeper)).without_push()))
     }
+}
+
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) on `conn` (a pooled connection,
+/// or the keeper's for its looks): one read of the primary key from `after`, and one of the
+/// ids read again.
+async fn look_newer_on(
+    conn: &mut MySqlConnection,
+    tables: &Tables,
+    after: Option<MessageId>,
+    again: &[MessageId],
+    limit: usize,
+) -> Result<crate::relay::Newer> {
+    let state = |s: i64| i16::try_from(s).unwrap_or(0);
+    let Some(after) = after else {
+        let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
+            .bind(i64::try_from(crate::relay::LOOK_BACK.as_micros()).unwrap_or(i64::MAX))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(db)?;
+        let rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
+        return Ok(crate::relay::newest_of(&rows));
+    };
+    let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_NEWER))
+        .bind(after.0)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db)?;
+    let mut rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
+    let again: Vec<i64> = again.iter().map(|id| id.0).filter(|id| *id <= after.0).collect();
+    if !again.is_empty() {
+        let mut qb = QueryBuilder::<MySql>::new(render(tables, LOOK_AGAIN).into_owned());
+        in_list(&mut qb, again.iter().copied());
+        let more: Vec<(i64, i64)> = qb.build_query_as().fetch_all(&mut *conn).await.map_err(db)?;
+        rows.extend(more.into_iter().map(|(id, s)| (id, state(s))));
+    }
+    Ok(crate::relay::newer_of(after, &rows))
 }
 
 /// Writes a relay's idle row (`owner`, ttl in ms).
@@ -819,33 +874,8 @@ impl Outbox<MySql> {
         again: &[MessageId],
         limit: usize,
     ) -> Result<crate::relay::Newer> {
-        let tables = self.tables();
-        let state = |s: i64| i16::try_from(s).unwrap_or(0);
-        let Some(after) = after else {
-            let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
-                .bind(i64::try_from(crate::relay::LOOK_BACK.as_micros()).unwrap_or(i64::MAX))
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .fetch_all(self.pool())
-                .await
-                .map_err(db)?;
-            let rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
-            return Ok(crate::relay::newest_of(&rows));
-        };
-        let rows: Vec<(i64, i64)> = sqlx::query_as(&render(tables, LOOK_NEWER))
-            .bind(after.0)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        let mut rows: Vec<(i64, i16)> = rows.into_iter().map(|(id, s)| (id, state(s))).collect();
-        let again: Vec<i64> = again.iter().map(|id| id.0).filter(|id| *id <= after.0).collect();
-        if !again.is_empty() {
-            let mut qb = QueryBuilder::<MySql>::new(render(tables, LOOK_AGAIN).into_owned());
-            in_list(&mut qb, again.iter().copied());
-            let more: Vec<(i64, i64)> = qb.build_query_as().fetch_all(self.pool()).await.map_err(db)?;
-            rows.extend(more.into_iter().map(|(id, s)| (id, state(s))));
-        }
-        Ok(crate::relay::newer_of(after, &rows))
+        let mut conn = self.pool().acquire().await.map_err(db)?;
+        look_newer_on(&mut conn, self.tables(), after, again, limit).await
     }
 
     async fn claim_locked(

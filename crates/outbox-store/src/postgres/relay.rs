@@ -829,6 +829,37 @@ const IDLE_TICK: &str = concat!(
 /// [`IDLE_TICK`]'s answer alone, writing nothing (see [`Keeper::peek`]).
 const PEEK: &str = due_answer!();
 
+/// [`Claims::newer_than`](crate::relay::Claims::newer_than) on `conn` (the pool, or the
+/// listening connection for the keeper's looks): one statement.
+async fn look_newer_on<'c, E>(
+    conn: E,
+    tables: &Tables,
+    after: Option<MessageId>,
+    again: &[MessageId],
+    limit: usize,
+) -> Result<crate::relay::Newer>
+where
+    E: sqlx::Executor<'c, Database = Postgres>,
+{
+    let Some(after) = after else {
+        let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
+            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+            .bind(i64::try_from(crate::relay::LOOK_BACK.as_millis()).unwrap_or(i64::MAX))
+            .fetch_all(conn)
+            .await
+            .map_err(db)?;
+        return Ok(crate::relay::newest_of(&rows));
+    };
+    let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_NEWER))
+        .bind(after.0)
+        .bind(i64::try_from(limit).unwrap_or(i64::MAX))
+        .bind(raw_ids(again))
+        .fetch_all(conn)
+        .await
+        .map_err(db)?;
+    Ok(crate::relay::newer_of(after, &rows))
+}
+
 /// Forwards the channel's notifications to `signal` and, between them, runs the keeper's jobs
 /// on the same connection (notifications that arrive during a job are buffered by the
 /// listener and read on the next turn). Runs until aborted.
@@ -868,6 +899,12 @@ async fn listen_and_keep(
             }
             job = jobs.recv(), if kept => match job {
                 // A failed job needs nothing more: PgListener reconnects by itself.
+                // The lane's look (a relay of a crowded budget: its pool keeps no connection).
+                Some(Job::Look { after, again, limit, reply }) => {
+                    let seen = look_newer_on(&mut listener, &tables, after, &again, limit).await;
+                    forward_buffered(&mut listener, &signal);
+                    let _ = reply.send(seen);
+                }
                 Some(job) => {
                     let (job, look) = job.take_look_answer();
                     serve(&mut listener, job, &sql).await;
@@ -1015,24 +1052,7 @@ impl Outbox<Postgres> {
         again: &[MessageId],
         limit: usize,
     ) -> Result<crate::relay::Newer> {
-        let tables = self.tables();
-        let Some(after) = after else {
-            let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_FROM_END))
-                .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-                .bind(i64::try_from(crate::relay::LOOK_BACK.as_millis()).unwrap_or(i64::MAX))
-                .fetch_all(self.pool())
-                .await
-                .map_err(db)?;
-            return Ok(crate::relay::newest_of(&rows));
-        };
-        let rows: Vec<(i64, i16)> = sqlx::query_as(&render(tables, LOOK_NEWER))
-            .bind(after.0)
-            .bind(i64::try_from(limit).unwrap_or(i64::MAX))
-            .bind(raw_ids(again))
-            .fetch_all(self.pool())
-            .await
-            .map_err(db)?;
-        Ok(crate::relay::newer_of(after, &rows))
+        look_newer_on(self.pool(), self.tables(), after, again, limit).await
     }
 
     async fn claim_locked(

@@ -11,10 +11,10 @@
 
 use std::time::Duration;
 
-use outbox_core::{Error, Result};
+use outbox_core::{Error, MessageId, Result};
 use tokio::sync::{mpsc, oneshot};
 
-use super::RelayBeat;
+use super::{Newer, RelayBeat};
 
 /// The push channel of a store while a relay listens: the task forwarding wake-ups, and the
 /// keeper when the listening connection can also run statements.
@@ -71,6 +71,15 @@ pub(crate) enum Job {
     Pauses { reply: oneshot::Sender<Result<Vec<String>>> },
     /// Write `owner`'s idle row (expiring after `ttl`) or, when not `idle`, remove it.
     SetIdle { owner: String, idle: bool, ttl: Duration, reply: oneshot::Sender<Result<()>> },
+    /// [`Claims::newer_than`](super::Claims::newer_than): a look at what was committed since
+    /// `after`. Run by the dialect's listening task itself (its statements are the dialect's
+    /// own), not by [`serve`].
+    Look {
+        after: Option<MessageId>,
+        again: Vec<MessageId>,
+        limit: usize,
+        reply: oneshot::Sender<Result<Newer>>,
+    },
 }
 
 /// The paused destinations' names (the same on every dialect; a table of a few rows).
@@ -119,6 +128,9 @@ impl Job {
                 let _ = reply.send(Err(e));
             }
             Job::SetIdle { reply, .. } => {
+                let _ = reply.send(Err(e));
+            }
+            Job::Look { reply, .. } => {
                 let _ = reply.send(Err(e));
             }
         }
@@ -234,6 +246,13 @@ where
             let _ = reply.send(done);
             ok
         }
+        // The dialects' listening tasks take their looks before they come here; a look that
+        // reaches this answers that it could not run (the caller's lane leaves its messages to
+        // the claim loop).
+        Job::Look { reply, .. } => {
+            let _ = reply.send(Err(Error::Database("this connection does not run looks".into())));
+            true
+        }
     }
 }
 
@@ -300,6 +319,20 @@ impl Keeper {
     pub async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let (reply, answer) = oneshot::channel();
         self.send(Job::SetIdle { owner: owner.to_owned(), idle, ttl, reply }, answer).await
+    }
+
+    /// [`Claims::newer_than`](super::Claims::newer_than) on the listening connection: a look at
+    /// what any process committed since `after` (with the ids of `again` read again), at most
+    /// `limit` messages. For the lane of a relay whose pool keeps no connection between its
+    /// turns (a crowded budget of batches in flight): its looks open none.
+    pub async fn newer_than(
+        &self,
+        after: Option<MessageId>,
+        again: &[MessageId],
+        limit: usize,
+    ) -> Result<Newer> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Job::Look { after, again: again.to_vec(), limit, reply }, answer).await
     }
 
     async fn send<T>(&self, job: Job, answer: oneshot::Receiver<Result<T>>) -> Result<T> {

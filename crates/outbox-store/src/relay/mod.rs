@@ -625,6 +625,20 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
         true
     }
 
+    /// Whether opening a connection costs the server little next to a claim (false by
+    /// default). MySQL/MariaDB: a thread, often from its thread cache; PostgreSQL forks a
+    /// backend process for each. A relay sharing a crowded [budget] opens a connection for each
+    /// of its lane's claims (its pool keeps none between turns), so it runs the lane there only
+    /// where this holds: measured on MariaDB beside a hot backlog, the lane took another
+    /// process's messages from 20-334 ms (mean) to 11-14 ms at the cost of a connection per
+    /// claim; on PostgreSQL the forks made the same load slower (docs/benchmarks.md, "The lane
+    /// under a crowded budget").
+    ///
+    /// [budget]: https://docs.rs/outbox-relay/latest/outbox_relay/struct.Budget.html
+    fn cheap_connections(&self) -> bool {
+        false
+    }
+
     /// While `on`, the store's pool closes the connections it is handed back, and closes those
     /// it holds unused now: a relay sharing a crowded [budget] with many stores keeps none
     /// between its turns (its [`Keeper`] needs none). Does nothing by default.
