@@ -329,6 +329,107 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
 /// messages, the relay looks every `active_scan_interval`, so each message of the stream is
 /// delivered within the test's deadline, where the hourly scan alone would leave it waiting.
 /// A look that sees only the relay's own batch in flight claims nothing.
+/// MySQL/MariaDB: the lane under a crowded budget (four stores, a budget of three shares) stays
+/// within the bound of stores + budget. Store 0 has a hot key whose batches are stuck in their
+/// publish (the first; the second, continuing its run, waits for its word: two shares held);
+/// another process then commits
+/// messages there one after another. The lane finds them with looks on the store's keeper and
+/// claims each batch under the free share, on a connection it opens (the pools keep none between
+/// turns): every one is delivered while the hot key is still stuck, the pools' connections never
+/// exceed the four keepers and the three shares, and every share is given back at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_the_lane_under_a_crowded_budget_stays_within_it() {
+    const STORES: usize = 4;
+    const BUDGET: usize = 3;
+    let mut dbs = Vec::new();
+    for _ in 0..STORES {
+        dbs.push(empty_store(Server::My).await);
+    }
+    let hot_url = dbs[0].0 .1.clone();
+    let mut c = sqlx::MySqlConnection::connect(&hot_url).await.unwrap();
+    let rows: Vec<String> = (0..24).map(|i| format!("('t', 'hot-{i}', 'hot')")).collect();
+    let sql = format!("INSERT INTO outbox_message (topic, payload, msg_key) VALUES {}", rows.join(", "));
+    sqlx::query(&sql).execute(&mut c).await.unwrap();
+    c.close().await.unwrap();
+    let budget = Budget::new(BUDGET);
+    let transport = TestTransport::new();
+    transport.gate_key("hot");
+    let long = Duration::from_secs(300);
+    let (mut relays, mut outboxes, mut stats) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, ((_, url), _)) in dbs.iter().enumerate() {
+        // The daemon's pool: the keeper, the hot key's two batches, one for the lane.
+        let outbox = AnyOutbox::connect(url, 4).await.unwrap();
+        let cfg = RelayConfig {
+            owner: format!("lane-{i}"),
+            idle_interval: Duration::from_millis(100),
+            batch_size: 8,
+            max_run: 4,
+            max_in_flight_batches: 2,
+            publish_timeout: long,
+            lease: long * 2,
+            ..RelayConfig::default()
+        };
+        let relay = Relay::builder(&outbox)
+            .config(cfg)
+            .budget(budget.clone())
+            .destination(Destination::new("d", Arc::new(transport.clone())))
+            .route(Route::new("#", ["d"]))
+            .build()
+            .unwrap();
+        stats.push(relay.stats());
+        relays.push(relay);
+        outboxes.push(outbox);
+    }
+    let done = CancellationToken::new();
+    let sampler = {
+        let (outboxes, done) = (outboxes.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut most = 0u32;
+            while !done.is_cancelled() {
+                let total: u32 = outboxes.iter().map(|o| o.pool_connections().0).sum();
+                most = most.max(total);
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            most
+        })
+    };
+    let stop = CancellationToken::new();
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
+    eventually("the hot key's first batch stuck and its run continued by a second", || async {
+        transport.in_flight() > 0 && RelayStats::get(&stats[0].runs_continued) > 0
+    })
+    .await;
+    for m in 0..5 {
+        Server::My.insert(&hot_url, &format!("cold-{m}"), Duration::ZERO).await;
+        eventually("the other process's message delivered", || async {
+            transport.delivered().len() == m + 1
+        })
+        .await;
+    }
+    assert!(
+        transport.delivered().iter().all(|e| e.payload.starts_with("cold-")),
+        "the hot key is still stuck"
+    );
+    assert!(RelayStats::get(&stats[0].lane_looks) >= 1, "the lane looked");
+    assert!(RelayStats::get(&stats[0].claims_beside) >= 1, "claimed by the lane");
+    transport.open_keys();
+    eventually("every message delivered", || async { transport.delivered().len() == 5 + 24 }).await;
+    done.cancel();
+    let most = sampler.await.unwrap();
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!(budget.in_use(), 0, "every share given back");
+    assert!(
+        most as usize <= STORES + BUDGET,
+        "the pools held {most} connections at once; the bound is {STORES} keepers + a budget of {BUDGET}"
+    );
+    for (_, db) in dbs {
+        db.drop_db().await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_stream_of_foreign_messages_is_found_by_quicker_looks() {
     const STREAM: usize = 5;
