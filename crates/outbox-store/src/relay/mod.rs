@@ -630,7 +630,7 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
     /// backend process for each. A relay sharing a crowded [budget] opens a connection for each
     /// of its lane's claims (its pool keeps none between turns), so it runs the lane there only
     /// where this holds: measured on MariaDB beside a hot backlog, the lane took another
-    /// process's messages from 20-334 ms (mean) to 11-14 ms at the cost of a connection per
+    /// process's messages from 20-439 ms (mean) to 11-14 ms at the cost of a connection per
     /// claim; on PostgreSQL the forks made the same load slower (docs/benchmarks.md, "The lane
     /// under a crowded budget").
     ///
