@@ -215,25 +215,8 @@ async fn a_drain_stays_within_the_budget(server: Server) {
     let transport = TestTransport::new();
     let urls: Vec<String> = dbs.iter().map(|(url, _)| url.clone()).collect();
     let (relays, _stats, outboxes) = relays_sharing(&urls, &budget, &transport, "drain", Some(10)).await;
-    // Samples the pools' total (not a wait: it reads counters until the drain is done).
     let done = CancellationToken::new();
-    let sampler = {
-        let (outboxes, done) = (outboxes.clone(), done.clone());
-        tokio::spawn(async move {
-            let t0 = std::time::Instant::now();
-            let mut most = 0u32;
-            while !done.is_cancelled() {
-                let each: Vec<_> = outboxes.iter().map(|o| o.pool_connections()).collect();
-                let total: u32 = each.iter().map(|c| c.0).sum();
-                if total as usize > STORES + BUDGET {
-                    eprintln!("{:?} after the start: {each:?} (connections, idle) per store", t0.elapsed());
-                }
-                most = most.max(total);
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            most
-        })
-    };
+    let sampler = most_connections(&outboxes, STORES + BUDGET, done.clone());
     let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
     let distinct = || {
         let mut payloads: Vec<_> = transport.delivered().into_iter().map(|e| e.payload).collect();
@@ -355,44 +338,21 @@ async fn mysql_the_lane_under_a_crowded_budget_stays_within_it() {
     let transport = TestTransport::new();
     transport.gate_key("hot");
     let long = Duration::from_secs(300);
-    let (mut relays, mut outboxes, mut stats) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, ((_, url), _)) in dbs.iter().enumerate() {
-        // The daemon's pool: the keeper, the hot key's two batches, one for the lane.
-        let outbox = AnyOutbox::connect(url, 4).await.unwrap();
-        let cfg = RelayConfig {
-            owner: format!("lane-{i}"),
-            idle_interval: Duration::from_millis(100),
-            batch_size: 8,
-            max_run: 4,
-            max_in_flight_batches: 2,
-            publish_timeout: long,
-            lease: long * 2,
-            ..RelayConfig::default()
-        };
-        let relay = Relay::builder(&outbox)
-            .config(cfg)
-            .budget(budget.clone())
-            .destination(Destination::new("d", Arc::new(transport.clone())))
-            .route(Route::new("#", ["d"]))
-            .build()
-            .unwrap();
-        stats.push(relay.stats());
-        relays.push(relay);
-        outboxes.push(outbox);
-    }
+    let urls: Vec<String> = dbs.iter().map(|((_, url), _)| url.clone()).collect();
+    // The daemon's pool: the keeper, the hot key's two batches, one for the lane.
+    let (relays, stats, outboxes) = relays_with(&urls, &budget, &transport, 4, |i| RelayConfig {
+        owner: format!("lane-{i}"),
+        idle_interval: Duration::from_millis(100),
+        batch_size: 8,
+        max_run: 4,
+        max_in_flight_batches: 2,
+        publish_timeout: long,
+        lease: long * 2,
+        ..RelayConfig::default()
+    })
+    .await;
     let done = CancellationToken::new();
-    let sampler = {
-        let (outboxes, done) = (outboxes.clone(), done.clone());
-        tokio::spawn(async move {
-            let mut most = 0u32;
-            while !done.is_cancelled() {
-                let total: u32 = outboxes.iter().map(|o| o.pool_connections().0).sum();
-                most = most.max(total);
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            most
-        })
-    };
+    let sampler = most_connections(&outboxes, STORES + BUDGET, done.clone());
     let stop = CancellationToken::new();
     let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
     eventually("the hot key's first batch stuck and its run continued by a second", || async {
@@ -542,9 +502,7 @@ async fn relays_sharing(
     owner: &str,
     batch_size: Option<usize>,
 ) -> (Vec<Relay<AnyOutbox>>, Vec<Arc<RelayStats>>, Vec<AnyOutbox>) {
-    let (mut relays, mut stats, mut outboxes) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, url) in urls.iter().enumerate() {
-        let outbox = AnyOutbox::connect(url, 3).await.unwrap();
+    relays_with(urls, budget, transport, 3, |i| {
         let mut cfg = RelayConfig {
             owner: format!("{owner}-{i}"),
             idle_interval: Duration::from_millis(100),
@@ -553,8 +511,25 @@ async fn relays_sharing(
         if let Some(n) = batch_size {
             cfg.batch_size = n;
         }
+        cfg
+    })
+    .await
+}
+
+/// A relay per store of `urls`, each on a pool of its own of `pool` connections and configured
+/// by `config` (given the store's index), all sharing `budget`, publishing to `transport`.
+async fn relays_with(
+    urls: &[String],
+    budget: &Budget,
+    transport: &TestTransport,
+    pool: u32,
+    config: impl Fn(usize) -> RelayConfig,
+) -> (Vec<Relay<AnyOutbox>>, Vec<Arc<RelayStats>>, Vec<AnyOutbox>) {
+    let (mut relays, mut stats, mut outboxes) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, url) in urls.iter().enumerate() {
+        let outbox = AnyOutbox::connect(url, pool).await.unwrap();
         let relay = Relay::builder(&outbox)
-            .config(cfg)
+            .config(config(i))
             .budget(budget.clone())
             .destination(Destination::new("d", Arc::new(transport.clone())))
             .route(Route::new("#", ["d"]))
@@ -565,6 +540,30 @@ async fn relays_sharing(
         outboxes.push(outbox);
     }
     (relays, stats, outboxes)
+}
+
+/// Samples the pools' total of connections every 200 µs until `done` (not a wait: it reads
+/// counters), printing each sample above `bound`; answers the most seen.
+fn most_connections(
+    outboxes: &[AnyOutbox],
+    bound: usize,
+    done: CancellationToken,
+) -> tokio::task::JoinHandle<u32> {
+    let outboxes = outboxes.to_vec();
+    tokio::spawn(async move {
+        let t0 = std::time::Instant::now();
+        let mut most = 0u32;
+        while !done.is_cancelled() {
+            let each: Vec<_> = outboxes.iter().map(AnyOutbox::pool_connections).collect();
+            let total: u32 = each.iter().map(|c| c.0).sum();
+            if total as usize > bound {
+                eprintln!("{:?} after the start: {each:?} (connections, idle) per store", t0.elapsed());
+            }
+            most = most.max(total);
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        }
+        most
+    })
 }
 
 /// Closes the test pool's connections (so only the relay's count): each is taken and closed

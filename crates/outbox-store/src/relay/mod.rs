@@ -48,10 +48,8 @@ pub(crate) use in_flight::{held_window, Held, InFlight, RunHeld};
 pub(crate) use isolate::PlainTable;
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(unused_imports))]
 pub(crate) use isolate::{settle_isolated, SettleWrites};
-#[cfg(feature = "postgres")]
-pub(crate) use listening::Job;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub(crate) use listening::{serve, KeeperSql, PAUSED};
+pub(crate) use listening::{serve, Job, KeeperSql, PAUSED};
 pub use listening::{Keeper, Listening};
 pub use settlement::{DeliveryState, DeliveryWrite, MessageWrite, SettleReport, Settlement};
 pub(crate) use window_memo::WindowMemo;
