@@ -219,6 +219,11 @@ impl Names {
     pub(crate) fn database(&self) -> String {
         format!("outbox_t_chaos_{}", self.run)
     }
+    /// The `i`-th idle store's database (see [`crate::setup::CROWDED`]): an outbox table that
+    /// nothing writes to, on the same server.
+    pub(crate) fn idle_database(&self, i: usize) -> String {
+        format!("outbox_t_chaos_{}_idle{i}", self.run)
+    }
     /// The topic every writer enqueues to.
     pub(crate) fn topic(&self) -> String {
         format!("chaos.{}.order", self.run)
@@ -286,8 +291,8 @@ async fn on_server(dialect: Dialect, statement: &str) -> anyhow::Result<()> {
     }
 }
 
-/// Creates the run's database with the outbox, inbox and chaos tables and `keys` business rows;
-/// returns its direct URL.
+/// Creates the run's database with the outbox, inbox and chaos tables and `keys` business rows,
+/// and the idle stores' databases with an outbox table each; returns the first's direct URL.
 pub(crate) async fn create_database(dialect: Dialect, names: &Names, keys: u32) -> anyhow::Result<String> {
     let db = names.database();
     on_server(dialect, &format!("CREATE DATABASE {db}")).await?;
@@ -306,12 +311,22 @@ pub(crate) async fn create_database(dialect: Dialect, names: &Names, keys: u32) 
         }
     });
     pools.close().await;
+    for i in 0..crate::setup::IDLE_STORES {
+        let idle = names.idle_database(i);
+        on_server(dialect, &format!("CREATE DATABASE {idle}")).await?;
+        let url = rewrite_url(&Servers::admin(dialect), None, &idle)?.1;
+        let outbox = outbox_store::AnyOutbox::connect(&url, 1).await?;
+        outbox.migrate().await?;
+    }
     Ok(url)
 }
 
-/// Drops the run's database.
+/// Drops the run's databases.
 pub(crate) async fn drop_database(dialect: Dialect, names: &Names) -> anyhow::Result<()> {
     let force = dialect.pick(" WITH (FORCE)", "");
+    for i in 0..crate::setup::IDLE_STORES {
+        on_server(dialect, &format!("DROP DATABASE IF EXISTS {}{force}", names.idle_database(i))).await?;
+    }
     on_server(dialect, &format!("DROP DATABASE IF EXISTS {}{force}", names.database())).await
 }
 

@@ -21,6 +21,7 @@ mod procs;
 mod proxy;
 mod run;
 mod setup;
+mod tally;
 mod writer;
 
 use std::process::ExitCode;

@@ -319,7 +319,7 @@ impl Drop for OwnServer {
 }
 
 /// A port nothing listens on now.
-fn free_port() -> anyhow::Result<u16> {
+pub(crate) fn free_port() -> anyhow::Result<u16> {
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 

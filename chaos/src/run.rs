@@ -16,7 +16,10 @@ use crate::own::{self, OwnServer};
 use crate::procs::{Proc, Stopped};
 use crate::proxy::{FaultProxy, Mode};
 pub(crate) use crate::setup::outbox_bin;
-use crate::setup::{daemon_owner, drain_state, relay_toml, transport_toml};
+use crate::setup::{
+    daemon_owner, drain_state, relay_toml, transport_toml, Crowded, CROWDED, IDLE_STORES, STORE,
+};
+use crate::tally::{LaneCounts, LaneTally};
 
 /// How long and how hard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -101,6 +104,11 @@ pub(crate) struct Chaos {
     /// `pending` or `sending` row): the relays' part of the drain time, the rest being the
     /// consumers catching up. `None` when that never happened within the drain's timeout.
     pub(crate) nothing_left_after: Option<Duration>,
+    /// The crowded daemon's lane ([`CROWDED`]), counted by [`LaneTally`].
+    pub(crate) crowded_lane: LaneCounts,
+    /// Whether its lane must have looked (MySQL/MariaDB) or must never have (PostgreSQL);
+    /// `None`: not judged.
+    pub(crate) crowded_lane_runs: Option<bool>,
 }
 
 /// The writer (index into the writers, a `lib` one) that also runs a relay in its own process,
@@ -244,11 +252,20 @@ async fn run_load(
     let proxied_broker = Servers::broker_url(combo.broker, &format!("127.0.0.1:{}", broker_proxy.port()));
     let direct_broker = Servers::broker_url(combo.broker, &Servers::broker_addr(combo.broker));
 
+    let mut idle_urls = Vec::new();
+    for n in 0..IDLE_STORES {
+        let proxy = format!("127.0.0.1:{}", db_proxy.port());
+        idle_urls.push(combo::rewrite_url(&db_url, Some(&proxy), &names.idle_database(n))?.1);
+    }
+    let crowded = Crowded { idle_urls, admin_port: crate::own::free_port()? };
+
     let me = std::env::current_exe()?;
     let mut relays = Vec::new();
     for i in 0..RELAYS {
         let cfg = dir.join(format!("relay-{i}.toml"));
-        std::fs::write(&cfg, relay_toml(combo, names, &proxied_db, &proxied_broker, i))?;
+        let toml =
+            relay_toml(combo, names, &proxied_db, &proxied_broker, i, (i == CROWDED).then_some(&crowded));
+        std::fs::write(&cfg, toml)?;
         // A configuration `outbox relay` refuses would look like a relay refused at start during
         // an outage, at every start, for the whole run: refuse the run instead.
         let check = std::process::Command::new(outbox).arg("check").arg("--config").arg(&cfg).output()?;
@@ -324,6 +341,7 @@ async fn run_load(
     for p in consumers.iter_mut().chain(relays.iter_mut()).chain(writers.iter_mut()) {
         p.start()?;
     }
+    let tally = LaneTally::start(crowded.admin_port, STORE);
 
     let mut chaos = Chaos::default();
     let started = Instant::now();
@@ -545,6 +563,8 @@ async fn run_load(
     for c in consumers.iter_mut() {
         c.sigkill().await;
     }
+    chaos.crowded_lane = tally.stop().await;
+    chaos.crowded_lane_runs = Some(combo.dialect == combo::Dialect::My);
     for r in &relays {
         chaos.relay_exits += r.exits;
         chaos.relay_exits_relaying += r.exits_when_ready;
@@ -613,6 +633,13 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
     );
     let sent: Vec<String> = c.daemon_sent.iter().enumerate().map(|(i, n)| format!("r{i} {n}")).collect();
     println!("          messages each daemon sent: {}", sent.join(", "));
+    println!(
+        "          r{CROWDED} over {} stores with a crowded budget: its lane looked {} times and claimed {} times (at least; counters read {} times)",
+        1 + IDLE_STORES,
+        c.crowded_lane.looks,
+        c.crowded_lane.claims,
+        c.crowded_lane.reads
+    );
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
     print!("{}", r.table());
     let mut failed = r.violations();
@@ -649,6 +676,19 @@ impl Chaos {
                 out.push(format!("relay-{i} sent nothing (see relay-{i}.log: refused at every start?)"));
             }
         }
+        match self.crowded_lane_runs {
+            Some(_) if self.crowded_lane.reads == 0 => out.push(format!(
+                "relay-{CROWDED}'s admin listener never answered: its lane was not counted (see relay-{CROWDED}.log)"
+            )),
+            Some(true) if self.crowded_lane.looks == 0 => out.push(format!(
+                "relay-{CROWDED}'s lane never looked under its crowded budget: the path was not exercised"
+            )),
+            Some(false) if self.crowded_lane.looks + self.crowded_lane.claims > 0 => out.push(format!(
+                "relay-{CROWDED}'s lane ran under a crowded budget on PostgreSQL ({} looks, {} claims), where it must not",
+                self.crowded_lane.looks, self.crowded_lane.claims
+            )),
+            _ => {}
+        }
         out
     }
 }
@@ -667,5 +707,22 @@ mod tests {
         let exited = Chaos { relay_exits: 41, relay_exits_relaying: 1, ..ran };
         let failed = exited.failures();
         assert!(failed.len() == 1 && failed[0].contains("exited on its own"), "{failed:?}");
+    }
+
+    /// The crowded daemon's lane: on MariaDB a run where it never looked fails (the path was
+    /// not exercised); on PostgreSQL one where it ran fails.
+    #[test]
+    fn the_crowded_lane_is_judged_by_the_store() {
+        let ran = Chaos { relay_writer_sent: 1, daemon_sent: vec![1; RELAYS], ..Chaos::default() };
+        let looked = LaneCounts { looks: 3, claims: 0, reads: 9 };
+        let quiet = LaneCounts { reads: 9, ..LaneCounts::default() };
+        let my = |lane| Chaos { crowded_lane: lane, crowded_lane_runs: Some(true), ..ran.clone() };
+        let pg = |lane| Chaos { crowded_lane: lane, crowded_lane_runs: Some(false), ..ran.clone() };
+        assert!(my(looked).failures().is_empty());
+        assert!(my(quiet).failures()[0].contains("never looked"));
+        assert!(pg(quiet).failures().is_empty());
+        // Never read: no judgement can be made, and that fails too.
+        assert!(pg(LaneCounts::default()).failures()[0].contains("never answered"));
+        assert!(pg(looked).failures()[0].contains("on PostgreSQL"));
     }
 }
