@@ -67,18 +67,21 @@ impl Proc {
         self
     }
 
-    /// Counts an exit the harness did not cause.
-    fn exited(&mut self) {
+    /// Counts an exit the harness did not cause, of `status`; one after the ready
+    /// line is printed with the time it happened, to be found in the process's log.
+    fn exited(&mut self, status: std::process::ExitStatus) {
         self.exits += 1;
         if let Some(line) = self.ready {
             if self.logged_since_start(line) {
                 self.exits_when_ready += 1;
+                let up = self.started_at.map(|t| t.elapsed()).unwrap_or_default();
+                println!("   {} exited on its own ({status}) {up:.1?} after its start, its log having said {line:?}", self.name);
             }
         }
     }
 
     /// Whether `line` is in what it logged since it was last started (not read: false).
-    fn logged_since_start(&self, line: &str) -> bool {
+    pub(crate) fn logged_since_start(&self, line: &str) -> bool {
         use std::io::{Read, Seek, SeekFrom};
         let Ok(mut f) = std::fs::File::open(&self.log) else { return false };
         let mut text = Vec::new();
@@ -132,8 +135,8 @@ impl Proc {
     /// SIGTERM, then wait up to `within`.
     pub(crate) async fn sigterm(&mut self, within: Duration) -> Stopped {
         let Some(mut c) = self.child.take() else { return Stopped::NotRunning };
-        if let Ok(Some(_)) = c.try_wait() {
-            self.exited();
+        if let Ok(Some(status)) = c.try_wait() {
+            self.exited(status);
             return Stopped::NotRunning;
         }
         let Some(pid) = c.id() else { return Stopped::NotRunning };
@@ -151,9 +154,9 @@ impl Proc {
     /// it when its restart time has come. Returns an error only when it cannot be spawned.
     pub(crate) fn supervise(&mut self, delay: Duration) -> anyhow::Result<()> {
         if let Some(c) = &mut self.child {
-            if let Ok(Some(_)) = c.try_wait() {
+            if let Ok(Some(status)) = c.try_wait() {
                 self.child = None;
-                self.exited();
+                self.exited(status);
                 self.restart_at = Some(Instant::now() + delay);
             }
         }

@@ -18,6 +18,21 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // `outbox relay` listens for SIGTERM and SIGINT before anything else (its configuration, its
+    // log): a stop asked for at any moment from here on is a graceful one, never the signal's
+    // default action (found by the chaos suite: a daemon given SIGTERM while it read its
+    // configuration on a loaded machine died of it).
+    let stop_signals = matches!(cli.command, cli::Command::Relay(_)).then(|| {
+        let _in_runtime = runtime.enter();
+        commands::StopSignals::listen()
+    });
     // One rustls crypto provider for the whole process (the binary's dependencies enable two, and
     // rustls then picks none by itself): ring, which sqlx and the transports use.
     outbox_store::ensure_crypto_provider();
@@ -31,14 +46,7 @@ fn main() -> ExitCode {
     };
     let telemetry = relay_config.as_ref().and_then(|c| c.as_ref().ok()).map(|c| &c.telemetry);
     let otel = telemetry::init(cli.log_format, cli.verbose, quiet, telemetry);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let result = runtime.block_on(commands::run(cli, relay_config));
+    let result = runtime.block_on(commands::run(cli, relay_config, stop_signals));
     drop(runtime);
     // Flushes the spans still buffered (the exporter's own thread, outside the runtime).
     if let Some(guard) = otel {

@@ -15,14 +15,23 @@ mod retry;
 mod show;
 mod status;
 
+pub(crate) use relay::StopSignals;
+
 use crate::cli::{Cli, Command};
 use crate::config::Config;
 
 /// Runs the chosen subcommand; `relay_config` is the relay's configuration when `main` has
 /// read it already.
-pub(crate) async fn run(cli: Cli, relay_config: Option<anyhow::Result<Config>>) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    cli: Cli,
+    relay_config: Option<anyhow::Result<Config>>,
+    stop_signals: Option<StopSignals>,
+) -> anyhow::Result<()> {
     match cli.command {
-        Command::Relay(args) => relay::run(relay_config.unwrap_or_else(|| Config::load(&args.config))?).await,
+        Command::Relay(args) => {
+            let config = relay_config.unwrap_or_else(|| Config::load(&args.config))?;
+            relay::run(config, stop_signals.unwrap_or_else(StopSignals::listen)).await
+        }
         Command::Check(args) => check::run(&args.config, args.json).await,
         Command::Migrate(args) => migrate::run(args).await,
         Command::Demo(args) => demo::run(args).await,

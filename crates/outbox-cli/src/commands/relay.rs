@@ -7,11 +7,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 
+/// What the daemon logs once its log is set up: a stop from then on (and since
+/// [`StopSignals::listen`], before it) is graceful. The chaos suite asks a graceful stop only of
+/// a daemon that said so since its start.
+pub(crate) const LISTENING: &str = "SIGTERM or SIGINT stops the relay gracefully";
+
 /// Connects every store and destination (failing fast with a clear message when one is
-/// unreachable), then runs until SIGTERM or SIGINT.
-pub(crate) async fn run(config: Config) -> anyhow::Result<()> {
+/// unreachable), then runs until SIGTERM or SIGINT (listened for since `signals` were).
+pub(crate) async fn run(config: Config, signals: StopSignals) -> anyhow::Result<()> {
     let stop = CancellationToken::new();
-    spawn_signal_handler(stop.clone());
+    spawn_signal_handler(stop.clone(), signals);
+    tracing::info!("{LISTENING}");
     let relays = match start(&config, &stop).await {
         Ok(relays) => relays,
         // A stop asked for while starting (SIGTERM during a connect, a migration, a check): the
@@ -71,6 +77,9 @@ async fn start(
     // Started once every store is connected and checked: none runs alone before the others
     // have joined the budget.
     let mut engines = Vec::new();
+    // Each store's line once the whole start-up is over (a later store unreachable at start
+    // refuses the start, and no store was relaying then).
+    let mut relaying = Vec::new();
     for s in &config.stores {
         let name = s.name.get_ref();
         let shown = redact_url(s.url.get_ref());
@@ -123,7 +132,8 @@ async fn start(
             }
         }
         let relay = builder.build().with_context(|| format!("relay for store {name:?}"))?;
-        tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Relaying");
+        tracing::info!(store = %name, url = %shown, owner = relay.owner(), "Store ready");
+        relaying.push((name.clone(), shown, relay.owner().to_owned()));
         admin_stores.push(crate::admin::StoreHandle {
             name: name.clone(),
             outbox: outbox.clone(),
@@ -187,34 +197,100 @@ async fn start(
             stop.clone(),
         )));
     }
+    for (name, shown, owner) in relaying {
+        tracing::info!(store = %name, url = %shown, owner, "Relaying");
+    }
     Ok(relays)
 }
 
-fn spawn_signal_handler(stop: CancellationToken) {
-    tokio::spawn(async move {
+/// SIGTERM and SIGINT, listened for from [`StopSignals::listen`] on: a signal that arrives
+/// after it (even before the stop is waited for) is seen, never the signal's default action.
+pub(crate) struct StopSignals {
+    #[cfg(unix)]
+    term: std::io::Result<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: std::io::Result<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    /// Listens for both (within a Tokio runtime: `main` calls it first thing, the runtime
+    /// entered). A parent may have started the process with them blocked (a signal mask
+    /// survives `exec`, and a signal sent meanwhile stays pending): each one listened for is
+    /// unblocked on this thread once its handler is in place, so a pending one is seen now and
+    /// none is held back later. One that cannot be listened for keeps its default.
+    pub(crate) fn listen() -> StopSignals {
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "Cannot listen for SIGTERM; only Ctrl-C stops the relay");
-                    let _ = tokio::signal::ctrl_c().await;
-                    stop.cancel();
-                    return;
-                }
-            };
-            tokio::select! {
-                _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+            use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow, Signal};
+            use tokio::signal::unix::{signal, SignalKind};
+            let term = signal(SignalKind::terminate());
+            let int = signal(SignalKind::interrupt());
+            let mut listened = SigSet::empty();
+            if term.is_ok() {
+                listened.add(Signal::SIGTERM);
             }
+            if int.is_ok() {
+                listened.add(Signal::SIGINT);
+            }
+            // Failing leaves the mask as the parent set it (nothing to report it to yet: the
+            // log is not set up).
+            let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&listened), None);
+            StopSignals { term, int }
         }
         #[cfg(not(unix))]
+        StopSignals {}
+    }
+}
+
+fn spawn_signal_handler(stop: CancellationToken, signals: StopSignals) {
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        let mut int = {
+            let StopSignals { term, int } = signals;
+            let mut int = match int {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    tracing::warn!(error = %e, "Cannot listen for SIGINT");
+                    None
+                }
+            };
+            match term {
+                Ok(mut term) => tokio::select! {
+                    _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                    _ = interrupted(&mut int) => tracing::info!("SIGINT: shutting down"),
+                },
+                Err(e) => {
+                    tracing::warn!(error = %e, "Cannot listen for SIGTERM; only SIGINT stops the relay");
+                    interrupted(&mut int).await;
+                    tracing::info!("SIGINT: shutting down");
+                }
+            }
+            int
+        };
+        #[cfg(not(unix))]
         {
+            let _ = signals;
             let _ = tokio::signal::ctrl_c().await;
         }
         stop.cancel();
-        // A second signal while draining: leave at once (leases expire on their own).
+        // A second SIGINT while draining: leave at once (leases expire on their own).
+        #[cfg(unix)]
+        interrupted(&mut int).await;
+        #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
         std::process::exit(130);
     });
+}
+
+/// The next SIGINT (Tokio's own listener where [`StopSignals::listen`] could not listen).
+#[cfg(unix)]
+async fn interrupted(int: &mut Option<tokio::signal::unix::Signal>) {
+    match int {
+        Some(s) => {
+            s.recv().await;
+        }
+        None => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
 }
