@@ -27,8 +27,8 @@ fn main() -> ExitCode {
     };
     // `outbox relay` listens for SIGTERM and SIGINT before anything else (its configuration, its
     // log): a stop asked for at any moment from here on is a graceful one, never the signal's
-    // default action (found by the chaos suite: a daemon given SIGTERM while it read its
-    // configuration on a loaded machine died of it).
+    // default action (found by the chaos suite: a niced daemon on a loaded machine, given
+    // SIGTERM before it had listened, died of it).
     let stop_signals = matches!(cli.command, cli::Command::Relay(_)).then(|| {
         let _in_runtime = runtime.enter();
         commands::StopSignals::listen()
