@@ -610,9 +610,16 @@ async fn run_load(
     let snapshot = Snapshot::load(&db_url).await.context("reading the results")?;
     let report = Report::of(&snapshot, combo.broker != Broker::Rabbit);
     let passed = drained && report.violations().is_empty() && chaos.failures().is_empty();
-    if passed && !args.keep && own.db.is_none() {
-        combo::teardown_broker(combo.broker, names).await.ok();
-        combo::drop_database(combo.dialect, names).await.ok();
+    // What the run made on a shared server goes when it passed: its stream, queues or key on the
+    // broker when the broker is the machine's (RabbitMQ always is), its database when the database
+    // is. The run's own servers go with their data directories.
+    if passed && !args.keep {
+        if own.broker.is_none() {
+            combo::teardown_broker(combo.broker, names).await.ok();
+        }
+        if own.db.is_none() {
+            combo::drop_database(combo.dialect, names).await.ok();
+        }
     }
     Ok((report, chaos, drain_time, passed))
 }
