@@ -9,7 +9,9 @@
 # With IDLE_STORES=n the daemon also serves n idle stores of their own (databases lanecheck_1 ..
 # lanecheck_n, migrated, empty): with n >= 16 the daemon has more stores than its budget's 16
 # shares (a crowded budget, where the stores' pools keep no connection between turns).
-# Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] bash daemon-check.sh label:/path/to/outbox ...
+# With HOT=n the backlog holds n messages instead of 300,000 (HOT=0: none, the foreign messages
+# alone: a busy store among idle ones).
+# Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] [HOT=n] bash daemon-check.sh label:/path/to/outbox ...
 set -euo pipefail
 DB=lanecheck
 PORT=18098
@@ -19,6 +21,7 @@ IDLE_STORES=${IDLE_STORES:-0}
 # COLD of them at r per second on one connection, instead of one client run per message.
 RATE=${RATE:-}
 COLD=${COLD:-100}
+HOT=${HOT:-300000}
 url_of() {
   if [ "$STORE" = postgres ]; then echo "postgres://postgres@127.0.0.1:5432/$1?sslmode=disable"
   else echo "mysql://root@127.0.0.1:3306/$1"; fi
@@ -28,14 +31,14 @@ if [ "$STORE" = postgres ]; then
   admin() { psql -h 127.0.0.1 -U postgres -d test -qAtc "$1"; }
   sql() { psql -h 127.0.0.1 -U postgres -d $DB -qAtc "$1"; }
   fill="INSERT INTO outbox_message (topic, payload, msg_key)
-        SELECT 'hot', 'x', 'hot-' || (g % 10) FROM generate_series(1, 300000) g"
+        SELECT 'hot', 'x', 'hot-' || (g % 10) FROM generate_series(1, $HOT) g"
   ms="(EXTRACT(EPOCH FROM (updated_at - created_at)) * 1000)"
 else
   URL="mysql://root@127.0.0.1:3306/$DB"
   admin() { mysql -h127.0.0.1 -uroot -N -B -e "$1"; }
   sql() { mysql -h127.0.0.1 -uroot -N -B $DB -e "$1"; }
   fill="INSERT INTO outbox_message (topic, payload, msg_key)
-        SELECT 'hot', 'x', CONCAT('hot-', seq % 10) FROM seq_1_to_300000"
+        SELECT 'hot', 'x', CONCAT('hot-', seq % 10) FROM seq_1_to_$HOT"
   ms="(TIMESTAMPDIFF(MICROSECOND, created_at, updated_at) / 1000)"
 fi
 # Connections the server accepted so far (every client's: the mysql/psql client here opens one
@@ -58,7 +61,7 @@ for pair in "$@"; do
   fresh
   "$bin" migrate --database-url "$URL" >/dev/null
   for i in $(seq 1 "$IDLE_STORES"); do "$bin" migrate --database-url "$(url_of "${DB}_$i")" >/dev/null; done
-  sql "$fill"
+  if [ "$HOT" -gt 0 ]; then sql "$fill"; fi
   cfg=$(mktemp --suffix .toml)
   cat >"$cfg" <<TOML
 [relay]
