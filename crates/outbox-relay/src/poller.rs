@@ -662,6 +662,11 @@ async fn lane<S: RelayStore>(
                 }
             },
         };
+        // Under a crowded budget the pool may be shedding (this relay held no share a moment
+        // ago): it keeps this claim's connection for the batch's share (parked after it).
+        if share.is_some() && inner.budget.as_ref().is_some_and(crate::Budget::crowded) {
+            inner.store.shed_connections(false).await;
+        }
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);

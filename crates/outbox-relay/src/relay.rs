@@ -215,18 +215,23 @@ impl<S: RelayStore> Inner<S> {
     }
 
     /// Hands a share of the budget back (never parks it). When more relays share the budget
-    /// than it has shares, the store's pool first stops keeping connections (those it holds
-    /// unused close, and so do those handed back later), and the share goes on only once the
-    /// pool is down to its listening connection and one per other share of this relay
+    /// than it has shares, the store's pool closes the connections it holds unused beyond its
+    /// listening connection and one per other share of this relay (and, once this relay holds
+    /// none, stops keeping the ones handed back later), and the share goes on only once the
+    /// pool is down to those
     /// (waiting at most [`SHARE_CLOSE_WAIT`]): a connection closing in the background still
     /// counts on the server, and the next store opens one as soon as it has the share. So
     /// the stores together hold at most one connection each plus the budget's size (see
     /// [`crate::Budget`]). Taking a share again ends the shedding.
     pub(crate) async fn give_back_now(&self, share: tokio::sync::OwnedSemaphorePermit) {
         let Some(b) = &self.budget else { return };
-        self.shares_held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        let held = self.shares_held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
         if b.crowded() {
-            self.store.shed_connections(true).await;
+            // The pool sheds what comes back only once this relay holds no share: the
+            // connections of its other shares (batches in flight, shares parked) stay open.
+            if held <= 1 {
+                self.store.shed_connections(true).await;
+            }
             let deadline = Instant::now() + SHARE_CLOSE_WAIT;
             loop {
                 // The listening connection and one per other share of this relay now (its claim
