@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 /// Batches in flight at once across the relays that share it (each relay still keeps its own
 /// `max_in_flight_batches`). A relay takes a share before each claim and holds it until that
-/// batch is settled; an empty claim gives it back at once. A locked claim holds one connection
+/// batch is settled; an empty claim gives it back at once (either may park it: below). A locked claim holds one connection
 /// of its store from claim to settlement, so the relays sharing a budget of `n` use at most `n`
 /// pooled connections for claiming and publishing together.
 ///
@@ -24,9 +24,9 @@ use tokio::time::Instant;
 ///
 /// **Parked shares.** When more relays share it than it has shares ([`Budget::crowded`]), a
 /// store's pool keeps no connection between its turns, so each turn opens one (on PostgreSQL a
-/// process forked for it, over TLS a handshake). A relay whose batch settles while no other
-/// relay waits for a share parks the share instead ([`Budget::park`]; a claim that found
-/// nothing still gives its share back at once): its connection stays
+/// process forked for it, over TLS a handshake). A relay whose batch settles, or whose claim
+/// found nothing, while no other relay waits for a share parks the share instead
+/// ([`Budget::park`]): its connection stays
 /// open in its pool, and its next claim takes the share back without a turn
 /// ([`Budget::unpark`]) and on that connection. A parked share is still taken (the bound on
 /// connections holds), and it is the waiters': a relay that finds no share free gives back the

@@ -394,7 +394,7 @@ impl<S: RelayStore> Relay<S> {
                         once_more = true;
                         continue;
                     }
-                    inner.give_back(share).await;
+                    inner.park_or_give_back(share).await;
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind, runs)) => {
@@ -431,7 +431,7 @@ impl<S: RelayStore> Relay<S> {
                     tasks.spawn(async move {
                         let all_sent = process(&inner2, batch, hold, runs).await;
                         drop(permit);
-                        inner2.give_back_after_batch(share).await;
+                        inner2.park_or_give_back(share).await;
                         // Younger messages with the same keys may be claimable now: a claim
                         // under way, or one that may have held them back, ran meanwhile.
                         let claimed_meanwhile =
@@ -1034,12 +1034,12 @@ async fn claim_beside<S: RelayStore>(
     let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
         drop((hold, runs));
-        inner.give_back(share).await;
+        inner.park_or_give_back(share).await;
         return;
     }
     RelayStats::add(&inner.stats.claimed, batch.len());
     process(&inner, batch, hold, runs).await;
-    inner.give_back_after_batch(share).await;
+    inner.park_or_give_back(share).await;
     drop(permit);
     // Younger messages of its keys may be claimable now.
     inner.signal.wake();

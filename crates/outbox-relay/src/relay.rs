@@ -171,22 +171,24 @@ impl<S: RelayStore> Inner<S> {
     }
 
     /// Before a second claim under the same share of a crowded budget (the claim once more
-    /// after declaring idle): waits until the connection of the claim before has finished
-    /// closing, so the next claim does not open one beside it (see [`Self::give_back`]).
+    /// after declaring idle): waits until the pool holds no more than its listening connection
+    /// and one per share this relay holds (this one's included: the next claim reuses the
+    /// connection of the claim before, and never opens one beside another still closing).
     pub(crate) async fn between_claims(&self) {
         if self.budget.as_ref().is_some_and(crate::Budget::crowded) {
             let held = self.shares_held.load(std::sync::atomic::Ordering::Acquire);
-            let keep = u32::try_from(held).unwrap_or(u32::MAX);
+            let keep = u32::try_from(held.saturating_add(1)).unwrap_or(u32::MAX);
             self.store.close_down_to(keep, SHARE_CLOSE_WAIT).await;
         }
     }
 
-    /// Hands a share of the budget back after its batch was settled, or parks it: when more
-    /// relays share the budget than it has shares and none waits for one, the share is parked
-    /// with the connection its pool holds (see [`crate::Budget`]: the next claim takes both
-    /// back). A store that just had work is likely to have more soon; one whose claim found
-    /// nothing gives its share back at once ([`Self::give_back`]).
-    pub(crate) async fn give_back_after_batch(
+    /// Hands a share of the budget back after its batch was settled or its claim found
+    /// nothing, or parks it: when more relays share the budget than it has shares and none
+    /// waits for one, the share is parked with the connection its pool holds (see
+    /// [`crate::Budget`]: the next claim takes both back, a store with a stream of messages
+    /// opens no connection per message; an idle one gives it back after
+    /// [`crate::Budget::PARK_FOR`]). After a failed claim, or at the stop, [`Self::give_back`].
+    pub(crate) async fn park_or_give_back(
         self: &Arc<Self>,
         share: Option<tokio::sync::OwnedSemaphorePermit>,
     ) {
