@@ -11,7 +11,10 @@
 # shares (a crowded budget, where the stores' pools keep no connection between turns).
 # With HOT=n the backlog holds n messages instead of 300,000 (HOT=0: none, the foreign messages
 # alone: a busy store among idle ones).
-# Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] [HOT=n] bash daemon-check.sh label:/path/to/outbox ...
+# With STRACE=1 the daemon runs under `strace -f -e trace=connect`, and the connections counted
+# are the daemon's own connect() calls to the database server (not every client's on the server:
+# a CI beside it, or the other databases' clients, do not count).
+# Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] [HOT=n] [STRACE=1] bash daemon-check.sh label:/path/to/outbox ...
 set -euo pipefail
 DB=lanecheck
 PORT=18098
@@ -44,7 +47,11 @@ fi
 # Connections the server accepted so far (every client's: the mysql/psql client here opens one
 # per statement, the same number for every binary).
 conns() {
-  if [ "$STORE" = postgres ]; then admin "SELECT sum(sessions) FROM pg_stat_database"
+  if [ -n "${STRACE:-}" ]; then
+    local port=3306
+    if [ "$STORE" = postgres ]; then port=5432; fi
+    grep -c "sin_port=htons($port)" "/tmp/daemon-check-$label.strace" || true
+  elif [ "$STORE" = postgres ]; then admin "SELECT sum(sessions) FROM pg_stat_database"
   else admin "SHOW GLOBAL STATUS LIKE 'Connections'" | awk '{print $2}'; fi
 }
 fresh() {
@@ -81,8 +88,15 @@ destinations = ["n"]
 [admin]
 listen = "127.0.0.1:$PORT"
 TOML
-  "$bin" relay --config "$cfg" >"/tmp/daemon-check-$label.log" 2>&1 &
-  pid=$!
+  if [ -n "${STRACE:-}" ]; then
+    strace -f -qq -e trace=connect -o "/tmp/daemon-check-$label.strace" \
+      "$bin" relay --config "$cfg" >"/tmp/daemon-check-$label.log" 2>&1 &
+    tracer=$!
+    until pid=$(pgrep -P $tracer); do sleep 0.05; done
+  else
+    "$bin" relay --config "$cfg" >"/tmp/daemon-check-$label.log" 2>&1 &
+    pid=$!
+  fi
   until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do sleep 0.2; done
   sleep 1
   c0=$(conns)
@@ -105,11 +119,11 @@ TOML
   lat=$(sql "SELECT ROUND(AVG($ms), 1), ROUND(MAX($ms), 1) FROM outbox_message WHERE topic = 'cold'" | tr '|\t' '  ')
   # The 99th percentile of the same (nearest rank).
   p99=$(sql "SELECT ROUND($ms, 1) FROM outbox_message WHERE topic = 'cold' ORDER BY $ms DESC LIMIT 1 OFFSET $((COLD / 100))")
-  m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_(claims_beside|lane_looks)_total' | grep -v 'idle' | tr '\n' ' ')
+  m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_((claims_beside|lane_looks)_total|budget_(turns|parked_reused|parked_given_back)_total)' | grep -v 'idle' | tr '\n' ' ')
   kill -TERM $pid
-  wait $pid || true
-  printf '%s (%s idle stores) %s: %s foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s, p99 %s; connections opened meanwhile (every client): %s; %s\n' \
-    "$STORE" "$IDLE_STORES" "$label" "$COLD" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$p99" "$((c2 - c0))" "$m"
+  if [ -n "${STRACE:-}" ]; then wait $tracer || true; else wait $pid || true; fi
+  printf '%s (%s idle stores) %s: %s foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s, p99 %s; connections opened meanwhile (%s): %s; %s\n' \
+    "$STORE" "$IDLE_STORES" "$label" "$COLD" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$p99" "$(if [ -n "${STRACE:-}" ]; then echo "the daemon's"; else echo "every client"; fi)" "$((c2 - c0))" "$m"
   rm -f "$cfg"
 done
 admin "DROP DATABASE IF EXISTS $DB"
