@@ -152,7 +152,9 @@ impl<S: RelayStore> RelayBuilder<S> {
             })
             .collect();
         let stats = Arc::new(RelayStats { destinations: flags, ..RelayStats::default() });
-        let member = self.budget.as_ref().map(crate::Budget::join);
+        if let Some(b) = &self.budget {
+            b.join();
+        }
         Ok(Relay {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -163,8 +165,6 @@ impl<S: RelayStore> RelayBuilder<S> {
                 alert: self.alert,
                 budget: self.budget,
                 shares_held: Default::default(),
-                member,
-                parked_changed: Default::default(),
                 chains: Default::default(),
                 stats,
                 health: Mutex::new(Health::default()),

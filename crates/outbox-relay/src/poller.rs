@@ -55,9 +55,6 @@ impl<S: RelayStore> Relay<S> {
         let presence =
             tokio::spawn(crate::presence::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let watch = tokio::spawn(crate::watch::run(inner.clone(), keeper.clone(), presence_stop.clone()));
-        // Shares of a crowded budget parked after their batches, given back once unused a while.
-        let parking_stop = CancellationToken::new();
-        let parking = tokio::spawn(crate::relay::attend_parked(inner.clone(), parking_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
@@ -203,16 +200,17 @@ impl<S: RelayStore> Relay<S> {
                 }
             }
             // The process-wide budget, when this relay shares one: taken after this relay's own
-            // permit (which bounds how many a busy store holds), kept with the batch. A share
-            // this relay parked after its last batch comes first (no turn, and its connection
-            // is still open), unless another relay waits for one.
+            // permit (which bounds how many a busy store holds), kept with the batch.
             let share = match (carried.take(), &inner.budget) {
                 (Some(s), _) => Some(s),
                 (None, None) => None,
                 (None, Some(b)) => tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    s = inner.take_share(b) => match s {
-                        Some(s) => Some(s),
+                    s = b.take() => match s {
+                        Some(s) => {
+                            inner.took_share();
+                            Some(s)
+                        }
                         None => break,
                     },
                 },
@@ -394,7 +392,7 @@ impl<S: RelayStore> Relay<S> {
                         once_more = true;
                         continue;
                     }
-                    inner.park_or_give_back(share).await;
+                    inner.give_back(share).await;
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind, runs)) => {
@@ -431,7 +429,7 @@ impl<S: RelayStore> Relay<S> {
                     tasks.spawn(async move {
                         let all_sent = process(&inner2, batch, hold, runs).await;
                         drop(permit);
-                        inner2.park_or_give_back(share).await;
+                        inner2.give_back(share).await;
                         // Younger messages with the same keys may be claimable now: a claim
                         // under way, or one that may have held them back, ran meanwhile.
                         let claimed_meanwhile =
@@ -490,9 +488,6 @@ impl<S: RelayStore> Relay<S> {
         }
         // The lane stops on the same shutdown and drains its own batches, as long at most.
         let _ = lane_task.await;
-        // Nothing parks a share any more: the ones parked go back.
-        parking_stop.cancel();
-        let _ = parking.await;
         match inner.store.release(&cfg.owner).await {
             Ok(n) => tracing::info!(released = n, "Relay stopped; leases released"),
             Err(e) => {
@@ -654,19 +649,17 @@ async fn lane<S: RelayStore>(
         // named again (the claim loop finds them too).
         let share = match &inner.budget {
             None => None,
-            Some(_) => match inner.try_share() {
-                Some(s) => Some(s),
+            Some(b) => match b.try_take() {
+                Some(s) => {
+                    inner.took_share();
+                    Some(s)
+                }
                 None => {
                     again.left(&ids, &Default::default());
                     continue;
                 }
             },
         };
-        // Under a crowded budget the pool may be shedding (this relay held no share a moment
-        // ago): it keeps this claim's connection for the batch's share (parked after it).
-        if share.is_some() && inner.budget.as_ref().is_some_and(crate::Budget::crowded) {
-            inner.store.shed_connections(false).await;
-        }
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -946,7 +939,7 @@ async fn lane_turn<S: RelayStore>(
         (inner.chains.any() || look.lingers())
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
-            && inner.budget.as_ref().is_none_or(|b| inner.share_at_hand() && (crowded_ok || !b.crowded()))
+            && inner.budget.as_ref().is_none_or(|b| b.has_free() && (crowded_ok || !b.crowded()))
     };
     let turn = |look: &Look| {
         if inner.signal.has_ids() {
@@ -1034,12 +1027,12 @@ async fn claim_beside<S: RelayStore>(
     let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
         drop((hold, runs));
-        inner.park_or_give_back(share).await;
+        inner.give_back(share).await;
         return;
     }
     RelayStats::add(&inner.stats.claimed, batch.len());
     process(&inner, batch, hold, runs).await;
-    inner.park_or_give_back(share).await;
+    inner.give_back(share).await;
     drop(permit);
     // Younger messages of its keys may be claimable now.
     inner.signal.wake();

@@ -454,25 +454,17 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         }
     }
 
-    /// Closes connections the pool holds unused, as many as it holds beyond `keep`, then waits
-    /// (at most `within`) until the pool holds at most `keep` connections in all, and says
-    /// whether it got there. Those within `keep` stay open (a relay's parked share keeps its
-    /// connection: see `outbox_relay::Budget`). A connection handed back to a shedding pool
-    /// closes in a task of its own and counts against the pool (and the server) until that
-    /// close completes: a relay sharing a crowded budget waits for it before handing its share
-    /// on, so the next store's connection is opened only once this one is gone. The wait polls
-    /// the pool's count every millisecond (sqlx announces no close).
+    /// Closes the connections the pool holds unused, then waits (at most `within`) until the
+    /// pool holds at most `keep` connections in all, and says whether it got there. A
+    /// connection handed back to a shedding pool closes in a task of its own and counts
+    /// against the pool (and the server) until that close completes: a relay sharing a crowded
+    /// budget waits for it before handing its share on, so the next store's connection is
+    /// opened only once this one is gone. The wait polls the pool's count every millisecond
+    /// (sqlx announces no close).
     pub async fn close_down_to(&self, keep: u32, within: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            for _ in 0..self.pool.size().saturating_sub(keep) {
-                match self.pool.try_acquire() {
-                    Some(c) => {
-                        let _ = c.close().await;
-                    }
-                    None => break,
-                }
-            }
+            self.close_idle_connections().await;
             if self.pool.size() <= keep {
                 return true;
             }
