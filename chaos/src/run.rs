@@ -108,6 +108,9 @@ pub(crate) struct Chaos {
     pub(crate) crowded_lane: LaneCounts,
     /// What its lane must have done; `None`: not judged.
     pub(crate) crowded_lane_runs: Option<LaneRuns>,
+    /// Whether its budget must have reused a parked share (the long profile: in a minute of
+    /// faults it may not).
+    pub(crate) crowded_parks_judged: bool,
 }
 
 /// What the crowded daemon's lane must have done in a run.
@@ -591,6 +594,7 @@ async fn run_load(
         (combo::Dialect::My, Profile::Short) => LaneRuns::MayLook,
         (combo::Dialect::Pg, _) => LaneRuns::Never,
     });
+    chaos.crowded_parks_judged = profile == Profile::Long;
     for r in &relays {
         chaos.relay_exits += r.exits;
         chaos.relay_exits_relaying += r.exits_when_ready;
@@ -667,10 +671,12 @@ pub(crate) fn print_summary(combo: Combo, load: Duration, seed: u64, r: &Report,
     let sent: Vec<String> = c.daemon_sent.iter().enumerate().map(|(i, n)| format!("r{i} {n}")).collect();
     println!("          messages each daemon sent: {}", sent.join(", "));
     println!(
-        "          r{CROWDED} over {} stores with a crowded budget: its lane looked {} times and claimed {} times (at least; counters read {} times)",
+        "          r{CROWDED} over {} stores with a crowded budget: its lane looked {} times and claimed {} times; its budget took {} turns and its stores took back a parked share {} times (at least; counters read {} times)",
         1 + IDLE_STORES,
         c.crowded_lane.looks,
         c.crowded_lane.claims,
+        c.crowded_lane.turns,
+        c.crowded_lane.reused,
         c.crowded_lane.reads
     );
     println!("          {} consumer SIGKILLs; relay panics in logs: {}", c.consumer_kills, c.relay_panics);
@@ -722,6 +728,11 @@ impl Chaos {
             )),
             _ => {}
         }
+        if self.crowded_parks_judged && self.crowded_lane.reads > 0 && self.crowded_lane.reused == 0 {
+            out.push(format!(
+                "relay-{CROWDED}'s stores never took back a parked share of its crowded budget: the path was not exercised"
+            ));
+        }
         out
     }
 }
@@ -748,7 +759,7 @@ mod tests {
     #[test]
     fn the_crowded_lane_is_judged_by_the_store() {
         let ran = Chaos { relay_writer_sent: 1, daemon_sent: vec![1; RELAYS], ..Chaos::default() };
-        let looked = LaneCounts { looks: 3, claims: 0, reads: 9 };
+        let looked = LaneCounts { looks: 3, claims: 0, reads: 9, ..LaneCounts::default() };
         let quiet = LaneCounts { reads: 9, ..LaneCounts::default() };
         let my =
             |lane| Chaos { crowded_lane: lane, crowded_lane_runs: Some(LaneRuns::Looked), ..ran.clone() };
@@ -763,5 +774,24 @@ mod tests {
         // Never read: no judgement can be made, and that fails too.
         assert!(pg(LaneCounts::default()).failures()[0].contains("never answered"));
         assert!(pg(looked).failures()[0].contains("on PostgreSQL"));
+    }
+
+    /// The crowded daemon's parked shares: a long run whose stores never took one back fails
+    /// (the path was not exercised); the short profile does not judge it.
+    #[test]
+    fn parked_shares_are_judged_in_the_long_profile() {
+        let ran = Chaos {
+            relay_writer_sent: 1,
+            daemon_sent: vec![1; RELAYS],
+            crowded_lane_runs: Some(LaneRuns::Never),
+            ..Chaos::default()
+        };
+        let parked = LaneCounts { turns: 40, reused: 7, reads: 9, ..LaneCounts::default() };
+        let never = LaneCounts { turns: 40, reused: 0, reads: 9, ..LaneCounts::default() };
+        let long = |lane| Chaos { crowded_lane: lane, crowded_parks_judged: true, ..ran.clone() };
+        let short = |lane| Chaos { crowded_lane: lane, ..ran.clone() };
+        assert!(long(parked).failures().is_empty(), "{:?}", long(parked).failures());
+        assert!(long(never).failures()[0].contains("parked share"));
+        assert!(short(never).failures().is_empty());
     }
 }

@@ -1,5 +1,6 @@
-//! The crowded daemon's lane, counted (see [`crate::setup::CROWDED`]): its admin listener's
-//! `outbox_lane_looks_total` and `outbox_claims_beside_total` for the run's store, read every
+//! The crowded daemon's lane and budget, counted (see [`crate::setup::CROWDED`]): its admin
+//! listener's `outbox_lane_looks_total` and `outbox_claims_beside_total` for the run's store, and
+//! its budget's `outbox_budget_turns_total` and `outbox_budget_parked_reused_total`, read every
 //! [`EVERY`] while the run goes on, summed over the daemon's lives (it is SIGKILLed and
 //! restarted, and its counters start again at zero each time). What a life counted after the
 //! last read before its kill is lost: the tally is a lower bound.
@@ -15,13 +16,17 @@ const EVERY: Duration = Duration::from_millis(500);
 /// The most of a `/metrics` answer read (the listener's text is a few KiB per store).
 const MAX_ANSWER: u64 = 1 << 20;
 
-/// The lane's counters of the run's store, over the daemon's lives.
+/// The lane's counters of the run's store, and the budget's, over the daemon's lives.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct LaneCounts {
     /// The lane's looks for messages committed since its last.
     pub(crate) looks: u64,
     /// The lane's claims (by id, beside the claim loop).
     pub(crate) claims: u64,
+    /// Turns of the daemon's budget (each opens a connection when it is crowded).
+    pub(crate) turns: u64,
+    /// Parked shares its stores took back (a turn and a connection saved each).
+    pub(crate) reused: u64,
     /// How many times the counters were read (none: the tally says nothing).
     pub(crate) reads: u64,
 }
@@ -40,6 +45,8 @@ impl Summed {
         let grown = |last: u64, now: u64| if now >= last { now - last } else { now };
         self.total.looks += grown(self.last.looks, now.looks);
         self.total.claims += grown(self.last.claims, now.claims);
+        self.total.turns += grown(self.last.turns, now.turns);
+        self.total.reused += grown(self.last.reused, now.reused);
         self.total.reads += 1;
         self.last = now;
     }
@@ -97,16 +104,25 @@ async fn metrics(port: u16) -> anyhow::Result<String> {
     Ok(text.into_owned())
 }
 
-/// The lane's two counters of `store` in a Prometheus text answer; `None` unless both are there.
+/// The lane's two counters of `store` and the budget's two in a Prometheus text answer; `None`
+/// unless all four are there.
 fn parse(text: &str, store: &str) -> Option<LaneCounts> {
-    let value = |name: &str| {
-        let series = format!("{name}{{store=\"{store}\"}} ");
+    let value = |series: String| {
         text.lines().find_map(|l| l.strip_prefix(series.as_str())).and_then(|v| v.trim().parse::<f64>().ok())
     };
+    let of_store = |name: &str| value(format!("{name}{{store=\"{store}\"}} "));
     // Counters are whole numbers, written as such (or as `N.0`).
-    let looks = value("outbox_lane_looks_total")?;
-    let claims = value("outbox_claims_beside_total")?;
-    Some(LaneCounts { looks: looks as u64, claims: claims as u64, reads: 1 })
+    let looks = of_store("outbox_lane_looks_total")?;
+    let claims = of_store("outbox_claims_beside_total")?;
+    let turns = value("outbox_budget_turns_total ".to_owned())?;
+    let reused = value("outbox_budget_parked_reused_total ".to_owned())?;
+    Some(LaneCounts {
+        looks: looks as u64,
+        claims: claims as u64,
+        turns: turns as u64,
+        reused: reused as u64,
+        reads: 1,
+    })
 }
 
 #[cfg(test)]
@@ -116,13 +132,13 @@ mod tests {
     #[test]
     fn counters_are_summed_over_the_lives_of_the_process() {
         let mut s = Summed::default();
-        let read = |looks, claims| LaneCounts { looks, claims, reads: 1 };
+        let read = |looks, claims| LaneCounts { looks, claims, turns: looks * 2, reused: claims, reads: 1 };
         s.read(read(5, 1));
         s.read(read(9, 1));
         // Killed and started again: its counters begin at zero.
         s.read(read(2, 0));
         s.read(read(4, 3));
-        assert_eq!(s.total, LaneCounts { looks: 13, claims: 4, reads: 4 });
+        assert_eq!(s.total, LaneCounts { looks: 13, claims: 4, turns: 26, reused: 4, reads: 4 });
     }
 
     #[test]
@@ -130,9 +146,16 @@ mod tests {
         let text = "# TYPE outbox_lane_looks_total counter\n\
                     outbox_lane_looks_total{store=\"idle0\"} 7\n\
                     outbox_lane_looks_total{store=\"chaos\"} 12\n\
-                    outbox_claims_beside_total{store=\"chaos\"} 3\n";
-        assert_eq!(parse(text, "chaos"), Some(LaneCounts { looks: 12, claims: 3, reads: 1 }));
+                    outbox_claims_beside_total{store=\"chaos\"} 3\n\
+                    outbox_budget_turns_total 40\n\
+                    outbox_budget_parked_reused_total 17\n";
+        assert_eq!(
+            parse(text, "chaos"),
+            Some(LaneCounts { looks: 12, claims: 3, turns: 40, reused: 17, reads: 1 })
+        );
         assert_eq!(parse(text, "idle0"), None, "idle0 has no claims series here");
+        let no_budget = text.replace("outbox_budget_turns_total 40\n", "");
+        assert_eq!(parse(&no_budget, "chaos"), None, "the budget's series are needed too");
         assert_eq!(parse("HTTP/1.1 200 OK\r\n\r\n", "chaos"), None);
     }
 }

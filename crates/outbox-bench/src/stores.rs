@@ -104,6 +104,11 @@ pub struct StoresResult {
     pub drain_budget_turns: u64,
     /// Their mean wait in the budget's queue, ms.
     pub drain_budget_wait_ms: f64,
+    /// Shares parked after a batch and taken back by their store's next claim during the
+    /// drain (each a turn, and a connection opened, saved: see `outbox_relay::Budget`).
+    pub drain_budget_reused: u64,
+    /// Parked shares given back during the drain for a store that found none free.
+    pub drain_budget_evicted: u64,
     /// Claims by the trickling stores during the drain, per trickle message.
     pub trickle_claims_per_message: f64,
     /// The idle relays' looks (keeper ticks: one statement each on its connection) per
@@ -413,6 +418,7 @@ async fn measure(
     big.truncate(cfg.stores_big.max(1));
     let backlog = (cfg.n as u64 / big.len() as u64).max(1);
     let (turns0, waited0) = (budget.turns(), budget.waited());
+    let (reused0, evicted0) = (budget.reused(), budget.evicted());
     let trickle_claims = || {
         stores
             .iter()
@@ -568,6 +574,8 @@ async fn measure(
         trickle_messages: written.len() as u64,
         drain_budget_turns,
         drain_budget_wait_ms: drain_budget_wait.as_secs_f64() * 1000.0 / drain_budget_turns.max(1) as f64,
+        drain_budget_reused: budget.reused() - reused0,
+        drain_budget_evicted: budget.evicted() - evicted0,
         trickle_claims_per_message: drain_trickle_claims as f64 / (written.len() as f64).max(1.0),
         trickle_looks_per_store_s,
         trickle_claim_ms,

@@ -152,9 +152,7 @@ impl<S: RelayStore> RelayBuilder<S> {
             })
             .collect();
         let stats = Arc::new(RelayStats { destinations: flags, ..RelayStats::default() });
-        if let Some(b) = &self.budget {
-            b.join();
-        }
+        let member = self.budget.as_ref().map(crate::Budget::join);
         Ok(Relay {
             inner: Arc::new(Inner {
                 store: self.store,
@@ -165,6 +163,8 @@ impl<S: RelayStore> RelayBuilder<S> {
                 alert: self.alert,
                 budget: self.budget,
                 shares_held: Default::default(),
+                member,
+                parked_changed: Default::default(),
                 chains: Default::default(),
                 stats,
                 health: Mutex::new(Health::default()),

@@ -55,6 +55,9 @@ impl<S: RelayStore> Relay<S> {
         let presence =
             tokio::spawn(crate::presence::run(inner.clone(), keeper.clone(), presence_stop.clone()));
         let watch = tokio::spawn(crate::watch::run(inner.clone(), keeper.clone(), presence_stop.clone()));
+        // Shares of a crowded budget parked after their batches, given back once unused a while.
+        let parking_stop = CancellationToken::new();
+        let parking = tokio::spawn(crate::relay::attend_parked(inner.clone(), parking_stop.clone()));
         let permits = Arc::new(Semaphore::new(cfg.max_in_flight_batches));
         let mut tasks: JoinSet<()> = JoinSet::new();
         let mut idle = false;
@@ -200,17 +203,16 @@ impl<S: RelayStore> Relay<S> {
                 }
             }
             // The process-wide budget, when this relay shares one: taken after this relay's own
-            // permit (which bounds how many a busy store holds), kept with the batch.
+            // permit (which bounds how many a busy store holds), kept with the batch. A share
+            // this relay parked after its last batch comes first (no turn, and its connection
+            // is still open), unless another relay waits for one.
             let share = match (carried.take(), &inner.budget) {
                 (Some(s), _) => Some(s),
                 (None, None) => None,
                 (None, Some(b)) => tokio::select! {
                     _ = shutdown.cancelled() => break,
-                    s = b.take() => match s {
-                        Some(s) => {
-                            inner.took_share();
-                            Some(s)
-                        }
+                    s = inner.take_share(b) => match s {
+                        Some(s) => Some(s),
                         None => break,
                     },
                 },
@@ -219,6 +221,7 @@ impl<S: RelayStore> Relay<S> {
             // at most the budget's size of pooled connections at once, start-up included.
             if share.is_some() && inner.budget.as_ref().is_some_and(|b| b.crowded()) {
                 inner.store.shed_connections(false).await;
+                inner.ready_to_claim().await;
             }
             // ACK mode: deliveries whose ACK is overdue go back to pending (at most every half
             // scan period; one indexed query).
@@ -387,12 +390,11 @@ impl<S: RelayStore> Relay<S> {
                         inner.stats.idle.store(true, std::sync::atomic::Ordering::Relaxed);
                         idle_refreshed = Instant::now();
                         // The claim once more keeps this share (no second turn in the queue).
-                        inner.between_claims().await;
                         carried = share;
                         once_more = true;
                         continue;
                     }
-                    inner.give_back(share).await;
+                    inner.park_or_give_back(share).await;
                     wait_idle = true;
                 }
                 Ok((batch, hold, left_behind, runs)) => {
@@ -429,7 +431,7 @@ impl<S: RelayStore> Relay<S> {
                     tasks.spawn(async move {
                         let all_sent = process(&inner2, batch, hold, runs).await;
                         drop(permit);
-                        inner2.give_back(share).await;
+                        inner2.park_or_give_back(share).await;
                         // Younger messages with the same keys may be claimable now: a claim
                         // under way, or one that may have held them back, ran meanwhile.
                         let claimed_meanwhile =
@@ -488,6 +490,9 @@ impl<S: RelayStore> Relay<S> {
         }
         // The lane stops on the same shutdown and drains its own batches, as long at most.
         let _ = lane_task.await;
+        // Nothing parks a share any more: the ones parked go back.
+        parking_stop.cancel();
+        let _ = parking.await;
         match inner.store.release(&cfg.owner).await {
             Ok(n) => tracing::info!(released = n, "Relay stopped; leases released"),
             Err(e) => {
@@ -645,21 +650,23 @@ async fn lane<S: RelayStore>(
         if ids.is_empty() {
             continue;
         }
-        // Under a budget, a share for the batch, if one is still free; else the ids wait to be
-        // named again (the claim loop finds them too).
+        // Under a budget, a share for the batch, if one is free or parked; else the ids wait to
+        // be named again (the claim loop finds them too).
         let share = match &inner.budget {
             None => None,
-            Some(b) => match b.try_take() {
-                Some(s) => {
-                    inner.took_share();
-                    Some(s)
-                }
+            Some(_) => match inner.share_beside().await {
+                Some(s) => Some(s),
                 None => {
                     again.left(&ids, &Default::default());
                     continue;
                 }
             },
         };
+        // Under a crowded budget the pool may be shedding (this relay held no share a moment
+        // ago): it keeps this claim's connection for the batch's share (parked after it).
+        if share.is_some() && inner.budget.as_ref().is_some_and(crate::Budget::crowded) {
+            inner.store.shed_connections(false).await;
+        }
         RelayStats::add(&inner.stats.claims_beside, 1);
         // A claim ran: a quiet batch of the loop settling meanwhile wakes it.
         claims_unsure.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
@@ -939,7 +946,7 @@ async fn lane_turn<S: RelayStore>(
         (inner.chains.any() || look.lingers())
             && inner.pause_left().is_none()
             && inner.store.spare_connection()
-            && inner.budget.as_ref().is_none_or(|b| b.has_free() && (crowded_ok || !b.crowded()))
+            && inner.budget.as_ref().is_none_or(|b| inner.share_at_hand() && (crowded_ok || !b.crowded()))
     };
     let turn = |look: &Look| {
         if inner.signal.has_ids() {
@@ -1002,6 +1009,9 @@ async fn claim_beside<S: RelayStore>(
     let cfg = &inner.cfg;
     let started = Instant::now();
     let ids: Vec<_> = named.iter().map(|(id, _)| *id).collect();
+    if share.is_some() {
+        inner.ready_to_claim().await;
+    }
     let claimed = inner.store.claim_ids(ClaimMode::Lock, &cfg.owner, &ids, cfg.batch_size, cfg.lease).await;
     inner.stats.claim_duration.record(started.elapsed());
     RelayStats::add(&inner.stats.claims, 1);
@@ -1027,12 +1037,12 @@ async fn claim_beside<S: RelayStore>(
     let (batch, hold, _, runs) = claimed_batch(&inner, c);
     if batch.is_empty() {
         drop((hold, runs));
-        inner.give_back(share).await;
+        inner.park_or_give_back(share).await;
         return;
     }
     RelayStats::add(&inner.stats.claimed, batch.len());
     process(&inner, batch, hold, runs).await;
-    inner.give_back(share).await;
+    inner.park_or_give_back(share).await;
     drop(permit);
     // Younger messages of its keys may be claimable now.
     inner.signal.wake();

@@ -31,8 +31,13 @@ pub(crate) struct Inner<S: RelayStore> {
     pub(crate) alert: Arc<dyn AlertHook>,
     /// Batches in flight shared with other relays of the process, if any.
     pub(crate) budget: Option<crate::Budget>,
-    /// Shares of the budget this relay holds now (claims under way and batches in flight).
+    /// Shares of the budget this relay holds now (claims under way, batches in flight, and
+    /// shares parked: each stands for a connection its pool may hold).
     pub(crate) shares_held: std::sync::atomic::AtomicUsize,
+    /// Its number among the budget's relays (for the shares it parks), if it has a budget.
+    pub(crate) member: Option<usize>,
+    /// Woken when this relay parks a share (its attendant then knows when to give it back).
+    pub(crate) parked_changed: tokio::sync::Notify,
     pub(crate) stats: Arc<RelayStats>,
     pub(crate) health: Mutex<Health>,
     /// Batches in flight whose keys' runs go on across batches (cut at the run's length, or
@@ -165,41 +170,159 @@ impl<S: RelayStore> Inner<S> {
         self.shares_held.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    /// Before a second claim under the same share of a crowded budget (the claim once more
-    /// after declaring idle): waits until the connection of the claim before has finished
-    /// closing, so the next claim does not open one beside it (see [`Self::give_back`]).
-    pub(crate) async fn between_claims(&self) {
-        if self.budget.as_ref().is_some_and(crate::Budget::crowded) {
-            let held = self.shares_held.load(std::sync::atomic::Ordering::Acquire);
-            let keep = u32::try_from(held).unwrap_or(u32::MAX);
-            self.store.close_down_to(keep, SHARE_CLOSE_WAIT).await;
+    /// Before a claim under a share of a crowded budget: its pool may hold its listening
+    /// connection and one per share this relay holds (this one's included), so the unused
+    /// ones beyond that are closed, and the claim waits (at most [`SHARE_CLOSE_WAIT`]) until
+    /// it can run on an unused connection or open one within that bound. A connection on its
+    /// way back to the pool (sqlx pings it first, in a task of its own) or still closing counts
+    /// against the pool but cannot be taken: a claim under a parked share taken back, or the
+    /// claim once more after declaring idle, would otherwise open a connection beside the one
+    /// its batch or claim before used, and the stores together would hold more than one each
+    /// plus the budget's size.
+    pub(crate) async fn ready_to_claim(&self) {
+        if !self.budget.as_ref().is_some_and(crate::Budget::crowded) {
+            return;
+        }
+        let held = self.shares_held.load(std::sync::atomic::Ordering::Acquire);
+        let keep = u32::try_from(held.saturating_add(1)).unwrap_or(u32::MAX);
+        self.store.close_down_to(keep, Duration::ZERO).await;
+        if !self.store.room_to_claim(keep, SHARE_CLOSE_WAIT).await {
+            tracing::debug!(
+                wait = ?SHARE_CLOSE_WAIT,
+                "The store's pool still held a connection per share, none of them unused; claiming anyway"
+            );
         }
     }
 
-    /// Hands a share of the budget back. When more relays share the budget than it has
-    /// shares, the store's pool first stops keeping connections (those it holds unused close,
-    /// and so do those handed back later), and the share goes on only once the pool is down
-    /// to its listening connection and one per other batch of this relay still in flight
+    /// Hands a share of the budget back after its batch was settled or its claim found
+    /// nothing, or parks it: when more relays share the budget than it has shares and none
+    /// waits for one, the share is parked with the connection its pool holds (see
+    /// [`crate::Budget`]: the next claim takes both back, a store with a stream of messages
+    /// opens no connection per message; an idle one gives it back after
+    /// [`crate::Budget::PARK_FOR`]). After a failed claim, or at the stop, [`Self::give_back`].
+    pub(crate) async fn park_or_give_back(
+        self: &Arc<Self>,
+        share: Option<tokio::sync::OwnedSemaphorePermit>,
+    ) {
+        let (Some(s), Some(b)) = (share, &self.budget) else { return };
+        let s = match self.member.filter(|_| b.crowded()) {
+            Some(member) => {
+                let me: Arc<dyn crate::budget::Parker> = self.clone();
+                match b.park(member, s, Arc::downgrade(&me)) {
+                    Ok(()) => {
+                        self.parked_changed.notify_one();
+                        return;
+                    }
+                    Err(s) => s,
+                }
+            }
+            None => s,
+        };
+        self.give_back_now(s).await;
+    }
+
+    /// Hands a share of the budget back, if any (never parks it: see [`Self::give_back_now`]).
+    pub(crate) async fn give_back(&self, share: Option<tokio::sync::OwnedSemaphorePermit>) {
+        if let Some(s) = share {
+            self.give_back_now(s).await;
+        }
+    }
+
+    /// Hands a share of the budget back (never parks it). When more relays share the budget
+    /// than it has shares, the store's pool closes the connections it holds unused beyond its
+    /// listening connection and one per other share of this relay (and, once this relay holds
+    /// none, stops keeping the ones handed back later), and the share goes on only once the
+    /// pool is down to those
     /// (waiting at most [`SHARE_CLOSE_WAIT`]): a connection closing in the background still
     /// counts on the server, and the next store opens one as soon as it has the share. So
     /// the stores together hold at most one connection each plus the budget's size (see
     /// [`crate::Budget`]). Taking a share again ends the shedding.
-    pub(crate) async fn give_back(&self, share: Option<tokio::sync::OwnedSemaphorePermit>) {
-        if let (Some(s), Some(b)) = (share, &self.budget) {
-            let held = self.shares_held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-            if b.crowded() {
+    pub(crate) async fn give_back_now(&self, share: tokio::sync::OwnedSemaphorePermit) {
+        let Some(b) = &self.budget else { return };
+        let held = self.shares_held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        if b.crowded() {
+            // The pool sheds what comes back only once this relay holds no share: the
+            // connections of its other shares (batches in flight, shares parked) stay open.
+            if held <= 1 {
                 self.store.shed_connections(true).await;
-                // The listening connection and one per other share of this relay.
-                let keep = u32::try_from(held).unwrap_or(u32::MAX);
-                if !self.store.close_down_to(keep, SHARE_CLOSE_WAIT).await {
+            }
+            let deadline = Instant::now() + SHARE_CLOSE_WAIT;
+            loop {
+                // The listening connection and one per other share of this relay now (its claim
+                // loop may take one meanwhile: its connection is not this share's).
+                let held = self.shares_held.load(std::sync::atomic::Ordering::Acquire);
+                let keep = u32::try_from(held.saturating_add(1)).unwrap_or(u32::MAX);
+                if self.store.close_down_to(keep, Duration::ZERO).await {
+                    break;
+                }
+                if Instant::now() >= deadline {
                     tracing::debug!(
                         wait = ?SHARE_CLOSE_WAIT,
                         "The store's pool still held more connections than its share; handing the share on"
                     );
+                    break;
                 }
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            drop(s);
         }
+        drop(share);
+    }
+
+    /// A share of the budget for a claim of the lane, without queueing: one this relay parked,
+    /// else one free now, else one another relay parked, given back first (its pool closes the
+    /// connection, as for a relay that queues: parked shares are for whoever needs one; the
+    /// lane would otherwise wait out [`crate::Budget::PARK_FOR`] behind a store that claims
+    /// now and then, while its hot key's batches hold the others). `None` if none of these.
+    pub(crate) async fn share_beside(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let b = self.budget.as_ref()?;
+        if let Some(s) = self.member.and_then(|m| b.unpark(m)) {
+            return Some(s);
+        }
+        if let Some(s) = b.try_take() {
+            self.took_share();
+            return Some(s);
+        }
+        if !b.give_back_oldest_parked().await {
+            return None;
+        }
+        let s = b.try_take()?;
+        self.took_share();
+        Some(s)
+    }
+
+    /// Whether a share is to be had without queueing (see [`Self::share_beside`]).
+    pub(crate) fn share_at_hand(&self) -> bool {
+        self.budget.as_ref().is_some_and(|b| b.has_free() || b.parked() > 0)
+    }
+
+    /// A share of the budget for a claim: one this relay parked, if no other relay waits, else
+    /// one from the queue (`None` only if the budget was closed).
+    pub(crate) async fn take_share(&self, b: &crate::Budget) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if let Some(s) = self.member.and_then(|m| b.unpark(m)) {
+            return Some(s);
+        }
+        let s = b.take().await?;
+        self.took_share();
+        Some(s)
+    }
+
+    /// Gives back the shares this relay parked [`crate::Budget::PARK_FOR`] ago or more (every
+    /// one with `all`); answers when the next one falls due.
+    pub(crate) async fn unpark_expired(&self, all: bool) -> Option<Instant> {
+        let (Some(b), Some(member)) = (&self.budget, self.member) else { return None };
+        let older = if all {
+            None
+        } else {
+            match Instant::now().checked_sub(crate::Budget::PARK_FOR) {
+                Some(t) => Some(t),
+                None => return Some(Instant::now() + crate::Budget::PARK_FOR),
+            }
+        };
+        let (shares, oldest) = b.unpark_older(member, older);
+        for s in shares {
+            self.give_back_now(s).await;
+        }
+        oldest.map(|t| t + crate::Budget::PARK_FOR)
     }
 
     /// Declares this relay idle or busy for writers' wake-ups
@@ -273,6 +396,41 @@ impl<S: RelayStore + Signalled> Relay<S> {
     pub fn builder(outbox: &S) -> RelayBuilder<S> {
         Self::builder_with(outbox.clone(), outbox.commit_signal().clone())
     }
+}
+
+impl<S: RelayStore> crate::budget::Parker for Inner<S> {
+    fn give_back_parked(
+        &self,
+        share: tokio::sync::OwnedSemaphorePermit,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(self.give_back_now(share))
+    }
+}
+
+/// Gives back the shares `inner` parks once unused for [`crate::Budget::PARK_FOR`], until
+/// `stop`; then every one it still has parked.
+pub(crate) async fn attend_parked<S: RelayStore>(
+    inner: Arc<Inner<S>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    if inner.member.is_none() {
+        return;
+    }
+    loop {
+        let changed = inner.parked_changed.notified();
+        let next = inner.unpark_expired(false).await;
+        tokio::select! {
+            () = stop.cancelled() => break,
+            () = changed => {}
+            () = async {
+                match next {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            } => {}
+        }
+    }
+    inner.unpark_expired(true).await;
 }
 
 impl<S: RelayStore> Relay<S> {

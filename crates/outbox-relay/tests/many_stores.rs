@@ -143,7 +143,12 @@ async fn idle_stores_hold_only_their_keeper(server: Server) {
             "an idle store with a keeper does not claim per interval"
         );
     }
-    assert_eq!(server.connections(&dbs[0].0 .0).await, 1, "ticks use the keeper's connection");
+    // The claim once more may have parked its share with a connection, given back once unused
+    // for `Budget::PARK_FOR`; the ticks need none of the pool.
+    eventually("ticks use the keeper's connection alone", || async {
+        server.connections(&dbs[0].0 .0).await == 1 && budget.parked() == 0
+    })
+    .await;
 
     // A delayed foreign message is found by a tick when it falls due; a plain one at once
     // (PostgreSQL: NOTIFY; MySQL: the next tick).
@@ -307,11 +312,167 @@ async fn a_trickle_takes_one_turn_per_message(server: Server) {
     }
 }
 
-/// One MySQL store whose relay scans only once an hour when quiet (`idle_interval`), fed by a
-/// foreign writer (no in-process signal, and MySQL has no push): once a claim has found
-/// messages, the relay looks every `active_scan_interval`, so each message of the stream is
-/// delivered within the test's deadline, where the hourly scan alone would leave it waiting.
-/// A look that sees only the relay's own batch in flight claims nothing.
+/// Three stores on `server` sharing a budget of two shares (crowded: their pools keep no
+/// connection between turns), one of them fed a stream of messages by a foreign writer while
+/// the others stay idle. Nobody waits for a share, so the busy store parks its share after each
+/// batch, with its connection, and the next message's claim takes both back: the stream takes
+/// a turn of the budget or two, not one per message (each turn of a crowded budget opens a
+/// connection: on PostgreSQL a forked process, over TLS a handshake). The pools stay within the
+/// bound of stores + budget meanwhile; once the stream ends, the parked share goes back after
+/// `Budget::PARK_FOR` and every store is back to its listening connection alone.
+async fn a_busy_store_keeps_its_connection_while_nobody_waits(server: Server) {
+    const STORES: usize = 3;
+    const BUDGET: usize = 2;
+    const MESSAGES: usize = 12;
+    let mut dbs = Vec::new();
+    for _ in 0..STORES {
+        dbs.push(empty_store(server).await);
+    }
+    let budget = Budget::new(BUDGET);
+    let stop = CancellationToken::new();
+    let transport = TestTransport::new();
+    let urls: Vec<String> = dbs.iter().map(|((_, url), _)| url.clone()).collect();
+    let (relays, stats, outboxes) = relays_sharing(&urls, &budget, &transport, "busy", None).await;
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
+    let settled = || async {
+        stats.iter().all(|s| s.idle.load(std::sync::atomic::Ordering::Relaxed))
+            && budget.in_use() == 0
+            && budget.parked() == 0
+    };
+    eventually("every store idle, no share held or parked", settled).await;
+    let (turns0, reused0) = (budget.turns(), budget.reused());
+    let done = CancellationToken::new();
+    let sampler = most_connections(&outboxes, STORES + BUDGET, done.clone());
+    for m in 0..MESSAGES {
+        server.insert(&dbs[0].0 .1, &format!("m{m}"), Duration::ZERO).await;
+        eventually("the message delivered", || async { transport.delivered().len() == m + 1 }).await;
+    }
+    let (turns, reused) = (budget.turns() - turns0, budget.reused() - reused0);
+    done.cancel();
+    let most = sampler.await.unwrap();
+    eprintln!("{MESSAGES} messages one after another: {turns} turns, {reused} parked shares reused");
+    assert!(
+        turns <= 3,
+        "{MESSAGES} messages to one store, nobody else waiting, took {turns} turns of the budget \
+         (a connection opened each); a parked share was reused {reused} times"
+    );
+    assert!(
+        reused >= MESSAGES as u64 - 3,
+        "a parked share was reused {reused} times for {MESSAGES} messages"
+    );
+    assert!(
+        most as usize <= STORES + BUDGET,
+        "the pools held {most} connections at once; the bound is {STORES} listeners + a budget of {BUDGET}"
+    );
+    eventually("the parked share given back once unused", settled).await;
+    eventually("back to one connection each", || async {
+        let mut counts = Vec::new();
+        for ((name, _), _) in &dbs {
+            counts.push(server.connections(name).await);
+        }
+        counts.iter().all(|n| *n == 1)
+    })
+    .await;
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    assert_eq!((budget.in_use(), budget.parked()), (0, 0), "the stopped relays hold no share");
+    for (_, db) in dbs {
+        db.drop_db().await;
+    }
+}
+
+/// Three stores on `server` sharing a budget of two shares (crowded), on pools whose
+/// connections take 5 ms on their way back (sqlx pings a connection handed back, in a task of
+/// its own, before it can be taken again; a busy server or a long round trip makes that
+/// long): one store drains a backlog while the others stay idle, so nobody waits and the busy
+/// store parks its shares after its batches and takes them back for the next claims at once,
+/// while the batches' connections are still on their way back. Those claims wait for that
+/// connection instead of opening another beside it: the busy store never holds more than its
+/// listening connection and the budget's two, and all of them together stay within stores +
+/// budget. (Found by `mysql_a_drain_stays_within_the_budget` once on MySQL 9.7 in CI: 11
+/// connections at once, one store holding a connection idle beside its claim's while another
+/// store held the other share.)
+async fn a_claim_under_a_parked_share_opens_no_connection_beside_one_on_its_way_back(server: Server) {
+    const STORES: usize = 3;
+    const BUDGET: usize = 2;
+    const EACH: usize = 400;
+    let mut dbs = Vec::new();
+    for _ in 0..STORES {
+        dbs.push(empty_store(server).await);
+    }
+    let values: Vec<String> = (0..EACH).map(|g| format!("('t', 'b{g}', 'k{g}')")).collect();
+    let backlog =
+        format!("INSERT INTO outbox_message (topic, payload, msg_key) VALUES {}", values.join(", "));
+    let mut outboxes = Vec::new();
+    for ((_, url), _) in &dbs {
+        outboxes.push(match server {
+            Server::Pg => {
+                let pool: sqlx::PgPool = slow_release().connect(url).await.unwrap();
+                AnyOutbox::Postgres(outbox_store::Outbox::new(pool))
+            }
+            Server::My => {
+                let pool: sqlx::MySqlPool = slow_release().connect(url).await.unwrap();
+                AnyOutbox::MySql(outbox_store::Outbox::new(pool))
+            }
+        });
+    }
+    let budget = Budget::new(BUDGET);
+    let stop = CancellationToken::new();
+    let transport = TestTransport::new();
+    let (relays, stats, outboxes) = relays_over(outboxes, &budget, &transport, |i| RelayConfig {
+        owner: format!("slow-{i}"),
+        idle_interval: Duration::from_millis(100),
+        batch_size: 10,
+        ..RelayConfig::default()
+    });
+    let handles: Vec<_> = relays.into_iter().map(|r| tokio::spawn(r.run(stop.clone()))).collect();
+    eventually("every store idle", || async {
+        stats.iter().all(|s| s.idle.load(std::sync::atomic::Ordering::Relaxed))
+    })
+    .await;
+    let reused0 = budget.reused();
+    let url = &dbs[0].0 .1;
+    match server {
+        Server::Pg => {
+            let mut c = sqlx::PgConnection::connect(url).await.unwrap();
+            sqlx::query(&backlog).execute(&mut c).await.unwrap();
+            c.close().await.unwrap();
+        }
+        Server::My => {
+            let mut c = sqlx::MySqlConnection::connect(url).await.unwrap();
+            sqlx::query(&backlog).execute(&mut c).await.unwrap();
+            c.close().await.unwrap();
+        }
+    }
+    let done = CancellationToken::new();
+    let busy = most_connections(&outboxes[..1], 1 + BUDGET, done.clone());
+    let all = most_connections(&outboxes, STORES + BUDGET, done.clone());
+    eventually("the backlog delivered", || async { transport.delivered().len() == EACH }).await;
+    done.cancel();
+    let (busy, all) = (busy.await.unwrap(), all.await.unwrap());
+    let reused = budget.reused() - reused0;
+    eprintln!("{EACH} messages in batches of 10: parked shares reused {reused} times, the busy store held {busy} connections at most");
+    assert!(reused > 0, "the busy store never took back a parked share: the path is not exercised");
+    assert!(
+        busy as usize <= 1 + BUDGET,
+        "the busy store's pool held {busy} connections at once: its listening connection and a budget of {BUDGET} allow {}",
+        1 + BUDGET
+    );
+    assert!(
+        all as usize <= STORES + BUDGET,
+        "the pools held {all} connections at once; the bound is {STORES} listeners + a budget of {BUDGET}"
+    );
+    stop.cancel();
+    for h in handles {
+        h.await.unwrap();
+    }
+    for (_, db) in dbs {
+        db.drop_db().await;
+    }
+}
+
 /// MySQL/MariaDB: the lane under a crowded budget (four stores, a budget of three shares) stays
 /// within the bound of stores + budget. Store 0 has a hot key whose batches are stuck in their
 /// publish (the first; the second, continuing its run, waits for its word: two shares held);
@@ -390,6 +551,11 @@ async fn mysql_the_lane_under_a_crowded_budget_stays_within_it() {
     }
 }
 
+/// One MySQL store whose relay scans only once an hour when quiet (`idle_interval`), fed by a
+/// foreign writer (no in-process signal, and MySQL has no push): once a claim has found
+/// messages, the relay looks every `active_scan_interval`, so each message of the stream is
+/// delivered within the test's deadline, where the hourly scan alone would leave it waiting.
+/// A look that sees only the relay's own batch in flight claims nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_stream_of_foreign_messages_is_found_by_quicker_looks() {
     const STREAM: usize = 5;
@@ -525,10 +691,24 @@ async fn relays_with(
     pool: u32,
     config: impl Fn(usize) -> RelayConfig,
 ) -> (Vec<Relay<AnyOutbox>>, Vec<Arc<RelayStats>>, Vec<AnyOutbox>) {
-    let (mut relays, mut stats, mut outboxes) = (Vec::new(), Vec::new(), Vec::new());
-    for (i, url) in urls.iter().enumerate() {
-        let outbox = AnyOutbox::connect(url, pool).await.unwrap();
-        let relay = Relay::builder(&outbox)
+    let mut outboxes = Vec::new();
+    for url in urls {
+        outboxes.push(AnyOutbox::connect(url, pool).await.unwrap());
+    }
+    relays_over(outboxes, budget, transport, config)
+}
+
+/// A relay per store of `outboxes`, configured by `config` (given the store's index), all
+/// sharing `budget`, publishing to `transport`.
+fn relays_over(
+    outboxes: Vec<AnyOutbox>,
+    budget: &Budget,
+    transport: &TestTransport,
+    config: impl Fn(usize) -> RelayConfig,
+) -> (Vec<Relay<AnyOutbox>>, Vec<Arc<RelayStats>>, Vec<AnyOutbox>) {
+    let (mut relays, mut stats) = (Vec::new(), Vec::new());
+    for (i, outbox) in outboxes.iter().enumerate() {
+        let relay = Relay::builder(outbox)
             .config(config(i))
             .budget(budget.clone())
             .destination(Destination::new("d", Arc::new(transport.clone())))
@@ -537,9 +717,18 @@ async fn relays_with(
             .unwrap();
         stats.push(relay.stats());
         relays.push(relay);
-        outboxes.push(outbox);
     }
     (relays, stats, outboxes)
+}
+
+/// Pool options whose connections take 5 ms on their way back to the pool (at most 6).
+fn slow_release<DB: sqlx::Database>() -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new().max_connections(6).after_release(|_, _| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            Ok(true)
+        })
+    })
 }
 
 /// Samples the pools' total of connections every 200 µs until `done` (not a wait: it reads
@@ -623,4 +812,24 @@ async fn postgres_a_trickle_takes_one_turn_per_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mysql_a_trickle_takes_one_turn_per_message() {
     a_trickle_takes_one_turn_per_message(Server::My).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_claim_under_a_parked_share_opens_no_connection_beside_one_on_its_way_back() {
+    a_claim_under_a_parked_share_opens_no_connection_beside_one_on_its_way_back(Server::Pg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_claim_under_a_parked_share_opens_no_connection_beside_one_on_its_way_back() {
+    a_claim_under_a_parked_share_opens_no_connection_beside_one_on_its_way_back(Server::My).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_busy_store_keeps_its_connection_while_nobody_waits() {
+    a_busy_store_keeps_its_connection_while_nobody_waits(Server::Pg).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_a_busy_store_keeps_its_connection_while_nobody_waits() {
+    a_busy_store_keeps_its_connection_while_nobody_waits(Server::My).await;
 }

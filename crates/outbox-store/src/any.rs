@@ -418,6 +418,10 @@ impl Wakeups for AnyOutbox {
     async fn close_down_to(&self, keep: u32, within: Duration) -> bool {
         each!(self, o => Wakeups::close_down_to(o, keep, within).await)
     }
+
+    async fn room_to_claim(&self, keep: u32, within: Duration) -> bool {
+        each!(self, o => Wakeups::room_to_claim(o, keep, within).await)
+    }
 }
 
 impl crate::relay::Backlog for AnyOutbox {

@@ -454,18 +454,46 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         }
     }
 
-    /// Closes the connections the pool holds unused, then waits (at most `within`) until the
-    /// pool holds at most `keep` connections in all, and says whether it got there. A
-    /// connection handed back to a shedding pool closes in a task of its own and counts
-    /// against the pool (and the server) until that close completes: a relay sharing a crowded
-    /// budget waits for it before handing its share on, so the next store's connection is
-    /// opened only once this one is gone. The wait polls the pool's count every millisecond
-    /// (sqlx announces no close).
+    /// Closes connections the pool holds unused, as many as it holds beyond `keep`, then waits
+    /// (at most `within`) until the pool holds at most `keep` connections in all, and says
+    /// whether it got there. Those within `keep` stay open (a relay's parked share keeps its
+    /// connection: see `outbox_relay::Budget`). A connection handed back to a shedding pool
+    /// closes in a task of its own and counts against the pool (and the server) until that
+    /// close completes: a relay sharing a crowded budget waits for it before handing its share
+    /// on, so the next store's connection is opened only once this one is gone. The wait polls
+    /// the pool's count every millisecond (sqlx announces no close).
     pub async fn close_down_to(&self, keep: u32, within: std::time::Duration) -> bool {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            self.close_idle_connections().await;
+            for _ in 0..self.pool.size().saturating_sub(keep) {
+                match self.pool.try_acquire() {
+                    Some(c) => {
+                        let _ = c.close().await;
+                    }
+                    None => break,
+                }
+            }
             if self.pool.size() <= keep {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+    }
+
+    /// Waits (at most `within`) until a statement can run on this pool without it holding more
+    /// than `keep` connections: one is unused, or it holds fewer than `keep`; says whether it
+    /// got there. A connection on its way back to the pool (sqlx pings it, in a task of its
+    /// own, before it can be taken again) or closing counts against the pool and the server
+    /// but cannot be taken: a relay under a crowded budget that claims again right after its
+    /// batch, on the share it kept (`outbox_relay::Budget`), waits for that connection rather
+    /// than opening another beside it. Polls every millisecond, as [`Self::close_down_to`].
+    pub async fn room_to_claim(&self, keep: u32, within: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if self.pool.num_idle() > 0 || self.pool.size() < keep {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {

@@ -152,6 +152,19 @@ impl Metrics {
             }
         });
     }
+
+    /// The shared budget of batches in flight (`relay.total_in_flight_batches`), as it is now.
+    fn record_budget(&self, b: &outbox_relay::Budget) {
+        metrics::with_local_recorder(&self.recorder, || {
+            metrics::gauge!("outbox_budget_shares").set(b.size() as f64);
+            metrics::gauge!("outbox_budget_shares_taken", "state" => "in_use").set(b.in_use() as f64);
+            metrics::gauge!("outbox_budget_shares_taken", "state" => "parked").set(b.parked() as f64);
+            metrics::counter!("outbox_budget_turns_total").absolute(b.turns());
+            metrics::counter!("outbox_budget_parked_reused_total").absolute(b.reused());
+            metrics::counter!("outbox_budget_parked_given_back_total").absolute(b.evicted());
+            metrics::gauge!("outbox_budget_wait_seconds_total").set(b.waited().as_secs_f64());
+        });
+    }
 }
 
 /// Which histogram of a relay.
@@ -196,6 +209,9 @@ fn histograms(stores: &[StoreHandle]) -> String {
 /// The exposition text.
 pub(super) async fn render(State(state): State<AdminState>) -> Response {
     state.metrics.record_counters(&state.stores);
+    if let Some(b) = &state.budget {
+        state.metrics.record_budget(b);
+    }
     let mut text = state.metrics.handle.render();
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');

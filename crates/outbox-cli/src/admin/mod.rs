@@ -54,6 +54,8 @@ pub(crate) struct AdminState {
     probe_timeout: Duration,
     /// `[admin] allow_resend`: edit-and-resend is refused (403) unless set.
     resend: bool,
+    /// The relays' shared budget of batches in flight, for its metrics.
+    budget: Option<outbox_relay::Budget>,
 }
 
 impl AdminState {
@@ -71,7 +73,15 @@ impl AdminState {
             metrics: Arc::new(metrics::Metrics::new()),
             probe_timeout: Duration::from_secs(3),
             resend: false,
+            budget: None,
         }
+    }
+
+    /// The budget the relays share (its turns, waits and parked shares in the metrics).
+    #[must_use]
+    pub(crate) fn budget(mut self, budget: outbox_relay::Budget) -> Self {
+        self.budget = Some(budget);
+        self
     }
 
     /// Allows edit-and-resend (`[admin] allow_resend`).

@@ -24,7 +24,7 @@ fn state(outbox: AnyOutbox, transport: &TestTransport, tokens: bool) -> AdminSta
     }];
     let dests = vec![DestinationHandle { name: "broker".into(), transport: Arc::new(transport.clone()) }];
     let tokens = tokens.then(|| Tokens { read: READ.into(), admin: ADMIN.into() });
-    AdminState::new(stores, dests, tokens)
+    AdminState::new(stores, dests, tokens).budget(outbox_relay::Budget::new(4))
 }
 
 /// Sends one request; returns the status, the content type and the body.
@@ -263,6 +263,17 @@ async fn the_api_searches_pages_shows_and_acts(outbox: AnyOutbox) {
     assert_eq!(value("outbox_claims_beside_total{store=\"main\"}"), 0.0);
     assert_eq!(value("outbox_lane_looks_total{store=\"main\"}"), 0.0);
     assert_eq!(value("outbox_lane_left_total{store=\"main\"}"), 0.0);
+    // The budget the relays share: its size, nothing taken or parked, no turn yet.
+    assert_eq!(value("outbox_budget_shares "), 4.0);
+    assert_eq!(value("outbox_budget_shares_taken{state=\"in_use\"}"), 0.0);
+    assert_eq!(value("outbox_budget_shares_taken{state=\"parked\"}"), 0.0);
+    for series in [
+        "outbox_budget_turns_total",
+        "outbox_budget_parked_reused_total",
+        "outbox_budget_parked_given_back_total",
+    ] {
+        assert_eq!(value(series), 0.0, "{series}");
+    }
     // The claims by kind: every kind has its series from the start (no relay ran here).
     for kind in outbox_relay::ClaimKind::ALL {
         for name in ["outbox_claims_by_kind_total", "outbox_empty_claims_total"] {

@@ -181,8 +181,9 @@ async fn start(
             .iter()
             .map(|d| crate::admin::DestinationHandle { name: d.name.clone(), transport: d.transport.clone() })
             .collect();
-        let state =
-            crate::admin::AdminState::new(admin_stores, dests, tokens).allow_resend(admin.allow_resend);
+        let state = crate::admin::AdminState::new(admin_stores, dests, tokens)
+            .allow_resend(admin.allow_resend)
+            .budget(budget.clone());
         relays.push(tokio::spawn(state.clone().sample_backlog(admin.backlog_interval, stop.clone())));
         let limits =
             crate::ack_server::AckLimits { max_connections: admin.max_connections, ..Default::default() };

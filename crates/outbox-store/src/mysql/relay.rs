@@ -707,6 +707,10 @@ impl Wakeups for Outbox<MySql> {
         Outbox::close_down_to(self, keep, within).await
     }
 
+    async fn room_to_claim(&self, keep: u32, within: Duration) -> bool {
+        Outbox::room_to_claim(self, keep, within).await
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let tables = self.tables();
         if idle {

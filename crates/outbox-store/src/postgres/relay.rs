@@ -751,6 +751,10 @@ impl Wakeups for Outbox<Postgres> {
         Outbox::close_down_to(self, keep, within).await
     }
 
+    async fn room_to_claim(&self, keep: u32, within: Duration) -> bool {
+        Outbox::room_to_claim(self, keep, within).await
+    }
+
     async fn set_idle(&self, owner: &str, idle: bool, ttl: Duration) -> Result<()> {
         let sql = render(self.tables(), if idle { IDLE_ON } else { IDLE_OFF });
         let q = sqlx::query(&sql).bind(owner);

@@ -655,6 +655,15 @@ pub trait Wakeups: Clone + Send + Sync + 'static {
         let _ = (keep, within);
         async { true }
     }
+
+    /// Waits (at most `within`) until a claim can run without the pool holding more than
+    /// `keep` connections: one is unused, or it holds fewer than `keep` (those on their way
+    /// back to it or closing counted): see [`Outbox::room_to_claim`](crate::Outbox::room_to_claim).
+    /// Returns whether it got there (at once by default).
+    fn room_to_claim(&self, keep: u32, within: Duration) -> impl Future<Output = bool> + Send {
+        let _ = (keep, within);
+        async { true }
+    }
 }
 
 /// Destinations an operator paused for every relay on the store (`outbox_destination_pause`).
