@@ -463,8 +463,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// on, so the next store's connection is opened only once this one is gone. The wait polls
     /// the pool's count every millisecond (sqlx announces no close).
     pub async fn close_down_to(&self, keep: u32, within: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
+        poll_pool(within, || async {
             for _ in 0..self.pool.size().saturating_sub(keep) {
                 match self.pool.try_acquire() {
                     Some(c) => {
@@ -473,14 +472,9 @@ impl<DB: OutboxDatabase> Outbox<DB> {
                     None => break,
                 }
             }
-            if self.pool.size() <= keep {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+            self.pool.size() <= keep
+        })
+        .await
     }
 
     /// Waits (at most `within`) until a statement can run on this pool without it holding more
@@ -491,16 +485,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     /// batch, on the share it kept (`outbox_relay::Budget`), waits for that connection rather
     /// than opening another beside it. Polls every millisecond, as [`Self::close_down_to`].
     pub async fn room_to_claim(&self, keep: u32, within: std::time::Duration) -> bool {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            if self.pool.num_idle() > 0 || self.pool.size() < keep {
-                return true;
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return false;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-        }
+        poll_pool(within, || async { self.pool.num_idle() > 0 || self.pool.size() < keep }).await
     }
 
     /// Closes the connections the pool holds unused now (the pool opens new ones on demand).
@@ -664,5 +649,25 @@ impl<DB: OutboxDatabase> Deref for OutboxTransaction<'_, DB> {
 impl<DB: OutboxDatabase> DerefMut for OutboxTransaction<'_, DB> {
     fn deref_mut(&mut self) -> &mut Self::Target {
         &mut self.tx
+    }
+}
+
+/// Runs `check` until it holds or `within` has passed (at least once), every millisecond: a
+/// pool's counts, which sqlx changes without telling (a connection released or closed in a
+/// task of its own). Says whether it held.
+async fn poll_pool<F, Fut>(within: std::time::Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
     }
 }
