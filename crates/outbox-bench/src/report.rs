@@ -395,6 +395,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
              | PostgreSQL transactions/s (all stores) | {} |\n\
              | MariaDB statements/s (server-wide) | {} |\n\
              | relay claims/s (all stores) | {:.2} |\n\
+             | connections opened meanwhile (all stores) | {} |\n\
              | CPU % of a core | {:.2} |\n",
             s.postgres_stores,
             s.mysql_stores,
@@ -404,6 +405,7 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
             opt(s.idle_pg_xacts_per_s),
             opt(s.idle_mysql_queries_per_s),
             s.idle_claims_per_s,
+            s.idle_connections_opened,
             s.idle_cpu_percent,
         );
         let _ = writeln!(
@@ -424,11 +426,12 @@ pub fn markdown(r: &Report, charts: &[(&str, &str)]) -> String {
         );
         let _ = writeln!(
             md,
-            "Budget during the drain: {} turns, {:.1} ms mean wait for one, {} parked shares taken back by their stores (a turn and a connection saved each), {} given back for a store that found none free; the trickling stores made {:.2} claims per message, {:.1} ms per claim, {:.1} ms per settlement (means), and {:.1} / {:.1} looks per store and second while idle (PostgreSQL / MySQL-MariaDB stores).\n",
+            "Budget during the drain: {} turns, {:.1} ms mean wait for one, {} parked shares taken back by their stores (a turn and a connection saved each), {} given back for a store that found none free, {} connections opened by the stores' pools; the trickling stores made {:.2} claims per message, {:.1} ms per claim, {:.1} ms per settlement (means), and {:.1} / {:.1} looks per store and second while idle (PostgreSQL / MySQL-MariaDB stores).\n",
             s.drain_budget_turns,
             s.drain_budget_wait_ms,
             s.drain_budget_reused,
             s.drain_budget_evicted,
+            s.drain_connections_opened,
             s.trickle_claims_per_message,
             s.trickle_claim_ms,
             s.trickle_settle_ms,

@@ -81,6 +81,9 @@ pub struct StoresResult {
     pub idle_mysql_queries_per_s: Option<f64>,
     /// Idle: claims per second, every store together.
     pub idle_claims_per_s: f64,
+    /// Idle: connections the stores' pools opened while idle, together (a relay whose store
+    /// has nothing to send opens none).
+    pub idle_connections_opened: u64,
     /// Stores given a backlog.
     pub big_stores: usize,
     /// Messages in each backlog.
@@ -109,6 +112,10 @@ pub struct StoresResult {
     pub drain_budget_reused: u64,
     /// Parked shares given back during the drain for a store that found none free.
     pub drain_budget_evicted: u64,
+    /// Connections the stores' pools opened during the drain, together (see
+    /// `outbox_store::Outbox::connections_opened`): on a crowded budget about one per turn,
+    /// none for a share taken back parked.
+    pub drain_connections_opened: u64,
     /// Claims by the trickling stores during the drain, per trickle message.
     pub trickle_claims_per_message: f64,
     /// The idle relays' looks (keeper ticks: one statement each on its connection) per
@@ -172,6 +179,7 @@ impl Transport for Stamped {
 struct Store<'a> {
     db: &'a BenchDb,
     stats: Arc<RelayStats>,
+    outbox: AnyOutbox,
 }
 
 /// Connections to the bench's databases on a server: PostgreSQL counts the relay's only (by
@@ -343,7 +351,7 @@ async fn run_on(cfg: &BenchConfig, dbs: &[BenchDb], servers: &Servers, prefix: &
                     .route(Route::new("#", ["bench"]))
                     .build()
                     .map_err(|e| Error::Config(e.to_string()))?;
-                stores.push(Store { db, stats: relay.stats() });
+                stores.push(Store { db, stats: relay.stats(), outbox: outbox.clone() });
                 engines.push(relay);
             }
             Ok::<_, Error>(())
@@ -385,6 +393,7 @@ async fn measure(
     let pg_stores = stores.iter().filter(|s| s.db.dialect == Dialect::Postgres).count();
     let my_stores = stores.len() - pg_stores;
     let claims = || stores.iter().map(|s| RelayStats::get(&s.stats.claims)).sum::<u64>();
+    let opened = || stores.iter().filter_map(|s| s.outbox.connections_opened()).sum::<u64>();
     // The connections opened at start (migration, first claims) close after the pools' idle
     // timeout; the idle state is measured after it.
     tokio::time::sleep(outbox_store::POOL_IDLE_TIMEOUT * 2 + Duration::from_secs(5)).await;
@@ -396,11 +405,12 @@ async fn measure(
     };
     let my_probe = my_probe.as_ref();
     let (pg0, my0) = servers.counters(prefix, my_probe).await?;
-    let (cpu0, c0, t0) = (sys::cpu_time(), claims(), Instant::now());
+    let (cpu0, c0, t0, opened0) = (sys::cpu_time(), claims(), Instant::now(), opened());
     tokio::time::sleep(cfg.idle_duration).await;
     let idle_seconds = t0.elapsed().as_secs_f64();
     let idle_cpu = sys::cpu_time().saturating_sub(cpu0).as_secs_f64();
     let idle_claims = claims() - c0;
+    let idle_connections_opened = opened().saturating_sub(opened0);
     let (pg1, my1) = servers.counters(prefix, my_probe).await?;
     // Our own sampling statements (one transaction per sample on PostgreSQL) are not the relay's.
     let per_s = |a: Option<u64>, b: Option<u64>, ours: u64| match (a, b) {
@@ -418,7 +428,7 @@ async fn measure(
     big.truncate(cfg.stores_big.max(1));
     let backlog = (cfg.n as u64 / big.len() as u64).max(1);
     let (turns0, waited0) = (budget.turns(), budget.waited());
-    let (reused0, evicted0) = (budget.reused(), budget.evicted());
+    let (reused0, evicted0, opened1) = (budget.reused(), budget.evicted(), opened());
     let trickle_claims = || {
         stores
             .iter()
@@ -519,6 +529,7 @@ async fn measure(
         let _ = w.await;
     }
     let drain_budget_turns = budget.turns() - turns0;
+    let drain_connections_opened = opened().saturating_sub(opened1);
     let drain_budget_wait = budget.waited().saturating_sub(waited0);
     let drain_trickle_claims = trickle_claims() - trickle_claims0;
     let times1 = trickle_times();
@@ -566,6 +577,7 @@ async fn measure(
         idle_pg_xacts_per_s,
         idle_mysql_queries_per_s,
         idle_claims_per_s: idle_claims as f64 / idle_seconds.max(1e-9),
+        idle_connections_opened,
         big_stores: big.len(),
         backlog_per_store: backlog,
         drain_seconds: last,
@@ -573,6 +585,7 @@ async fn measure(
         big_store_done_s: (first, last),
         trickle_messages: written.len() as u64,
         drain_budget_turns,
+        drain_connections_opened,
         drain_budget_wait_ms: drain_budget_wait.as_secs_f64() * 1000.0 / drain_budget_turns.max(1) as f64,
         drain_budget_reused: budget.reused() - reused0,
         drain_budget_evicted: budget.evicted() - evicted0,

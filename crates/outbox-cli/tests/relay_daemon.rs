@@ -264,6 +264,9 @@ async fn the_admin_listener_serves_metrics_and_pauses_a_destination() {
     assert_eq!(number(sample(&body, "outbox_destination_paused", &dest)), 0.0);
     assert_eq!(number(sample(&body, "outbox_destination_circuit_open", &dest)), 0.0);
     assert!(body.lines().all(|l| !l.contains("message_id")), "no per-message label");
+    // The store's pool counts the connections it opened: at least the first, at most its 4.
+    let opened = number(sample(&body, "outbox_pool_connections_opened_total", &store));
+    assert!((1.0..=4.0).contains(&opened), "{opened} connections opened\n{body}");
 
     // Pause: once the relay has read it (its gauge says so), new messages are deferred, not sent.
     let (code, body) = http(port, "POST", "/api/v1/stores/shop/destinations/stream/pause", admin).await;

@@ -341,16 +341,20 @@ async fn a_busy_store_keeps_its_connection_while_nobody_waits(server: Server) {
     };
     eventually("every store idle, no share held or parked", settled).await;
     let (turns0, reused0) = (budget.turns(), budget.reused());
+    let opened = || outboxes.iter().map(|o| o.connections_opened().unwrap()).sum::<u64>();
+    let opened0 = opened();
     let done = CancellationToken::new();
     let sampler = most_connections(&outboxes, STORES + BUDGET, done.clone());
     for m in 0..MESSAGES {
         server.insert(&dbs[0].0 .1, &format!("m{m}"), Duration::ZERO).await;
         eventually("the message delivered", || async { transport.delivered().len() == m + 1 }).await;
     }
-    let (turns, reused) = (budget.turns() - turns0, budget.reused() - reused0);
+    let (turns, reused, opened) = (budget.turns() - turns0, budget.reused() - reused0, opened() - opened0);
     done.cancel();
     let most = sampler.await.unwrap();
-    eprintln!("{MESSAGES} messages one after another: {turns} turns, {reused} parked shares reused");
+    eprintln!(
+        "{MESSAGES} messages one after another: {turns} turns, {reused} parked shares reused, {opened} connections opened"
+    );
     assert!(
         turns <= 3,
         "{MESSAGES} messages to one store, nobody else waiting, took {turns} turns of the budget \
@@ -359,6 +363,13 @@ async fn a_busy_store_keeps_its_connection_while_nobody_waits(server: Server) {
     assert!(
         reused >= MESSAGES as u64 - 3,
         "a parked share was reused {reused} times for {MESSAGES} messages"
+    );
+    // What the turns stand for, counted by the pools themselves: a connection opened per turn
+    // at most, none per message under a share taken back.
+    assert!(
+        opened <= turns.max(1) + 1,
+        "{MESSAGES} messages to one store opened {opened} connections in {turns} turns; \
+         a parked share was reused {reused} times"
     );
     assert!(
         most as usize <= STORES + BUDGET,

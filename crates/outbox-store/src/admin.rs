@@ -122,6 +122,12 @@ pub trait MessageAdmin: Send + Sync {
     /// [`RelayPresence::silent_ms`]). A row that cannot be read is left out with a warning.
     fn relays(&self) -> impl Future<Output = Result<Vec<RelayPresence>>> + Send;
 
+    /// [`MessageAdmin::stats`] and [`MessageAdmin::relays`] read on one connection (the second
+    /// may fail alone): for a sampler that reads both from every store now and then, so that a
+    /// store whose pool keeps no connection (one of many on `outbox relay`'s crowded budget)
+    /// opens one per sample, not one per statement.
+    fn backlog(&self) -> impl Future<Output = Result<(Stats, Result<Vec<RelayPresence>>)>> + Send;
+
     /// The destinations paused now, by name.
     fn pauses(&self) -> impl Future<Output = Result<Vec<DestinationPause>>> + Send;
 

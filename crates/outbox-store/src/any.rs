@@ -1,7 +1,7 @@
 //! [`AnyOutbox`]: the database chosen at run time by URL scheme, for the `outbox` command.
 
 pub use outbox_core::redact_url;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -107,11 +107,20 @@ pub fn ensure_crypto_provider() -> bool {
 pub const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A pool of at most `max_connections` that waits at most 10 s for a connection.
+/// The options of every pool [`AnyOutbox::connect`] builds: `max_connections`, and each
+/// connection opened counted in `opened` (see [`Outbox::connections_opened`]).
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
-fn pool_options<DB: sqlx::Database>(max_connections: u32) -> sqlx::pool::PoolOptions<DB> {
+fn pool_options<DB: sqlx::Database>(
+    max_connections: u32,
+    opened: Arc<AtomicU64>,
+) -> sqlx::pool::PoolOptions<DB> {
     sqlx::pool::PoolOptions::new()
         .max_connections(max_connections)
         .acquire_timeout(std::time::Duration::from_secs(10))
+        .after_connect(move |_conn, _meta| {
+            opened.fetch_add(1, Ordering::Relaxed);
+            Box::pin(async { Ok(()) })
+        })
 }
 
 /// [`pool_options`] for a database server: no connection kept open for nothing (none at all
@@ -121,13 +130,15 @@ fn pool_options<DB: sqlx::Database>(max_connections: u32) -> sqlx::pool::PoolOpt
 fn server_pool_options<DB: sqlx::Database>(
     max_connections: u32,
     shed: Arc<AtomicBool>,
+    opened: Arc<AtomicU64>,
 ) -> sqlx::pool::PoolOptions<DB> {
-    pool_options(max_connections).min_connections(0).idle_timeout(Some(POOL_IDLE_TIMEOUT)).after_release(
-        move |_conn, _meta| {
+    pool_options(max_connections, opened)
+        .min_connections(0)
+        .idle_timeout(Some(POOL_IDLE_TIMEOUT))
+        .after_release(move |_conn, _meta| {
             let keep = !shed.load(Ordering::Relaxed);
             Box::pin(async move { Ok(keep) })
-        },
-    )
+        })
 }
 
 impl AnyOutbox {
@@ -146,28 +157,32 @@ impl AnyOutbox {
         match Dialect::of_url(url)? {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let shed = Arc::new(AtomicBool::new(false));
-                let pool = server_pool_options(max_connections, shed.clone())
+                let (shed, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+                let pool = server_pool_options(max_connections, shed.clone(), opened.clone())
                     .connect(url)
                     .await
                     .map_err(unreachable)?;
-                Ok(AnyOutbox::Postgres(Outbox::new(pool).with_shed_flag(shed)))
+                Ok(AnyOutbox::Postgres(Outbox::new(pool).with_pool_hooks(Some(shed), opened)))
             }
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
-                let shed = Arc::new(AtomicBool::new(false));
-                let pool = server_pool_options(max_connections, shed.clone())
+                let (shed, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+                let pool = server_pool_options(max_connections, shed.clone(), opened.clone())
                     .connect(&url)
                     .await
                     .map_err(unreachable)?;
-                Ok(AnyOutbox::MySql(Outbox::new(pool).with_shed_flag(shed)))
+                Ok(AnyOutbox::MySql(Outbox::new(pool).with_pool_hooks(Some(shed), opened)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
                 let opts = crate::sqlite::connect_options(url)?;
-                let pool = pool_options(max_connections).connect_with(opts).await.map_err(unreachable)?;
-                Ok(AnyOutbox::Sqlite(Outbox::new(pool)))
+                let opened = Arc::new(AtomicU64::new(0));
+                let pool = pool_options(max_connections, opened.clone())
+                    .connect_with(opts)
+                    .await
+                    .map_err(unreachable)?;
+                Ok(AnyOutbox::Sqlite(Outbox::new(pool).with_pool_hooks(None, opened)))
             }
             #[allow(unreachable_patterns)]
             other => Err(Error::Config(format!("{other:?} support is not compiled into this build"))),
@@ -228,6 +243,11 @@ impl AnyOutbox {
     /// The connection pool's size and how many of its connections are idle.
     pub fn pool_connections(&self) -> (u32, usize) {
         each!(self, o => (o.pool().size(), o.pool().num_idle()))
+    }
+
+    /// See [`Outbox::connections_opened`].
+    pub fn connections_opened(&self) -> Option<u64> {
+        each!(self, o => o.connections_opened())
     }
 
     /// See [`Outbox::get`].
@@ -457,6 +477,10 @@ impl crate::admin::MessageAdmin for AnyOutbox {
 
     async fn relays(&self) -> Result<Vec<crate::admin::RelayPresence>> {
         each!(self, o => o.relays().await)
+    }
+
+    async fn backlog(&self) -> Result<(crate::admin::Stats, Result<Vec<crate::admin::RelayPresence>>)> {
+        each!(self, o => o.backlog().await)
     }
 
     async fn show(&self, id: outbox_core::MessageId) -> Result<crate::admin::MessageDetail> {

@@ -341,6 +341,9 @@ pub struct Outbox<DB: OutboxDatabase> {
     /// While set, connections handed back to the pool are closed (when the pool was built to
     /// ask it: see [`Outbox::shed_connections`]).
     shed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// How many connections the pool has opened, when it was built to count them (see
+    /// [`Outbox::connections_opened`]).
+    opened: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
     /// Whether the message table is as the migrations left it, checked now and then (see
     /// [`crate::relay::PlainTable`]).
     pub(crate) plain: std::sync::Arc<crate::relay::PlainTable>,
@@ -369,6 +372,7 @@ impl<DB: OutboxDatabase> Clone for Outbox<DB> {
             signal: self.signal.clone(),
             tables: self.tables.clone(),
             shed: self.shed.clone(),
+            opened: self.opened.clone(),
             plain: self.plain.clone(),
             no_idle_transaction_timeout: self.no_idle_transaction_timeout.clone(),
             has_idle_transaction_timeout: self.has_idle_transaction_timeout.clone(),
@@ -388,6 +392,7 @@ impl<DB: OutboxDatabase> Outbox<DB> {
             signal: CommitSignal::new(),
             tables: Tables::default(),
             shed: Default::default(),
+            opened: None,
             plain: Default::default(),
             no_idle_transaction_timeout: Default::default(),
             has_idle_transaction_timeout: Default::default(),
@@ -397,12 +402,32 @@ impl<DB: OutboxDatabase> Outbox<DB> {
         }
     }
 
-    /// Wraps a pool built with [`shedding_hook`]`(flag)`: [`Outbox::shed_connections`] then
-    /// closes the connections handed back.
-    #[cfg_attr(not(any(feature = "postgres", feature = "mysql")), allow(dead_code))]
-    pub(crate) fn with_shed_flag(mut self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
-        self.shed = flag;
+    /// Wraps a pool built by [`AnyOutbox::connect`](crate::AnyOutbox::connect): `shed` is the
+    /// flag its `after_release` hook reads ([`Outbox::shed_connections`] then closes the
+    /// connections handed back), `opened` the count its `after_connect` hook adds to
+    /// ([`Outbox::connections_opened`]).
+    #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
+    pub(crate) fn with_pool_hooks(
+        mut self,
+        shed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+        opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    ) -> Self {
+        if let Some(shed) = shed {
+            self.shed = shed;
+        }
+        self.opened = Some(opened);
         self
+    }
+
+    /// How many connections the pool has opened since it was built (the first included), when
+    /// it was built by [`AnyOutbox::connect`](crate::AnyOutbox::connect); `None` for a pool of
+    /// your own ([`Outbox::new`]), which this outbox cannot count. A relay over many stores on a
+    /// crowded budget should open about one per turn of a store (see `outbox_relay::Budget`):
+    /// a count that grows with the messages is connection churn (a TLS handshake, a forked
+    /// PostgreSQL backend each). `outbox relay` exports it as
+    /// `outbox_pool_connections_opened_total`.
+    pub fn connections_opened(&self) -> Option<u64> {
+        self.opened.as_ref().map(|n| n.load(std::sync::atomic::Ordering::Relaxed))
     }
 
     /// This outbox with its tables in another schema and/or with another prefix ([`Tables`]):

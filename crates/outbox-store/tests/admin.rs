@@ -564,3 +564,65 @@ async fn autovacuum_on_reports_the_postgres_setting_and_nothing_elsewhere() {
     assert_eq!(outbox.autovacuum_on().await.unwrap(), None);
     lite.drop_db().await;
 }
+
+/// A pool built by `AnyOutbox::connect` counts the connections it opens (`outbox relay` exports
+/// the count as `outbox_pool_connections_opened_total`: connection churn on a crowded budget), on
+/// each store; a pool of one's own is not counted.
+#[tokio::test]
+async fn a_connected_pool_counts_the_connections_it_opens() {
+    async fn check(url: &str) {
+        let outbox = outbox_store::AnyOutbox::connect(url, 2).await.unwrap();
+        // `connect` opens one to check the URL and keeps it.
+        assert_eq!(outbox.connections_opened(), Some(1), "{url}");
+        outbox.migrate().await.unwrap();
+        let none = MessageId(1);
+        assert!(outbox.get(none).await.unwrap().is_none());
+        // The migration may close the one it locked the schema on.
+        let opened = outbox.connections_opened().unwrap();
+        assert!((1..=3).contains(&opened), "{opened} ({url})");
+        for _ in 0..3 {
+            assert!(outbox.get(none).await.unwrap().is_none());
+        }
+        assert_eq!(outbox.connections_opened(), Some(opened), "an idle one was reused: {url}");
+        // Closed while unused (and, on a server's pool, none kept once handed back: a store's
+        // between its turns of a crowded budget), the next statement opens another; the
+        // backlog's reads open one for all of them, not one per statement.
+        let keeps = url.starts_with("sqlite");
+        if keeps {
+            // A SQLite store sheds nothing (a file: no server to spare); its idle one is reused.
+            outbox_store::Wakeups::shed_connections(&outbox, true).await;
+        } else {
+            // The last statement's connection may still be on its way back (sqlx pings it in a
+            // task of its own): closed once it is idle.
+            outbox_testkit::eventually("the pool empty", || async {
+                outbox_store::Wakeups::shed_connections(&outbox, true).await;
+                outbox.pool_connections().0 == 0
+            })
+            .await;
+        }
+        for round in 0..2 {
+            let before = outbox.connections_opened().unwrap();
+            let (stats, relays) = outbox.backlog().await.unwrap();
+            assert_eq!((stats.total, relays.unwrap().len()), (0, 0), "{url}");
+            let stats = outbox.stats().await.unwrap();
+            assert_eq!(stats.total, 0, "{url}");
+            let want = if keeps { 0 } else { 2 };
+            assert_eq!(
+                outbox.connections_opened(),
+                Some(before + want),
+                "one for the backlog's reads and one for the stats' (round {round}): {url}"
+            );
+        }
+    }
+    let pg = outbox_testkit::fresh_pg().await;
+    check(&pg.url).await;
+    let own = Outbox::new(pg.pool.clone());
+    assert_eq!(own.connections_opened(), None, "a pool of one's own is not counted");
+    pg.drop_db().await;
+    let my = outbox_testkit::fresh_mysql().await;
+    check(&my.url).await;
+    my.drop_db().await;
+    let lite = outbox_testkit::fresh_sqlite().await;
+    check(&lite.url).await;
+    lite.drop_db().await;
+}

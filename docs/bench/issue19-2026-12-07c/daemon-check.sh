@@ -14,6 +14,9 @@
 # With STRACE=1 the daemon runs under `strace -f -e trace=connect`, and the connections counted
 # are the daemon's own connect() calls to the database server (not every client's on the server:
 # a CI beside it, or the other databases' clients, do not count).
+# The daemon's own count of the connections its stores' pools opened meanwhile
+# (outbox_pool_connections_opened_total, from /metrics: the busy store "s" and the idle ones
+# apart) is printed too, by builds that export it (0 0 for older ones).
 # Usage: [STORE=postgres] [IDLE_STORES=n] [RATE=r COLD=n] [HOT=n] [STRACE=1] bash daemon-check.sh label:/path/to/outbox ...
 set -euo pipefail
 DB=lanecheck
@@ -53,6 +56,11 @@ conns() {
     grep -c "sin_port=htons($port)" "/tmp/daemon-check-$label.strace" || true
   elif [ "$STORE" = postgres ]; then admin "SELECT sum(sessions) FROM pg_stat_database"
   else admin "SHOW GLOBAL STATUS LIKE 'Connections'" | awk '{print $2}'; fi
+}
+# The daemon's outbox_pool_connections_opened_total: store "s", then the other stores together.
+opened() {
+  curl -sf "http://127.0.0.1:$PORT/metrics" |
+    awk '/^outbox_pool_connections_opened_total/ { if ($1 ~ /store="s"/) s += $2; else o += $2 } END { printf "%d %d", s, o }'
 }
 fresh() {
   admin "DROP DATABASE IF EXISTS $DB"
@@ -100,6 +108,7 @@ TOML
   until curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; do sleep 0.2; done
   sleep 1
   c0=$(conns)
+  o0=$(opened)
   t0=$(date +%s.%N)
   if [ -n "$RATE" ]; then
     python3 "$(dirname "$0")/foreign-writer.py" "$STORE" $DB "$RATE" "$COLD"
@@ -115,6 +124,7 @@ TOML
   done
   t2=$(date +%s.%N)
   c2=$(conns)
+  o2=$(opened)
   unsent=$(sql "SELECT count(*) FROM outbox_message WHERE topic = 'hot' AND status <> 'sent'")
   lat=$(sql "SELECT ROUND(AVG($ms), 1), ROUND(MAX($ms), 1) FROM outbox_message WHERE topic = 'cold'" | tr '|\t' '  ')
   # The 99th percentile of the same (nearest rank).
@@ -122,8 +132,8 @@ TOML
   m=$(curl -sf "http://127.0.0.1:$PORT/metrics" | grep -E '^outbox_((claims_beside|lane_looks)_total|budget_(turns|parked_reused|parked_given_back)_total)' | grep -v 'idle' | tr '\n' ' ')
   kill -TERM $pid
   if [ -n "${STRACE:-}" ]; then wait $tracer || true; else wait $pid || true; fi
-  printf '%s (%s idle stores) %s: %s foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s, p99 %s; connections opened meanwhile (%s): %s; %s\n' \
-    "$STORE" "$IDLE_STORES" "$label" "$COLD" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$p99" "$(if [ -n "${STRACE:-}" ]; then echo "the daemon's"; else echo "every client"; fi)" "$((c2 - c0))" "$m"
+  printf '%s (%s idle stores) %s: %s foreign messages written in %.1f s, all sent %.2f s after the last; hot backlog unsent then: %s; created -> sent mark (ms) mean / max: %s, p99 %s; connections opened meanwhile (%s): %s; by the pools (store s / the others): %s / %s; %s\n' \
+    "$STORE" "$IDLE_STORES" "$label" "$COLD" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$unsent" "$lat" "$p99" "$(if [ -n "${STRACE:-}" ]; then echo "the daemon's"; else echo "every client"; fi)" "$((c2 - c0))" "$(( ${o2% *} - ${o0% *} ))" "$(( ${o2#* } - ${o0#* } ))" "$m"
   rm -f "$cfg"
 done
 admin "DROP DATABASE IF EXISTS $DB"

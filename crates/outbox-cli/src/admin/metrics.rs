@@ -43,8 +43,10 @@ impl Metrics {
     pub(super) async fn sample(&self, stores: &[StoreHandle]) {
         let mut now_seen = BTreeSet::new();
         for s in stores {
-            let stats = match s.outbox.stats().await {
-                Ok(stats) => stats,
+            // Both reads on one connection: a store of a crowded budget keeps none between its
+            // turns, and each statement on its own would open one (five per store and sample).
+            let (stats, others) = match s.outbox.backlog().await {
+                Ok(read) => read,
                 Err(e) => {
                     tracing::warn!(store = %s.name, error = %printable(&e.to_string(), 300), "Backlog sample failed");
                     metrics::with_local_recorder(&self.recorder, || {
@@ -56,7 +58,7 @@ impl Metrics {
             };
             // The other relays on the store (their rows in outbox_relay); without them the
             // throughput is this process's alone.
-            let others = s.outbox.relays().await.unwrap_or_else(|e| {
+            let others = others.unwrap_or_else(|e| {
                 tracing::debug!(store = %s.name, error = %printable(&e.to_string(), 300), "Could not read the relays");
                 Vec::new()
             });
@@ -112,6 +114,10 @@ impl Metrics {
                     .set(idle as f64);
                 metrics::gauge!("outbox_pool_connections", "store" => s.name.clone(), "state" => "in_use")
                     .set((size as usize).saturating_sub(idle) as f64);
+                if let Some(n) = s.outbox.connections_opened() {
+                    metrics::counter!("outbox_pool_connections_opened_total", "store" => s.name.clone())
+                        .absolute(n);
+                }
                 // The shares seed 003 asks for: claimed on a wake-up rather than by the scan
                 // (the fast path), and failed for good among the messages finished.
                 let claimed = RelayStats::get(&st.claimed);

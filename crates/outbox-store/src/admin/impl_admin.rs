@@ -31,6 +31,10 @@ macro_rules! impl_admin {
                     actor: &str,
                 ) -> $crate::admin::Resent;
                 relays() -> Vec<$crate::admin::RelayPresence>;
+                backlog() -> (
+                    $crate::admin::Stats,
+                    ::outbox_core::Result<Vec<$crate::admin::RelayPresence>>,
+                );
                 pauses() -> Vec<$crate::admin::DestinationPause>;
                 pause(destination: &str, actor: &str, reason: Option<&str>) -> bool;
                 resume(destination: &str, actor: &str) -> bool;

@@ -61,12 +61,13 @@ where
     /// then status (the label empty without one).
     async fn counts(
         &self,
+        conn: &mut DB::Connection,
         sql: &str,
         table: &'static str,
         label: Option<&'static str>,
     ) -> Result<Vec<(String, Status, u64)>> {
         let tables = self.0.tables();
-        let rows = sqlx::query(&render::<DB>(tables, sql)).fetch_all(self.0.pool()).await.map_err(db)?;
+        let rows = sqlx::query(&render::<DB>(tables, sql)).fetch_all(&mut *conn).await.map_err(db)?;
         let mut out = rows
             .iter()
             .map(|r| {
@@ -79,13 +80,30 @@ where
         Ok(out)
     }
 
+    /// The statements on one connection: a pool that keeps none (a store's on a crowded budget:
+    /// see `Outbox::shed_connections`) opens one for them, not one per statement.
     pub(crate) async fn stats(&self) -> Result<Stats> {
+        let mut conn = self.0.pool().acquire().await.map_err(db)?;
+        self.stats_on(&mut conn).await
+    }
+
+    /// [`Self::stats`] and [`Self::relays`] on one connection (the daemon's backlog sampler,
+    /// every store every `backlog_interval`: an idle store's pool that keeps no connection
+    /// opens one for both). The relays' read may fail alone.
+    pub(crate) async fn backlog(&self) -> Result<(Stats, Result<Vec<RelayPresence>>)> {
+        let mut conn = self.0.pool().acquire().await.map_err(db)?;
+        let stats = self.stats_on(&mut conn).await?;
+        Ok((stats, self.relays_on(&mut conn).await))
+    }
+
+    async fn stats_on(&self, conn: &mut DB::Connection) -> Result<Stats> {
         let tables = self.0.tables();
-        let by_status = self.counts(BY_STATUS, "outbox_message", None).await?;
-        let by_topic = self.counts(BY_TOPIC, "outbox_message", Some("topic")).await?;
-        let by_destination = self.counts(BY_DESTINATION, "outbox_delivery", Some("destination")).await?;
+        let by_status = self.counts(conn, BY_STATUS, "outbox_message", None).await?;
+        let by_topic = self.counts(conn, BY_TOPIC, "outbox_message", Some("topic")).await?;
+        let by_destination =
+            self.counts(conn, BY_DESTINATION, "outbox_delivery", Some("destination")).await?;
         let oldest: Option<i64> = sqlx::query_scalar(&render::<DB>(tables, DB::OLDEST_PENDING_MS))
-            .fetch_one(self.0.pool())
+            .fetch_one(&mut *conn)
             .await
             .map_err(db)?;
         Ok(Stats::from_counts(
@@ -438,9 +456,13 @@ where
     }
 
     pub(crate) async fn relays(&self) -> Result<Vec<RelayPresence>> {
+        let mut conn = self.0.pool().acquire().await.map_err(db)?;
+        self.relays_on(&mut conn).await
+    }
+
+    async fn relays_on(&self, conn: &mut DB::Connection) -> Result<Vec<RelayPresence>> {
         let tables = self.0.tables();
-        let rows =
-            sqlx::query(&render::<DB>(tables, DB::RELAYS)).fetch_all(self.0.pool()).await.map_err(db)?;
+        let rows = sqlx::query(&render::<DB>(tables, DB::RELAYS)).fetch_all(&mut *conn).await.map_err(db)?;
         let mut out = Vec::with_capacity(rows.len().min(MAX_RELAYS));
         for (i, r) in rows.iter().enumerate() {
             match decode_presence(r) {
