@@ -106,9 +106,8 @@ pub fn ensure_crypto_provider() -> bool {
 /// [`crate::Keeper`]); one with work reuses its connections batch after batch.
 pub const POOL_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A pool of at most `max_connections` that waits at most 10 s for a connection.
-/// The options of every pool [`AnyOutbox::connect`] builds: `max_connections`, and each
-/// connection opened counted in `opened` (see [`Outbox::connections_opened`]).
+/// A pool of at most `max_connections` that waits at most 10 s for a connection and counts each
+/// connection it opens in `opened` (see [`Outbox::connections_opened`]).
 #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
 fn pool_options<DB: sqlx::Database>(
     max_connections: u32,
@@ -154,35 +153,39 @@ impl AnyOutbox {
             }
             Error::Database(message.into())
         };
+        // What the pool's hooks share with the outbox (a SQLite pool has no shedding hook: the
+        // flag is then read by nothing).
+        #[cfg_attr(
+            not(any(feature = "postgres", feature = "mysql", feature = "sqlite")),
+            allow(unused_variables)
+        )]
+        let (shed, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         match Dialect::of_url(url)? {
             #[cfg(feature = "postgres")]
             Dialect::Postgres => {
-                let (shed, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
                 let pool = server_pool_options(max_connections, shed.clone(), opened.clone())
                     .connect(url)
                     .await
                     .map_err(unreachable)?;
-                Ok(AnyOutbox::Postgres(Outbox::new(pool).with_pool_hooks(Some(shed), opened)))
+                Ok(AnyOutbox::Postgres(Outbox::new(pool).with_pool_hooks(shed, opened)))
             }
             #[cfg(feature = "mysql")]
             Dialect::MySql => {
                 let url = url.replacen("mariadb://", "mysql://", 1);
-                let (shed, opened) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
                 let pool = server_pool_options(max_connections, shed.clone(), opened.clone())
                     .connect(&url)
                     .await
                     .map_err(unreachable)?;
-                Ok(AnyOutbox::MySql(Outbox::new(pool).with_pool_hooks(Some(shed), opened)))
+                Ok(AnyOutbox::MySql(Outbox::new(pool).with_pool_hooks(shed, opened)))
             }
             #[cfg(feature = "sqlite")]
             Dialect::Sqlite => {
                 let opts = crate::sqlite::connect_options(url)?;
-                let opened = Arc::new(AtomicU64::new(0));
                 let pool = pool_options(max_connections, opened.clone())
                     .connect_with(opts)
                     .await
                     .map_err(unreachable)?;
-                Ok(AnyOutbox::Sqlite(Outbox::new(pool).with_pool_hooks(None, opened)))
+                Ok(AnyOutbox::Sqlite(Outbox::new(pool).with_pool_hooks(shed, opened)))
             }
             #[allow(unreachable_patterns)]
             other => Err(Error::Config(format!("{other:?} support is not compiled into this build"))),

@@ -409,12 +409,10 @@ impl<DB: OutboxDatabase> Outbox<DB> {
     #[cfg_attr(not(any(feature = "postgres", feature = "mysql", feature = "sqlite")), allow(dead_code))]
     pub(crate) fn with_pool_hooks(
         mut self,
-        shed: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+        shed: std::sync::Arc<std::sync::atomic::AtomicBool>,
         opened: std::sync::Arc<std::sync::atomic::AtomicU64>,
     ) -> Self {
-        if let Some(shed) = shed {
-            self.shed = shed;
-        }
+        self.shed = shed;
         self.opened = Some(opened);
         self
     }
